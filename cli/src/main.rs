@@ -1,0 +1,205 @@
+//! `wasmpod`: run Kubernetes Pods whose containers are WASI programs.
+//!
+//! The commands and their exit codes are fixed by the project's contract: `run` exits 0 when
+//! the pod Succeeded, 1 when it Failed, 2 for bad input (with the errors on stderr).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use wasmpod::{BackoffOptions, Node, NodeOptions, PodHandle, PodOptions, PodSpec, Stream};
+
+#[derive(Parser)]
+#[command(name = "wasmpod", version, about = "Run Kubernetes Pods of WASI containers on wasmtime")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run one pod in the foreground until it ends; exit 0 if it Succeeded, 1 if it Failed.
+    Run(RunArgs),
+    /// Check a Pod YAML file; print `valid` or every error.
+    Validate {
+        /// The Pod YAML file.
+        pod: PathBuf,
+    },
+}
+
+#[derive(Args)]
+struct RunArgs {
+    /// Write the event stream (JSON Lines) to FILE, or `-` for stdout.
+    #[arg(long, value_name = "FILE")]
+    events: Option<PathBuf>,
+    /// Write the final PodStatus JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    status: Option<PathBuf>,
+    #[command(flatten)]
+    node: NodeArgs,
+    /// The Pod YAML file.
+    pod: PathBuf,
+}
+
+/// Options of the node that runs the pods.
+#[derive(Args)]
+struct NodeArgs {
+    /// First crash-loop backoff delay.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
+    backoff_initial: Duration,
+    /// Largest crash-loop backoff delay.
+    #[arg(long, value_name = "DURATION", default_value = "300s", value_parser = humantime::parse_duration)]
+    backoff_max: Duration,
+    /// A container that ran this long restarts with the initial delay again.
+    #[arg(long, value_name = "DURATION", default_value = "600s", value_parser = humantime::parse_duration)]
+    backoff_reset: Duration,
+    /// Directory of compiled modules [default: the user's cache dir]
+    #[arg(long, value_name = "DIR")]
+    cache_dir: Option<PathBuf>,
+    /// Directory of logs and pod state [default: the user's state dir]
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+}
+
+impl NodeArgs {
+    fn options(&self) -> NodeOptions {
+        let mut options = NodeOptions::default().backoff(BackoffOptions {
+            initial: self.backoff_initial,
+            max: self.backoff_max,
+            reset: self.backoff_reset,
+        });
+        if let Some(dir) = &self.state_dir {
+            options = options.state_dir(dir);
+        }
+        if let Some(dir) = &self.cache_dir {
+            options = options.cache_dir(Some(dir.clone()));
+        }
+        options
+    }
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("WASMPOD_LOG").unwrap_or_else(|_| "warn".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Validate { pod } => match PodSpec::from_file(&pod) {
+            Ok(_) => {
+                println!("valid");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("{e}");
+                ExitCode::from(2)
+            }
+        },
+        Command::Run(args) => {
+            let runtime = tokio::runtime::Runtime::new().expect("cannot start the async runtime");
+            match runtime.block_on(run(args)) {
+                Ok(code) => code,
+                Err(e) => {
+                    eprintln!("wasmpod: {e:#}");
+                    ExitCode::from(2)
+                }
+            }
+        }
+    }
+}
+
+async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    let spec = match PodSpec::from_file(&args.pod) {
+        Ok(spec) => spec,
+        Err(e) => {
+            eprintln!("{e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let node = Node::new(args.node.options())?;
+    let (tx, mut output) = tokio::sync::mpsc::channel(1024);
+    let pod = match node.create_pod(spec, PodOptions::default().output(tx)).await {
+        Ok(pod) => pod,
+        Err(e) => {
+            eprintln!("{}: {e}", args.pod.display());
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let printer = tokio::spawn(async move {
+        while let Some(out) = output.recv().await {
+            match out.stream {
+                Stream::Stdout => println!("[{}] {}", out.container, out.line),
+                Stream::Stderr => eprintln!("[{}] {}", out.container, out.line),
+            }
+        }
+    });
+    let events = match &args.events {
+        Some(path) => Some(tokio::spawn(write_events(pod.clone(), open_output(path)?))),
+        None => None,
+    };
+    tokio::spawn(forward_signals(pod.clone()));
+
+    let status = pod.wait().await;
+    pod.delete(None);
+    pod.deleted().await;
+    if let Some(events) = events {
+        events.await?.context("cannot write the event stream")?;
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(5), printer).await;
+    if let Some(path) = &args.status {
+        let json = serde_json::to_string_pretty(&status)?;
+        std::fs::write(path, json + "\n").with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(match status.phase.as_deref() {
+        Some("Succeeded") => ExitCode::SUCCESS,
+        _ => ExitCode::from(1),
+    })
+}
+
+fn open_output(path: &Path) -> anyhow::Result<Box<dyn Write + Send>> {
+    if path == Path::new("-") {
+        return Ok(Box::new(std::io::stdout()));
+    }
+    let file = std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+    Ok(Box::new(file))
+}
+
+async fn write_events(pod: PodHandle, mut out: Box<dyn Write + Send>) -> std::io::Result<()> {
+    let mut events = pod.events();
+    while let Some(event) = events.next().await {
+        serde_json::to_writer(&mut out, &event)?;
+        out.write_all(b"\n")?;
+        out.flush()?;
+    }
+    Ok(())
+}
+
+/// Ctrl-C or SIGTERM deletes the pod gracefully; a second one forces it (grace 0).
+async fn forward_signals(pod: PodHandle) {
+    let mut forced = false;
+    loop {
+        if wait_signal().await.is_err() {
+            return;
+        }
+        pod.delete(forced.then_some(Duration::ZERO));
+        forced = true;
+    }
+}
+
+#[cfg(unix)]
+async fn wait_signal() -> std::io::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate())?;
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => r,
+        _ = term.recv() => Ok(()),
+    }
+}
+
+#[cfg(not(unix))]
+async fn wait_signal() -> std::io::Result<()> {
+    tokio::signal::ctrl_c().await
+}

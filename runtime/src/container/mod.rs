@@ -1,0 +1,180 @@
+//! Running one instance of a container: a fresh wasmtime store with the container's WASI
+//! context (argv, env, volume mounts, captured stdio), driven to its end on the async runtime.
+//!
+//! A running guest yields to the scheduler at every epoch tick, so stopping it (TERM's default
+//! action, KILL) is dropping its future: that works whether the guest computes or waits in a
+//! host call.
+
+mod term;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use wasmtime::component::ResourceTable;
+use wasmtime::{ResourceLimiter, Store};
+use wasmtime_wasi::p1::WasiP1Ctx;
+use wasmtime_wasi::{FsPerms, I32Exit, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+use crate::engine::Image;
+use crate::output::OutputSink;
+pub(crate) use term::{TERM_INTERFACE, TERM_MODULE, TermSignal, add_p1_termination, add_p2_termination};
+
+/// Exit code of a container whose guest trapped.
+pub(crate) const EXIT_TRAP: i32 = 134;
+/// Exit code of a container killed (KILL) or out of memory.
+pub(crate) const EXIT_KILLED: i32 = 137;
+/// Exit code of a container stopped by TERM's default action.
+pub(crate) const EXIT_TERMINATED: i32 = 143;
+
+pub(crate) struct P1State {
+    pub(crate) wasi: WasiP1Ctx,
+    pub(crate) term: TermSignal,
+    limiter: MemoryLimiter,
+}
+
+pub(crate) struct P2State {
+    ctx: WasiCtx,
+    pub(crate) table: ResourceTable,
+    pub(crate) term: TermSignal,
+    limiter: MemoryLimiter,
+}
+
+impl WasiView for P2State {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView { ctx: &mut self.ctx, table: &mut self.table }
+    }
+}
+
+/// Caps a container's linear memories and remembers whether the cap was hit.
+struct MemoryLimiter {
+    limit: usize,
+    hit: bool,
+}
+
+impl ResourceLimiter for MemoryLimiter {
+    fn memory_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+        let ok = desired <= self.limit;
+        self.hit |= !ok;
+        Ok(ok)
+    }
+
+    fn table_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+        Ok(desired <= 1_000_000)
+    }
+}
+
+/// A directory the guest sees.
+pub(crate) struct Preopen {
+    pub(crate) host: PathBuf,
+    pub(crate) guest: String,
+    pub(crate) read_only: bool,
+}
+
+/// Everything one container instance starts from.
+pub(crate) struct Launch {
+    pub(crate) image: Arc<Image>,
+    pub(crate) argv: Vec<String>,
+    pub(crate) env: Vec<(String, String)>,
+    pub(crate) preopens: Vec<Preopen>,
+    pub(crate) working_dir: Option<String>,
+    pub(crate) stdout: OutputSink,
+    pub(crate) stderr: OutputSink,
+    pub(crate) memory_limit: usize,
+    pub(crate) term: TermSignal,
+}
+
+/// How a container instance ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Exit {
+    pub(crate) code: i32,
+    pub(crate) oom: bool,
+    pub(crate) message: Option<String>,
+}
+
+impl Exit {
+    pub(crate) fn code(code: i32) -> Exit {
+        Exit { code, oom: false, message: None }
+    }
+
+    /// The Kubernetes reason for this exit.
+    pub(crate) fn reason(&self) -> &'static str {
+        match (self.oom, self.code) {
+            (true, _) => "OOMKilled",
+            (false, 0) => "Completed",
+            (false, _) => "Error",
+        }
+    }
+}
+
+impl Launch {
+    fn wasi(&self) -> std::io::Result<WasiCtxBuilder> {
+        let mut b = WasiCtxBuilder::new();
+        b.args(&self.argv).envs(&self.env);
+        b.stdout(self.stdout.clone()).stderr(self.stderr.clone());
+        for p in &self.preopens {
+            let perms = if p.read_only { FsPerms::ReadOnly } else { FsPerms::ReadWrite };
+            b.preopened_dir(&p.host, &p.guest, perms)
+                .map_err(|e| std::io::Error::other(format!("cannot mount {} at {}: {e}", p.host.display(), p.guest)))?;
+        }
+        if let Some(dir) = &self.working_dir {
+            b.initial_cwd(dir);
+        }
+        Ok(b)
+    }
+
+    /// Runs the instance to its end and reports how it ended.
+    pub(crate) async fn run(self) -> Exit {
+        let mut wasi = match self.wasi() {
+            Ok(b) => b,
+            Err(e) => return Exit { code: 128, oom: false, message: Some(e.to_string()) },
+        };
+        let limiter = MemoryLimiter { limit: self.memory_limit, hit: false };
+        let term = self.term.clone();
+        match &*self.image {
+            Image::Module { pre, .. } => {
+                let state = P1State { wasi: wasi.build_p1(), term, limiter };
+                let mut store = Store::new(pre.module().engine(), state);
+                prepare(&mut store, |s| &mut s.limiter);
+                let result = async {
+                    let instance = pre.instantiate_async(&mut store).await?;
+                    let start = instance.get_typed_func::<(), ()>(&mut store, "_start")?;
+                    start.call_async(&mut store, ()).await
+                }
+                .await;
+                exit_of(result.map(|()| 0), store.data().limiter.hit)
+            }
+            Image::Component { pre, .. } => {
+                let state = P2State { ctx: wasi.build(), table: ResourceTable::new(), term, limiter };
+                let mut store = Store::new(pre.engine(), state);
+                prepare(&mut store, |s| &mut s.limiter);
+                let result = async {
+                    let command = pre.instantiate_async(&mut store).await?;
+                    command.wasi_cli_run().call_run(&mut store).await
+                }
+                .await;
+                exit_of(result.map(|r| if r.is_ok() { 0 } else { 1 }), store.data().limiter.hit)
+            }
+        }
+    }
+}
+
+fn prepare<T: 'static>(store: &mut Store<T>, limiter: fn(&mut T) -> &mut MemoryLimiter) {
+    store.limiter(move |s| limiter(s) as &mut dyn ResourceLimiter);
+    store.epoch_deadline_async_yield_and_update(1);
+}
+
+fn exit_of(result: wasmtime::Result<i32>, oom: bool) -> Exit {
+    match result {
+        Ok(code) => Exit { code, oom: false, message: None },
+        Err(e) => {
+            if let Some(exit) = e.downcast_ref::<I32Exit>() {
+                return Exit::code(exit.0);
+            }
+            let cause = e.root_cause().to_string();
+            if oom {
+                return Exit { code: EXIT_KILLED, oom: true, message: Some(format!("memory limit reached: {cause}")) };
+            }
+            Exit { code: EXIT_TRAP, oom: false, message: Some(cause) }
+        }
+    }
+}

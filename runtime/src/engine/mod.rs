@@ -1,0 +1,222 @@
+//! The one wasmtime engine of a node: configuration, the epoch ticker that drives time slices
+//! and kills, the linkers, and loading `.wasm` files into ready-to-instantiate images.
+
+mod cache;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use wasmtime::component::{Component, Linker as ComponentLinker};
+use wasmtime::{Config, InstancePre, Linker, Module};
+use wasmtime_wasi::p2::bindings::CommandPre;
+
+use crate::container::{P1State, P2State};
+use cache::CompileCache;
+
+/// How often the epoch advances: the longest a guest runs before yielding to the scheduler.
+pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(5);
+
+/// A loaded container image: a pre-linked module or component, shared by every pod that runs it.
+pub(crate) enum Image {
+    Module { pre: InstancePre<P1State>, handles_term: bool },
+    Component { pre: CommandPre<P2State>, handles_term: bool },
+}
+
+impl Image {
+    pub(crate) fn handles_term(&self) -> bool {
+        match self {
+            Image::Module { handles_term, .. } | Image::Component { handles_term, .. } => *handles_term,
+        }
+    }
+}
+
+/// How an image was obtained, for the `Pulled` event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Pull {
+    /// Already loaded in this process.
+    Present,
+    /// Read from the on-disk compile cache.
+    Cached,
+    /// Compiled now (and stored in the cache).
+    Compiled(Duration),
+}
+
+/// Why a `.wasm` file could not be turned into an image.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum LoadError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {message}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The operating system's reason.
+        message: String,
+    },
+    /// The file is not a WebAssembly module or component.
+    #[error("{path} is not a WebAssembly module or component")]
+    NotWasm {
+        /// The file.
+        path: PathBuf,
+    },
+    /// Compilation failed.
+    #[error("{path} does not compile: {message}")]
+    Compile {
+        /// The file.
+        path: PathBuf,
+        /// wasmtime's reason.
+        message: String,
+    },
+    /// The module imports something wasmpod does not provide, or lacks the entry point.
+    #[error("{path} cannot run in wasmpod: {message}")]
+    Link {
+        /// The file.
+        path: PathBuf,
+        /// What is missing.
+        message: String,
+    },
+}
+
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct FileKey {
+    path: PathBuf,
+    len: u64,
+    modified: Option<SystemTime>,
+}
+
+pub(crate) struct Engine {
+    pub(crate) wasmtime: wasmtime::Engine,
+    cache: CompileCache,
+    p1: Linker<P1State>,
+    p2: ComponentLinker<P2State>,
+    loaded: Mutex<HashMap<FileKey, Arc<Image>>>,
+    stop_ticker: Arc<AtomicBool>,
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.stop_ticker.store(true, Ordering::Relaxed);
+    }
+}
+
+impl Engine {
+    pub(crate) fn new(cache_dir: Option<PathBuf>) -> wasmtime::Result<Engine> {
+        let mut config = Config::new();
+        config.epoch_interruption(true);
+        config.cranelift_opt_level(wasmtime::OptLevel::Speed);
+        let wasmtime = wasmtime::Engine::new(&config)?;
+
+        let mut p1 = Linker::new(&wasmtime);
+        wasmtime_wasi::p1::add_to_linker_async(&mut p1, |s: &mut P1State| &mut s.wasi)?;
+        crate::container::add_p1_termination(&mut p1)?;
+        let mut p2 = ComponentLinker::new(&wasmtime);
+        wasmtime_wasi::p2::add_to_linker_async(&mut p2)?;
+        crate::container::add_p2_termination(&mut p2)?;
+
+        let stop_ticker = Arc::new(AtomicBool::new(false));
+        let (engine, stop) = (wasmtime.clone(), stop_ticker.clone());
+        std::thread::Builder::new().name("wasmpod-epoch".into()).spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(EPOCH_TICK);
+                engine.increment_epoch();
+            }
+        })?;
+        Ok(Engine {
+            cache: CompileCache::new(cache_dir, &wasmtime),
+            wasmtime,
+            p1,
+            p2,
+            loaded: Mutex::new(HashMap::new()),
+            stop_ticker,
+        })
+    }
+
+    /// Loads the image at `path`: from memory when this process has it, else from the compile
+    /// cache, else by compiling. Blocking; call from a blocking context.
+    pub(crate) fn load(&self, path: &Path) -> Result<(Arc<Image>, Pull), LoadError> {
+        let read_err = |e: std::io::Error| LoadError::Read { path: path.to_owned(), message: e.to_string() };
+        let meta = std::fs::metadata(path).map_err(read_err)?;
+        let key = FileKey { path: path.to_owned(), len: meta.len(), modified: meta.modified().ok() };
+        if let Some(image) = self.loaded.lock().unwrap().get(&key) {
+            return Ok((image.clone(), Pull::Present));
+        }
+        let bytes = std::fs::read(path).map_err(read_err)?;
+        let (image, pull) = self.compile(path, &bytes)?;
+        let image = Arc::new(image);
+        self.loaded.lock().unwrap().insert(key, image.clone());
+        Ok((image, pull))
+    }
+
+    fn compile(&self, path: &Path, bytes: &[u8]) -> Result<(Image, Pull), LoadError> {
+        let kind = Kind::of(bytes).ok_or_else(|| LoadError::NotWasm { path: path.to_owned() })?;
+        let compile_err = |e: wasmtime::Error| LoadError::Compile { path: path.to_owned(), message: format!("{e:#}") };
+        let link_err = |e: wasmtime::Error| LoadError::Link { path: path.to_owned(), message: format!("{e:#}") };
+        let cached = self.cache.path_for(bytes);
+        let start = Instant::now();
+        let artefact = cached.as_deref().and_then(CompileCache::read);
+        let from_cache = artefact.is_some();
+        let artefact = match artefact {
+            Some(a) => a,
+            None => {
+                let a = match kind {
+                    Kind::Module => self.wasmtime.precompile_module(bytes),
+                    Kind::Component => self.wasmtime.precompile_component(bytes),
+                }
+                .map_err(compile_err)?;
+                if let Some(file) = &cached {
+                    if let Err(e) = CompileCache::write(file, &a) {
+                        tracing::warn!(file = %file.display(), "cannot write the compile cache: {e}");
+                    }
+                }
+                a
+            }
+        };
+        let pull = if from_cache { Pull::Cached } else { Pull::Compiled(start.elapsed()) };
+        // SAFETY: the artefact was produced by `precompile_*` of an engine with the same
+        // compatibility hash (it is part of the cache key) and passed its checksum.
+        let image = match kind {
+            Kind::Module => {
+                let module = unsafe { Module::deserialize(&self.wasmtime, &artefact) }.map_err(compile_err)?;
+                let handles_term = module.imports().any(|i| i.module() == crate::container::TERM_MODULE);
+                let pre = self.p1.instantiate_pre(&module).map_err(link_err)?;
+                if module.get_export("_start").is_none() {
+                    return Err(LoadError::Link {
+                        path: path.to_owned(),
+                        message: "the module does not export `_start` (a WASI command)".into(),
+                    });
+                }
+                Image::Module { pre, handles_term }
+            }
+            Kind::Component => {
+                let component = unsafe { Component::deserialize(&self.wasmtime, &artefact) }.map_err(compile_err)?;
+                let ty = component.component_type();
+                let handles_term = ty.imports(&self.wasmtime).any(|(name, _)| name.starts_with(crate::container::TERM_INTERFACE));
+                let pre = self.p2.instantiate_pre(&component).map_err(link_err)?;
+                let pre = CommandPre::new(pre).map_err(|e| LoadError::Link {
+                    path: path.to_owned(),
+                    message: format!("the component does not export `wasi:cli/run`: {e:#}"),
+                })?;
+                Image::Component { pre, handles_term }
+            }
+        };
+        Ok((image, pull))
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Module,
+    Component,
+}
+
+impl Kind {
+    fn of(bytes: &[u8]) -> Option<Kind> {
+        match bytes.get(..8)? {
+            [0, b'a', b's', b'm', 1, 0, 0, 0] => Some(Kind::Module),
+            [0, b'a', b's', b'm', _, _, 1, 0] => Some(Kind::Component),
+            _ => None,
+        }
+    }
+}

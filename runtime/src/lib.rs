@@ -1,0 +1,45 @@
+//! # wasmpod
+//!
+//! Runs Kubernetes Pods whose containers are WASI programs, in one process, on wasmtime.
+//!
+//! A [`PodSpec`] is made from Pod YAML (parsed into the Kubernetes types and validated into
+//! what wasmpod honours); a [`Node`] runs it with the kubelet's semantics: init containers in
+//! order, sidecars, restart policies with crash-loop backoff, phases and conditions, graceful
+//! termination. Each pod reports what happens as an [`EventStream`] and a Kubernetes `PodStatus`.
+//!
+//! ```no_run
+//! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use wasmpod::{Node, NodeOptions, PodOptions, PodSpec};
+//!
+//! let node = Node::new(NodeOptions::default())?;
+//! let pod = node.create_pod(PodSpec::from_file("pod.yaml".as_ref())?, PodOptions::default()).await?;
+//! let mut events = pod.events();
+//! tokio::spawn(async move {
+//!     while let Some(event) = events.next().await {
+//!         println!("{}", serde_json::to_string(&event).unwrap());
+//!     }
+//! });
+//! let status = pod.wait().await;
+//! assert_eq!(status.phase.as_deref(), Some("Succeeded"));
+//! pod.delete(None);
+//! pod.deleted().await;
+//! # Ok(()) }
+//! ```
+
+mod container;
+mod engine;
+mod events;
+mod node;
+mod output;
+mod spec;
+mod supervisor;
+
+pub use engine::LoadError;
+pub use events::{Event, EventStream, EventType, Reason};
+pub use node::{Error, Node, NodeOptions, PodHandle, PodOptions};
+pub use output::{OutputLine, Stream};
+pub use spec::{FieldError, InvalidPod, PodSpec};
+pub use supervisor::BackoffOptions;
+
+/// The Kubernetes API types wasmpod speaks (`Pod`, `PodStatus`, ...), re-exported.
+pub use k8s_openapi;

@@ -1,0 +1,253 @@
+//! The node: one wasmtime engine and the pods running on it.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::PodStatus;
+use tokio::sync::{mpsc, watch};
+
+use crate::engine::{Engine, LoadError, Pull};
+use crate::events::{EventStream, Journal};
+use crate::output::OutputLine;
+use crate::spec::PodSpec;
+use crate::supervisor::{BackoffOptions, Msg, NodeContext, PodTask, Snapshot};
+
+/// Why a node or a pod could not be created.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The wasmtime engine could not be set up.
+    #[error("cannot start the wasm engine: {0}")]
+    Engine(String),
+    /// A container's module cannot be loaded.
+    #[error("spec.containers[{container}].image: {source}")]
+    Image {
+        /// The container's name.
+        container: String,
+        /// Why.
+        #[source]
+        source: LoadError,
+    },
+    /// A file or directory of the node's state could not be made.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The operating system's reason.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The settings of a [`Node`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct NodeOptions {
+    /// Where pods keep their logs and `emptyDir` volumes.
+    pub state_dir: PathBuf,
+    /// Where compiled modules are cached; `None` disables the on-disk cache.
+    pub cache_dir: Option<PathBuf>,
+    /// The crash-loop backoff.
+    pub backoff: BackoffOptions,
+    /// The most linear memory one container instance may use, in bytes.
+    pub memory_limit: u64,
+}
+
+impl Default for NodeOptions {
+    fn default() -> Self {
+        let state = dirs::state_dir().or_else(dirs::cache_dir).unwrap_or_else(std::env::temp_dir);
+        NodeOptions {
+            state_dir: state.join("wasmpod"),
+            cache_dir: dirs::cache_dir().map(|d| d.join("wasmpod")),
+            backoff: BackoffOptions::default(),
+            memory_limit: 1 << 30,
+        }
+    }
+}
+
+impl NodeOptions {
+    /// Sets [`NodeOptions::state_dir`].
+    pub fn state_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.state_dir = dir.into();
+        self
+    }
+
+    /// Sets [`NodeOptions::cache_dir`].
+    pub fn cache_dir(mut self, dir: Option<PathBuf>) -> Self {
+        self.cache_dir = dir;
+        self
+    }
+
+    /// Sets [`NodeOptions::memory_limit`].
+    pub fn memory_limit(mut self, bytes: u64) -> Self {
+        self.memory_limit = bytes;
+        self
+    }
+
+    /// Sets [`NodeOptions::backoff`].
+    pub fn backoff(mut self, backoff: BackoffOptions) -> Self {
+        self.backoff = backoff;
+        self
+    }
+}
+
+/// Options for one pod.
+#[derive(Debug, Default)]
+#[non_exhaustive]
+pub struct PodOptions {
+    /// Receives every line the pod's containers write, as they write it. A slow receiver slows
+    /// the writers down; nothing is dropped.
+    pub output: Option<mpsc::Sender<OutputLine>>,
+}
+
+impl PodOptions {
+    /// Sets [`PodOptions::output`].
+    pub fn output(mut self, tx: mpsc::Sender<OutputLine>) -> Self {
+        self.output = Some(tx);
+        self
+    }
+}
+
+/// A node: runs pods in this process, on one shared wasmtime engine.
+///
+/// ```no_run
+/// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+/// use wasmpod::{Node, NodeOptions, PodOptions, PodSpec};
+///
+/// let node = Node::new(NodeOptions::default())?;
+/// let spec = PodSpec::from_file("examples/hello/pod.yaml".as_ref())?;
+/// let pod = node.create_pod(spec, PodOptions::default()).await?;
+/// let status = pod.wait().await;
+/// println!("{}", status.phase.unwrap_or_default());
+/// pod.delete(None);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Node {
+    context: Arc<NodeContext>,
+    state_dir: PathBuf,
+}
+
+impl Node {
+    /// Builds a node: sets up the engine and its compile cache.
+    pub fn new(options: NodeOptions) -> Result<Node, Error> {
+        let engine = Engine::new(options.cache_dir.clone()).map_err(|e| Error::Engine(format!("{e:#}")))?;
+        std::fs::create_dir_all(&options.state_dir).map_err(|source| Error::Io { path: options.state_dir.clone(), source })?;
+        let context = NodeContext {
+            engine,
+            backoff: options.backoff,
+            memory_limit: usize::try_from(options.memory_limit).unwrap_or(usize::MAX),
+        };
+        Ok(Node { context: Arc::new(context), state_dir: options.state_dir })
+    }
+
+    /// Checks that every container's module can be loaded, compiling it (or taking it from the
+    /// cache) as needed. [`Node::create_pod`] does this too.
+    pub async fn load_images(&self, spec: &PodSpec) -> Result<(), Error> {
+        self.preload(spec).await.map(drop)
+    }
+
+    async fn preload(&self, spec: &PodSpec) -> Result<Vec<Pull>, Error> {
+        let mut pulls = Vec::new();
+        for (name, path) in spec.images() {
+            let (context, file) = (self.context.clone(), path.to_owned());
+            let loaded = tokio::task::spawn_blocking(move || context.engine.load(&file).map(|(_, pull)| pull))
+                .await
+                .map_err(|e| Error::Engine(e.to_string()))?;
+            pulls.push(loaded.map_err(|source| Error::Image { container: name.to_owned(), source })?);
+        }
+        Ok(pulls)
+    }
+
+    /// Creates a pod and starts it. Every container's module is loaded first: a module that
+    /// cannot be loaded is an error and nothing starts.
+    pub async fn create_pod(&self, spec: PodSpec, options: PodOptions) -> Result<PodHandle, Error> {
+        let pulls = self.preload(&spec).await?;
+        let uid = spec.uid.clone().unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+        let pod_dir = self.state_dir.join("pods").join(format!("{}_{}_{}", spec.namespace, spec.name, uid));
+        let spec = Arc::new(spec);
+        let channels = PodTask::spawn(spec.clone(), self.context.clone(), uid.clone(), pod_dir.clone(), pulls, options.output)
+            .map_err(|source| Error::Io { path: pod_dir.clone(), source })?;
+        Ok(PodHandle {
+            inner: Arc::new(PodShared {
+                name: spec.name.clone(),
+                uid,
+                pod_dir,
+                tx: channels.tx,
+                journal: channels.journal,
+                snapshot: channels.snapshot,
+            }),
+        })
+    }
+}
+
+struct PodShared {
+    name: String,
+    uid: String,
+    pod_dir: PathBuf,
+    tx: mpsc::UnboundedSender<Msg>,
+    journal: Arc<Journal>,
+    snapshot: watch::Receiver<Snapshot>,
+}
+
+/// A pod running on a [`Node`]. Cheap to clone.
+#[derive(Clone)]
+pub struct PodHandle {
+    inner: Arc<PodShared>,
+}
+
+impl PodHandle {
+    /// The pod's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The pod's UID.
+    pub fn uid(&self) -> &str {
+        &self.inner.uid
+    }
+
+    /// The pod's events from the first, followed live until the pod is deleted.
+    pub fn events(&self) -> EventStream {
+        self.inner.journal.stream()
+    }
+
+    /// The pod's current status.
+    pub fn status(&self) -> PodStatus {
+        self.inner.snapshot.borrow().status.clone()
+    }
+
+    /// Waits until the pod has reached a terminal phase with every container stopped, and
+    /// returns its status then.
+    pub async fn wait(&self) -> PodStatus {
+        let mut rx = self.inner.snapshot.clone();
+        match rx.wait_for(|s| s.finished).await {
+            Ok(s) => s.status.clone(),
+            Err(_) => self.status(),
+        }
+    }
+
+    /// Deletes the pod: its containers are stopped gracefully within `grace` (the pod's
+    /// `terminationGracePeriodSeconds` when `None`; zero forces an immediate kill), then its
+    /// volumes are removed. Asking again can only shorten the grace period.
+    pub fn delete(&self, grace: Option<Duration>) {
+        let _ = self.inner.tx.send(Msg::Delete { grace });
+    }
+
+    /// Waits until the pod is deleted.
+    pub async fn deleted(&self) {
+        let mut rx = self.inner.snapshot.clone();
+        let _ = rx.wait_for(|s| s.deleted).await;
+    }
+
+    /// The CRI-format log file of a container's instance (`restart` = its restart count then).
+    pub fn log_file(&self, container: &str, restart: i32) -> PathBuf {
+        crate::output::log_file(&self.inner.pod_dir.join("logs"), container, restart)
+    }
+
+    /// The pod's own directory under the node's state dir.
+    pub fn dir(&self) -> &Path {
+        &self.inner.pod_dir
+    }
+}

@@ -1,0 +1,236 @@
+//! Container output: stdout and stderr captured line by line, timestamped, written to per-container
+//! log files in the CRI format (`<RFC3339Nano> <stream> <F|P> <line>`) and handed to whoever
+//! watches the pod.
+//!
+//! Memory is bounded: a guest writes into a bounded channel, so one that floods output is slowed
+//! to the speed of the log writer instead of growing the host's memory; lines longer than
+//! [`MAX_LINE`] are split into partial (`P`) records as the kubelet does.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+
+use tokio::io::AsyncWrite;
+use tokio::sync::mpsc;
+use tokio_util::sync::PollSender;
+use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
+
+/// The longest line kept in one log record; longer lines are split.
+pub(crate) const MAX_LINE: usize = 16 * 1024;
+/// Chunks buffered per pod between the guests and the log writer.
+const CHANNEL_CHUNKS: usize = 64;
+
+/// Which output stream a line came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Stream {
+    /// The guest's stdout.
+    Stdout,
+    /// The guest's stderr.
+    Stderr,
+}
+
+impl Stream {
+    fn as_str(self) -> &'static str {
+        match self {
+            Stream::Stdout => "stdout",
+            Stream::Stderr => "stderr",
+        }
+    }
+}
+
+/// One line a container wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct OutputLine {
+    /// The container's name.
+    pub container: String,
+    /// stdout or stderr.
+    pub stream: Stream,
+    /// The line, without its newline; invalid UTF-8 is replaced.
+    pub line: String,
+    /// True when this is a piece of a line longer than the log's record limit.
+    pub partial: bool,
+}
+
+struct Chunk {
+    container: Arc<str>,
+    instance: i32,
+    stream: Stream,
+    time: jiff::Timestamp,
+    lines: Vec<(bool, String)>,
+}
+
+/// Where one container instance's stdout or stderr goes.
+#[derive(Clone)]
+pub(crate) struct OutputSink {
+    container: Arc<str>,
+    instance: i32,
+    stream: Stream,
+    tx: mpsc::Sender<Chunk>,
+}
+
+impl IsTerminal for OutputSink {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl StdoutStream for OutputSink {
+    fn async_stream(&self) -> Box<dyn AsyncWrite + Send + Sync> {
+        Box::new(LineWriter { sink: self.clone(), partial: Vec::new(), tx: PollSender::new(self.tx.clone()) })
+    }
+}
+
+struct LineWriter {
+    sink: OutputSink,
+    partial: Vec<u8>,
+    tx: PollSender<Chunk>,
+}
+
+impl LineWriter {
+    fn chunk(&self, lines: Vec<(bool, String)>) -> Chunk {
+        Chunk {
+            container: self.sink.container.clone(),
+            instance: self.sink.instance,
+            stream: self.sink.stream,
+            time: jiff::Timestamp::now(),
+            lines,
+        }
+    }
+
+    /// Moves complete lines (and over-long pieces) out of the partial buffer.
+    fn take_lines(&mut self) -> Vec<(bool, String)> {
+        let mut lines = Vec::new();
+        let mut start = 0;
+        while let Some(nl) = self.partial[start..].iter().position(|&b| b == b'\n') {
+            let end = start + nl;
+            let line = &self.partial[start..end];
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            lines.push((false, String::from_utf8_lossy(line).into_owned()));
+            start = end + 1;
+        }
+        self.partial.drain(..start);
+        while self.partial.len() >= MAX_LINE {
+            let piece: Vec<u8> = self.partial.drain(..MAX_LINE).collect();
+            lines.push((true, String::from_utf8_lossy(&piece).into_owned()));
+        }
+        lines
+    }
+}
+
+impl AsyncWrite for LineWriter {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        let this = &mut *self;
+        if ready!(this.tx.poll_reserve(cx)).is_err() {
+            // Nobody records output any more (the pod is going away): discard it.
+            return Poll::Ready(Ok(buf.len()));
+        }
+        let n = buf.len().min(MAX_LINE);
+        this.partial.extend_from_slice(&buf[..n]);
+        let lines = this.take_lines();
+        if lines.is_empty() {
+            this.tx.abort_send();
+        } else {
+            let chunk = this.chunk(lines);
+            let _ = this.tx.send_item(chunk);
+        }
+        Poll::Ready(Ok(n))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl Drop for LineWriter {
+    fn drop(&mut self) {
+        if !self.partial.is_empty() {
+            let line = String::from_utf8_lossy(&self.partial).into_owned();
+            let chunk = self.chunk(vec![(false, line)]);
+            let _ = self.sink.tx.try_send(chunk);
+        }
+    }
+}
+
+/// The receiving end of a pod's output: writes the log files and feeds the pod's watcher.
+pub(crate) struct PodOutput {
+    tx: mpsc::Sender<Chunk>,
+}
+
+impl PodOutput {
+    /// Starts the pod's log writer, writing under `dir` and forwarding lines to `tap`.
+    pub(crate) fn start(dir: PathBuf, tap: Option<mpsc::Sender<OutputLine>>) -> PodOutput {
+        let (tx, rx) = mpsc::channel(CHANNEL_CHUNKS);
+        tokio::spawn(write_logs(dir, rx, tap));
+        PodOutput { tx }
+    }
+
+    pub(crate) fn sink(&self, container: &Arc<str>, instance: i32, stream: Stream) -> OutputSink {
+        OutputSink { container: container.clone(), instance, stream, tx: self.tx.clone() }
+    }
+}
+
+/// The log file of one container instance, as the kubelet lays it out.
+pub(crate) fn log_file(dir: &std::path::Path, container: &str, instance: i32) -> PathBuf {
+    dir.join(container).join(format!("{instance}.log"))
+}
+
+async fn write_logs(dir: PathBuf, mut rx: mpsc::Receiver<Chunk>, tap: Option<mpsc::Sender<OutputLine>>) {
+    let mut files: HashMap<Arc<str>, (i32, std::io::BufWriter<std::fs::File>)> = HashMap::new();
+    while let Some(chunk) = rx.recv().await {
+        let mut batch = vec![chunk];
+        while let Ok(more) = rx.try_recv() {
+            batch.push(more);
+        }
+        for chunk in &batch {
+            let file = match files.get_mut(&chunk.container) {
+                Some((instance, file)) if *instance == chunk.instance => Some(file),
+                _ => open_log(&dir, &chunk.container, chunk.instance).map(|f| {
+                    &mut files.entry(chunk.container.clone()).insert_entry((chunk.instance, f)).into_mut().1
+                }),
+            };
+            let time = chunk.time.strftime("%Y-%m-%dT%H:%M:%S%.9fZ").to_string();
+            if let Some(file) = file {
+                for (partial, line) in &chunk.lines {
+                    let tag = if *partial { 'P' } else { 'F' };
+                    let _ = writeln!(file, "{time} {} {tag} {line}", chunk.stream.as_str());
+                }
+            }
+        }
+        for (_, file) in files.values_mut() {
+            let _ = file.flush();
+        }
+        if let Some(tap) = &tap {
+            for chunk in batch {
+                for (partial, line) in chunk.lines {
+                    let out = OutputLine { container: chunk.container.to_string(), stream: chunk.stream, line, partial };
+                    if tap.send(out).await.is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn open_log(dir: &std::path::Path, container: &str, instance: i32) -> Option<std::io::BufWriter<std::fs::File>> {
+    let path = log_file(dir, container, instance);
+    let open = || -> std::io::Result<std::fs::File> {
+        std::fs::create_dir_all(path.parent().unwrap_or(dir))?;
+        std::fs::OpenOptions::new().create(true).append(true).open(&path)
+    };
+    match open() {
+        Ok(f) => Some(std::io::BufWriter::new(f)),
+        Err(e) => {
+            tracing::warn!(file = %path.display(), "cannot write the container log: {e}");
+            None
+        }
+    }
+}

@@ -1,0 +1,444 @@
+//! Pod specifications: Kubernetes Pod YAML parsed into the real Kubernetes types, then validated
+//! into wasmpod's own model, which holds only what wasmpod honours.
+
+mod shape;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1 as k8s;
+use serde_json::Value;
+
+/// One problem in a Pod document, at a field path such as `spec.containers[1].image`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldError {
+    /// The path of the offending field, in the notation `kubectl` uses.
+    pub path: String,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+impl FieldError {
+    pub(crate) fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
+        FieldError { path: path.into(), message: message.into() }
+    }
+}
+
+impl fmt::Display for FieldError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.path.is_empty() {
+            f.write_str(&self.message)
+        } else {
+            write!(f, "{}: {}", self.path, self.message)
+        }
+    }
+}
+
+/// Every problem found in one Pod document, reported together.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct InvalidPod {
+    /// The file the document came from, when it came from one.
+    pub file: Option<PathBuf>,
+    /// The problems, in document order.
+    pub errors: Vec<FieldError>,
+}
+
+impl fmt::Display for InvalidPod {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let file = self.file.as_deref().map_or_else(|| "pod".into(), |p| p.display().to_string());
+        for (i, error) in self.errors.iter().enumerate() {
+            if i > 0 {
+                f.write_str("\n")?;
+            }
+            write!(f, "{file}: {error}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The restart policy of a pod, or of one init container (`Always` makes it a sidecar).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RestartPolicy {
+    Always,
+    OnFailure,
+    Never,
+}
+
+/// What part a container plays in its pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    Init,
+    Sidecar,
+    Regular,
+}
+
+impl Role {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Role::Init => "init",
+            Role::Sidecar => "sidecar",
+            Role::Regular => "regular",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct ContainerSpec {
+    pub name: String,
+    pub role: Role,
+    /// Absolute path of the .wasm file.
+    pub image: PathBuf,
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub mounts: Vec<Mount>,
+    pub working_dir: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Mount {
+    /// Index into [`PodSpec::volumes`].
+    pub volume: usize,
+    pub path: String,
+    pub read_only: bool,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) enum VolumeSource {
+    EmptyDir,
+    HostPath(PathBuf),
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Volume {
+    pub name: String,
+    pub source: VolumeSource,
+}
+
+/// A validated pod, ready to run: every field in it is one wasmpod honours.
+///
+/// Made from Pod YAML with [`PodSpec::from_yaml`] or [`PodSpec::from_file`], or from a
+/// Kubernetes [`Pod`](k8s_openapi::api::core::v1::Pod) value with [`PodSpec::from_pod`].
+///
+/// ```
+/// let yaml = r#"
+/// apiVersion: v1
+/// kind: Pod
+/// metadata: { name: hello }
+/// spec:
+///   containers:
+///   - { name: main, image: hello.wasm }
+/// "#;
+/// let spec = wasmpod::PodSpec::from_yaml(yaml, "/srv/pods".as_ref()).unwrap();
+/// assert_eq!(spec.name(), "hello");
+/// ```
+#[derive(Debug, Clone)]
+pub struct PodSpec {
+    pub(crate) name: String,
+    pub(crate) namespace: String,
+    pub(crate) uid: Option<String>,
+    /// Init containers (and sidecars) first, in order, then regular containers.
+    pub(crate) containers: Vec<ContainerSpec>,
+    pub(crate) restart_policy: RestartPolicy,
+    pub(crate) volumes: Vec<Volume>,
+    pub(crate) grace_period: Duration,
+    pub(crate) active_deadline: Option<Duration>,
+    pub(crate) readiness_gates: Vec<String>,
+}
+
+impl PodSpec {
+    /// Reads and validates the Pod YAML file at `path`; images are resolved against its folder.
+    pub fn from_file(path: &Path) -> Result<PodSpec, InvalidPod> {
+        let text = std::fs::read_to_string(path).map_err(|e| InvalidPod {
+            file: Some(path.to_owned()),
+            errors: vec![FieldError::new("", format!("cannot read the file: {e}"))],
+        })?;
+        let base = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let base = std::path::absolute(base).unwrap_or_else(|_| base.to_owned());
+        PodSpec::from_yaml(&text, &base).map_err(|e| InvalidPod { file: Some(path.to_owned()), ..e })
+    }
+
+    /// Parses and validates Pod YAML; relative image paths are resolved against `base_dir`.
+    pub fn from_yaml(text: &str, base_dir: &Path) -> Result<PodSpec, InvalidPod> {
+        let invalid = |message: String| InvalidPod { file: None, errors: vec![FieldError::new("", message)] };
+        let input: Value = serde_yaml_ng::from_str(text).map_err(|e| invalid(format!("not valid YAML: {e}")))?;
+        if !input.is_object() {
+            return Err(invalid("not a Kubernetes object: expected a mapping with apiVersion and kind".into()));
+        }
+        let mut errors = Vec::new();
+        match (input.get("apiVersion").and_then(Value::as_str), input.get("kind").and_then(Value::as_str)) {
+            (Some("v1"), Some("Pod")) => {}
+            (api, kind) => {
+                return Err(invalid(format!(
+                    "not a Pod: expected apiVersion v1 and kind Pod, found apiVersion {} and kind {}",
+                    api.unwrap_or("(none)"),
+                    kind.unwrap_or("(none)")
+                )));
+            }
+        }
+        if input.pointer("/spec/containers").is_none() {
+            errors.push(FieldError::new("spec.containers", "required value"));
+        }
+        let pod: k8s::Pod = match serde_json::from_value(input.clone()) {
+            Ok(pod) => pod,
+            Err(e) => {
+                errors.push(FieldError::new("", format!("does not match the Pod schema: {e}")));
+                return Err(InvalidPod { file: None, errors });
+            }
+        };
+        let typed = serde_json::to_value(&pod).unwrap_or(Value::Null);
+        shape::check_pod(&input, &typed, &mut errors);
+        match convert(&pod, base_dir, &mut errors) {
+            Some(spec) if errors.is_empty() => Ok(spec),
+            _ => Err(InvalidPod { file: None, errors }),
+        }
+    }
+
+    /// Validates a Kubernetes Pod value; relative image paths are resolved against `base_dir`.
+    pub fn from_pod(pod: &k8s::Pod, base_dir: &Path) -> Result<PodSpec, InvalidPod> {
+        let value = serde_json::to_value(pod).map_err(|e| InvalidPod {
+            file: None,
+            errors: vec![FieldError::new("", e.to_string())],
+        })?;
+        let text = serde_json::to_string(&value).unwrap_or_default();
+        PodSpec::from_yaml(&text, base_dir)
+    }
+
+    /// The pod's name (`metadata.name`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The pod's namespace (`metadata.namespace`, `default` when absent).
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// The .wasm files the pod's containers run, one per container, in spec order.
+    pub fn images(&self) -> impl Iterator<Item = (&str, &Path)> {
+        self.containers.iter().map(|c| (c.name.as_str(), c.image.as_path()))
+    }
+
+    pub(crate) fn has_init(&self) -> bool {
+        self.containers.iter().any(|c| c.role != Role::Regular)
+    }
+}
+
+fn convert(pod: &k8s::Pod, base_dir: &Path, errors: &mut Vec<FieldError>) -> Option<PodSpec> {
+    let meta = &pod.metadata;
+    let name = meta.name.clone().unwrap_or_default();
+    if name.is_empty() {
+        errors.push(FieldError::new("metadata.name", "required value"));
+    } else if let Err(why) = check_subdomain(&name) {
+        errors.push(FieldError::new("metadata.name", format!("invalid value {name:?}: {why}")));
+    }
+    let namespace = meta.namespace.clone().unwrap_or_else(|| "default".into());
+    if let Err(why) = check_label(&namespace) {
+        errors.push(FieldError::new("metadata.namespace", format!("invalid value {namespace:?}: {why}")));
+    }
+    let spec = pod.spec.as_ref()?;
+
+    let restart_policy = match spec.restart_policy.as_deref() {
+        None | Some("Always") => RestartPolicy::Always,
+        Some("OnFailure") => RestartPolicy::OnFailure,
+        Some("Never") => RestartPolicy::Never,
+        Some(other) => {
+            errors.push(FieldError::new(
+                "spec.restartPolicy",
+                format!("unsupported value {other:?}: must be Always, OnFailure or Never"),
+            ));
+            RestartPolicy::Always
+        }
+    };
+
+    let mut volumes = Vec::new();
+    for (i, v) in spec.volumes.iter().flatten().enumerate() {
+        let path = format!("spec.volumes[{i}]");
+        if let Err(why) = check_label(&v.name) {
+            errors.push(FieldError::new(format!("{path}.name"), format!("invalid value {:?}: {why}", v.name)));
+        }
+        if volumes.iter().any(|other: &Volume| other.name == v.name) {
+            errors.push(FieldError::new(format!("{path}.name"), format!("duplicate value {:?}", v.name)));
+        }
+        let source = match (&v.empty_dir, &v.host_path) {
+            (Some(_), None) => VolumeSource::EmptyDir,
+            (None, Some(host)) => {
+                match host.type_.as_deref() {
+                    None | Some("") | Some("Directory") => {}
+                    Some(other) => errors.push(FieldError::new(
+                        format!("{path}.hostPath.type"),
+                        format!("unsupported value {other:?}: wasmpod supports Directory"),
+                    )),
+                }
+                let dir = resolve(base_dir, &host.path);
+                if !dir.is_dir() {
+                    errors.push(FieldError::new(
+                        format!("{path}.hostPath.path"),
+                        format!("{} is not a directory", dir.display()),
+                    ));
+                }
+                VolumeSource::HostPath(dir)
+            }
+            (None, None) => {
+                errors.push(FieldError::new(path, "must specify a volume type (emptyDir or hostPath)"));
+                continue;
+            }
+            (Some(_), Some(_)) => {
+                errors.push(FieldError::new(path, "may not specify more than one volume type"));
+                continue;
+            }
+        };
+        volumes.push(Volume { name: v.name.clone(), source });
+    }
+
+    let mut containers = Vec::new();
+    let inits = spec.init_containers.iter().flatten().enumerate().map(|(i, c)| (format!("spec.initContainers[{i}]"), c, true));
+    let regulars = spec.containers.iter().enumerate().map(|(i, c)| (format!("spec.containers[{i}]"), c, false));
+    for (path, c, is_init) in inits.chain(regulars) {
+        if let Some(container) = convert_container(&path, c, is_init, base_dir, &volumes, errors) {
+            if containers.iter().any(|o: &ContainerSpec| o.name == container.name) {
+                errors.push(FieldError::new(format!("{path}.name"), format!("duplicate value {:?}", container.name)));
+            }
+            containers.push(container);
+        }
+    }
+    if spec.containers.is_empty() {
+        errors.push(FieldError::new("spec.containers", "required value: a pod needs at least one container"));
+    }
+
+    let grace_period = match spec.termination_grace_period_seconds {
+        None => Duration::from_secs(30),
+        Some(s) if s >= 0 => Duration::from_secs(s as u64),
+        Some(s) => {
+            errors.push(FieldError::new("spec.terminationGracePeriodSeconds", format!("invalid value {s}: must be >= 0")));
+            Duration::ZERO
+        }
+    };
+    let active_deadline = match spec.active_deadline_seconds {
+        None => None,
+        Some(s) if s > 0 => Some(Duration::from_secs(s as u64)),
+        Some(s) => {
+            errors.push(FieldError::new("spec.activeDeadlineSeconds", format!("invalid value {s}: must be > 0")));
+            None
+        }
+    };
+    let readiness_gates = spec.readiness_gates.iter().flatten().map(|g| g.condition_type.clone()).collect();
+
+    Some(PodSpec {
+        name,
+        namespace,
+        uid: meta.uid.clone(),
+        containers,
+        restart_policy,
+        volumes,
+        grace_period,
+        active_deadline,
+        readiness_gates,
+    })
+}
+
+fn convert_container(
+    path: &str,
+    c: &k8s::Container,
+    is_init: bool,
+    base_dir: &Path,
+    volumes: &[Volume],
+    errors: &mut Vec<FieldError>,
+) -> Option<ContainerSpec> {
+    if let Err(why) = check_label(&c.name) {
+        errors.push(FieldError::new(format!("{path}.name"), format!("invalid value {:?}: {why}", c.name)));
+    }
+    let role = match (is_init, c.restart_policy.as_deref()) {
+        (_, None) => if is_init { Role::Init } else { Role::Regular },
+        (true, Some("Always")) => Role::Sidecar,
+        (true, Some(other)) => {
+            errors.push(FieldError::new(
+                format!("{path}.restartPolicy"),
+                format!("unsupported value {other:?}: an init container may only set Always"),
+            ));
+            Role::Init
+        }
+        (false, Some(_)) => {
+            errors.push(FieldError::new(
+                format!("{path}.restartPolicy"),
+                "not supported by wasmpod: only init containers may set a restart policy",
+            ));
+            Role::Regular
+        }
+    };
+    let image = match c.image.as_deref() {
+        None | Some("") => {
+            errors.push(FieldError::new(format!("{path}.image"), "required value: the path of a .wasm file"));
+            PathBuf::new()
+        }
+        Some(image) => {
+            let file = resolve(base_dir, image.strip_prefix("file://").unwrap_or(image));
+            if !file.is_file() {
+                errors.push(FieldError::new(format!("{path}.image"), format!("{} does not exist", file.display())));
+            }
+            file
+        }
+    };
+    let argv = match &c.command {
+        Some(command) => command.iter().chain(c.args.iter().flatten()).cloned().collect(),
+        None => std::iter::once(c.name.clone()).chain(c.args.iter().flatten().cloned()).collect(),
+    };
+    let mut env = Vec::new();
+    for (i, var) in c.env.iter().flatten().enumerate() {
+        if var.name.is_empty() || var.name.contains('=') {
+            errors.push(FieldError::new(format!("{path}.env[{i}].name"), format!("invalid value {:?}", var.name)));
+        }
+        env.push((var.name.clone(), var.value.clone().unwrap_or_default()));
+    }
+    let mut mounts: Vec<Mount> = Vec::new();
+    for (i, m) in c.volume_mounts.iter().flatten().enumerate() {
+        let mpath = format!("{path}.volumeMounts[{i}]");
+        let Some(volume) = volumes.iter().position(|v| v.name == m.name) else {
+            errors.push(FieldError::new(format!("{mpath}.name"), format!("not found: no volume named {:?}", m.name)));
+            continue;
+        };
+        if !m.mount_path.starts_with('/') {
+            errors.push(FieldError::new(format!("{mpath}.mountPath"), format!("invalid value {:?}: must be an absolute path", m.mount_path)));
+        } else if m.mount_path.split('/').any(|part| part == "..") {
+            errors.push(FieldError::new(format!("{mpath}.mountPath"), "must not contain '..'"));
+        }
+        if mounts.iter().any(|o| o.path == m.mount_path) {
+            errors.push(FieldError::new(format!("{mpath}.mountPath"), format!("duplicate value {:?}", m.mount_path)));
+        }
+        mounts.push(Mount { volume, path: m.mount_path.clone(), read_only: m.read_only.unwrap_or(false) });
+    }
+    Some(ContainerSpec {
+        name: c.name.clone(),
+        role,
+        image,
+        argv,
+        env,
+        mounts,
+        working_dir: c.working_dir.clone(),
+    })
+}
+
+fn resolve(base: &Path, path: &str) -> PathBuf {
+    let p = Path::new(path);
+    if p.is_absolute() { p.to_owned() } else { base.join(p) }
+}
+
+/// A DNS-1123 label: at most 63 lower-case alphanumerics or '-', starting and ending alphanumeric.
+pub(crate) fn check_label(s: &str) -> Result<(), &'static str> {
+    let ok = !s.is_empty()
+        && s.len() <= 63
+        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-');
+    if ok { Ok(()) } else { Err("must be a DNS-1123 label (lower-case letters, digits and '-', at most 63)") }
+}
+
+/// A DNS-1123 subdomain: dot-separated labels, at most 253 characters.
+pub(crate) fn check_subdomain(s: &str) -> Result<(), &'static str> {
+    if s.len() <= 253 && s.split('.').all(|part| check_label(part).is_ok()) {
+        Ok(())
+    } else {
+        Err("must be a DNS-1123 subdomain (lower-case letters, digits, '-' and '.', at most 253)")
+    }
+}
+

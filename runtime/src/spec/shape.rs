@@ -1,0 +1,115 @@
+//! The fields of a Pod that wasmpod honours, as a tree walked over the input document.
+//!
+//! Anything outside this tree is an error naming its path: unknown to Kubernetes (a typo), or
+//! known to Kubernetes but not honoured by wasmpod. Nothing is silently ignored.
+
+use serde_json::Value;
+
+use super::FieldError;
+
+/// What may stand at a place in the document.
+pub(super) enum Shape {
+    /// A scalar (string, number, bool), checked later by the typed conversion.
+    Scalar,
+    /// A map from any string key to a string (labels, annotations).
+    StringMap,
+    /// An object with these fields.
+    Object(&'static [(&'static str, Shape)]),
+    /// A list of items of one shape.
+    List(&'static Shape),
+}
+
+use Shape::{List, Object, Scalar, StringMap};
+
+const ENV_VAR: Shape = Object(&[("name", Scalar), ("value", Scalar)]);
+const VOLUME_MOUNT: Shape = Object(&[
+    ("name", Scalar),
+    ("mountPath", Scalar),
+    ("readOnly", Scalar),
+]);
+const CONTAINER: Shape = Object(&[
+    ("name", Scalar),
+    ("image", Scalar),
+    ("command", List(&Scalar)),
+    ("args", List(&Scalar)),
+    ("env", List(&ENV_VAR)),
+    ("volumeMounts", List(&VOLUME_MOUNT)),
+    ("restartPolicy", Scalar),
+    ("workingDir", Scalar),
+]);
+const VOLUME: Shape = Object(&[
+    ("name", Scalar),
+    ("emptyDir", Object(&[])),
+    ("hostPath", Object(&[("path", Scalar), ("type", Scalar)])),
+]);
+const POD: Shape = Object(&[
+    ("apiVersion", Scalar),
+    ("kind", Scalar),
+    (
+        "metadata",
+        Object(&[
+            ("name", Scalar),
+            ("namespace", Scalar),
+            ("uid", Scalar),
+            ("labels", StringMap),
+            ("annotations", StringMap),
+        ]),
+    ),
+    (
+        "spec",
+        Object(&[
+            ("containers", List(&CONTAINER)),
+            ("initContainers", List(&CONTAINER)),
+            ("restartPolicy", Scalar),
+            ("volumes", List(&VOLUME)),
+            ("terminationGracePeriodSeconds", Scalar),
+            ("activeDeadlineSeconds", Scalar),
+            ("readinessGates", List(&Object(&[("conditionType", Scalar)]))),
+        ]),
+    ),
+]);
+
+/// Walks `input` (the document as written) against the honoured fields. `typed` is the same
+/// document after a round trip through the Kubernetes types: a key it lacks is unknown to
+/// Kubernetes, a key it has is known but not honoured.
+pub(super) fn check_pod(input: &Value, typed: &Value, errors: &mut Vec<FieldError>) {
+    walk(&POD, input, Some(typed), String::new(), errors);
+}
+
+fn walk(shape: &Shape, input: &Value, typed: Option<&Value>, path: String, errors: &mut Vec<FieldError>) {
+    match (shape, input) {
+        (_, Value::Null) | (Scalar, _) => {}
+        (StringMap, Value::Object(map)) => {
+            for (key, value) in map {
+                if !value.is_string() {
+                    errors.push(FieldError::new(join(&path, key), "must be a string"));
+                }
+            }
+        }
+        (Object(fields), Value::Object(map)) => {
+            for (key, value) in map {
+                let child = join(&path, key);
+                let typed_child = typed.and_then(|t| t.get(key));
+                match fields.iter().find(|(name, _)| name == key) {
+                    Some((_, shape)) => walk(shape, value, typed_child, child, errors),
+                    None if typed_child.is_some() => {
+                        errors.push(FieldError::new(child, "not supported by wasmpod"))
+                    }
+                    None => errors.push(FieldError::new(child, "unknown field")),
+                }
+            }
+        }
+        (List(item), Value::Array(items)) => {
+            for (i, value) in items.iter().enumerate() {
+                let typed_item = typed.and_then(|t| t.get(i));
+                walk(item, value, typed_item, format!("{path}[{i}]"), errors);
+            }
+        }
+        (StringMap | Object(_), _) => errors.push(FieldError::new(path, "must be an object")),
+        (List(_), _) => errors.push(FieldError::new(path, "must be a list")),
+    }
+}
+
+fn join(path: &str, key: &str) -> String {
+    if path.is_empty() { key.to_owned() } else { format!("{path}.{key}") }
+}

@@ -1,0 +1,150 @@
+//! One container's record in the supervisor: its state as Kubernetes reports it, its restart
+//! bookkeeping, and the handle of its running instance.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1 as k8s;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use tokio::sync::{oneshot, watch};
+
+use super::backoff::Backoff;
+use crate::container::Exit;
+use crate::engine::Pull;
+use crate::spec::{ContainerSpec, Role};
+
+#[derive(Debug, Clone)]
+pub(crate) struct Terminated {
+    pub exit: Exit,
+    pub started_at: Timestamp,
+    pub finished_at: Timestamp,
+    pub finished: Instant,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) enum State {
+    Waiting { reason: &'static str, message: Option<String> },
+    Running { started_at: Timestamp },
+    Terminated(Terminated),
+}
+
+/// The handle of a running instance.
+pub(crate) struct Instance {
+    pub id: u64,
+    pub handles_term: bool,
+    pub term: watch::Sender<bool>,
+    pub kill: Option<oneshot::Sender<i32>>,
+    /// When TERM was sent, and when KILL is due.
+    pub stopping: Option<Instant>,
+    pub kill_at: Option<Instant>,
+}
+
+impl Instance {
+    /// Stops the instance at once with `code` (KILL, or TERM's default action).
+    pub fn kill(&mut self, code: i32) {
+        if let Some(kill) = self.kill.take() {
+            let _ = kill.send(code);
+        }
+    }
+}
+
+pub(crate) struct Container {
+    pub spec: ContainerSpec,
+    pub name: Arc<str>,
+    pub state: State,
+    pub last_state: Option<Terminated>,
+    pub restart_count: i32,
+    pub started: bool,
+    pub ready: bool,
+    pub backoff: Backoff,
+    /// Backoff for failures to load the module (the wasm `ImagePullBackOff`).
+    pub load_backoff: Backoff,
+    pub load_failed_at: Option<Instant>,
+    /// When a waiting container may be started (backoff).
+    pub retry_at: Option<Instant>,
+    pub instance: Option<Instance>,
+    pub runs: u64,
+    /// How the module was obtained when the pod was created, for the first `Pulled` event.
+    pub first_pull: Option<Pull>,
+}
+
+impl Container {
+    pub fn new(spec: ContainerSpec, waiting_reason: &'static str, first_pull: Option<Pull>) -> Container {
+        Container {
+            name: spec.name.as_str().into(),
+            spec,
+            state: State::Waiting { reason: waiting_reason, message: None },
+            last_state: None,
+            restart_count: 0,
+            started: false,
+            ready: false,
+            backoff: Backoff::default(),
+            load_backoff: Backoff::default(),
+            load_failed_at: None,
+            retry_at: None,
+            instance: None,
+            runs: 0,
+            first_pull,
+        }
+    }
+
+    pub fn role(&self) -> Role {
+        self.spec.role
+    }
+
+    pub fn is_running(&self) -> bool {
+        matches!(self.state, State::Running { .. })
+    }
+
+    /// The newest terminated instance: the current state, or the last one while waiting.
+    pub fn last_exit(&self) -> Option<&Terminated> {
+        match &self.state {
+            State::Terminated(t) => Some(t),
+            State::Waiting { .. } => self.last_state.as_ref(),
+            State::Running { .. } => None,
+        }
+    }
+
+    pub fn succeeded(&self) -> bool {
+        matches!(&self.state, State::Terminated(t) if t.exit.code == 0)
+    }
+
+    pub fn status(&self) -> k8s::ContainerStatus {
+        k8s::ContainerStatus {
+            name: self.spec.name.clone(),
+            image: self.spec.image.display().to_string(),
+            image_id: format!("file://{}", self.spec.image.display()),
+            state: Some(state(&self.state)),
+            last_state: Some(self.last_state.as_ref().map_or_else(Default::default, |t| state(&State::Terminated(t.clone())))),
+            ready: self.ready,
+            restart_count: self.restart_count,
+            started: Some(self.started),
+            ..Default::default()
+        }
+    }
+}
+
+fn state(s: &State) -> k8s::ContainerState {
+    match s {
+        State::Waiting { reason, message } => k8s::ContainerState {
+            waiting: Some(k8s::ContainerStateWaiting { reason: Some((*reason).into()), message: message.clone() }),
+            ..Default::default()
+        },
+        State::Running { started_at } => k8s::ContainerState {
+            running: Some(k8s::ContainerStateRunning { started_at: Some(Time(*started_at)) }),
+            ..Default::default()
+        },
+        State::Terminated(t) => k8s::ContainerState {
+            terminated: Some(k8s::ContainerStateTerminated {
+                exit_code: t.exit.code,
+                reason: Some(t.exit.reason().into()),
+                message: t.exit.message.clone(),
+                started_at: Some(Time(t.started_at)),
+                finished_at: Some(Time(t.finished_at)),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+    }
+}

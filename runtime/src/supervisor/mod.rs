@@ -1,0 +1,706 @@
+//! The supervisor: one task per pod that gives its containers the kubelet's lifecycle.
+//!
+//! The pod's state is data (a [`Container`] record per container, the phase, the conditions and
+//! an optional [`Shutdown`]); every change goes through [`PodTask::sync`], the analogue of the
+//! kubelet's `computePodActions`, which is run after each message or timer. The task sleeps until
+//! the next message (a container exited, a deletion) or the next deadline (a backoff ends, a grace
+//! period runs out): an idle pod costs nothing.
+
+mod backoff;
+mod container;
+mod status;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1 as k8s;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use tokio::sync::{mpsc, oneshot, watch};
+
+pub use backoff::BackoffOptions;
+use container::{Container, Instance, State, Terminated};
+use status::Phase;
+
+use crate::container::{EXIT_KILLED, EXIT_TERMINATED, Exit, Launch, Preopen, TermSignal};
+use crate::engine::{Engine, Pull};
+use crate::events::{Event, EventType, Journal, Reason, now_micros};
+use crate::output::{PodOutput, Stream};
+use crate::spec::{PodSpec, RestartPolicy, Role, VolumeSource};
+
+/// The kubelet's floor for the time between TERM and KILL (`minimumGracePeriodInSeconds`).
+const MIN_GRACE: Duration = Duration::from_secs(2);
+
+/// What a pod's supervisor needs from its node.
+pub(crate) struct NodeContext {
+    pub engine: Engine,
+    pub backoff: BackoffOptions,
+    pub memory_limit: usize,
+}
+
+/// What the supervisor publishes about its pod.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Snapshot {
+    pub status: k8s::PodStatus,
+    /// Every container has stopped for good and the phase is terminal.
+    pub finished: bool,
+    /// The pod is gone (its last event, `Deleted`, was recorded).
+    pub deleted: bool,
+}
+
+pub(crate) enum Msg {
+    Exited { index: usize, id: u64, exit: Exit },
+    Delete { grace: Option<Duration> },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ShutdownCause {
+    /// No regular container will run again.
+    Completed,
+    Deleted,
+    DeadlineExceeded,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Shutdown {
+    cause: ShutdownCause,
+    deadline: Instant,
+    force: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct Condition {
+    status: bool,
+    reason: Option<&'static str>,
+    message: Option<String>,
+    since: Timestamp,
+}
+
+pub(crate) struct PodTask {
+    spec: Arc<PodSpec>,
+    node: Arc<NodeContext>,
+    uid: String,
+    containers: Vec<Container>,
+    phase: Phase,
+    initialized: bool,
+    conditions: Vec<(&'static str, Condition)>,
+    start_time: Timestamp,
+    started: Instant,
+    shutdown: Option<Shutdown>,
+    delete_requested: bool,
+    failure: Option<(&'static str, String)>,
+    rx: mpsc::UnboundedReceiver<Msg>,
+    tx: mpsc::UnboundedSender<Msg>,
+    journal: Arc<Journal>,
+    snapshot: watch::Sender<Snapshot>,
+    output: PodOutput,
+    volumes: Vec<PathBuf>,
+    pod_dir: PathBuf,
+    instances: u64,
+}
+
+/// The pieces a caller keeps to talk to a started pod.
+pub(crate) struct PodChannels {
+    pub tx: mpsc::UnboundedSender<Msg>,
+    pub journal: Arc<Journal>,
+    pub snapshot: watch::Receiver<Snapshot>,
+}
+
+impl PodTask {
+    /// Prepares the pod's sandbox (directories, volumes, log writer) and starts its supervisor.
+    pub(crate) fn spawn(
+        spec: Arc<PodSpec>,
+        node: Arc<NodeContext>,
+        uid: String,
+        pod_dir: PathBuf,
+        pulls: Vec<Pull>,
+        tap: Option<mpsc::Sender<crate::OutputLine>>,
+    ) -> std::io::Result<PodChannels> {
+        let mut volumes = Vec::new();
+        for v in &spec.volumes {
+            volumes.push(match &v.source {
+                VolumeSource::EmptyDir => {
+                    let dir = pod_dir.join("volumes").join(&v.name);
+                    std::fs::create_dir_all(&dir)?;
+                    dir
+                }
+                VolumeSource::HostPath(p) => p.clone(),
+            });
+        }
+        let waiting = if spec.has_init() { "PodInitializing" } else { "ContainerCreating" };
+        let containers = spec
+            .containers
+            .iter()
+            .zip(pulls.into_iter().map(Some).chain(std::iter::repeat(None)))
+            .map(|(c, pull)| Container::new(c.clone(), waiting, pull))
+            .collect();
+        let (tx, rx) = mpsc::unbounded_channel();
+        let journal = Arc::new(Journal::default());
+        let (snapshot, snapshot_rx) = watch::channel(Snapshot::default());
+        let output = PodOutput::start(pod_dir.join("logs"), tap);
+        let task = PodTask {
+            spec,
+            node,
+            uid,
+            containers,
+            phase: Phase::Pending,
+            initialized: false,
+            conditions: Vec::new(),
+            start_time: Timestamp::now(),
+            started: Instant::now(),
+            shutdown: None,
+            delete_requested: false,
+            failure: None,
+            rx,
+            tx: tx.clone(),
+            journal: journal.clone(),
+            snapshot,
+            output,
+            volumes,
+            pod_dir,
+            instances: 0,
+        };
+        tokio::spawn(task.run());
+        Ok(PodChannels { tx, journal, snapshot: snapshot_rx })
+    }
+
+    async fn run(mut self) {
+        self.pod_event(EventType::Normal, Reason::PhaseChanged, "Pod is Pending".into(), Some(Phase::Pending));
+        loop {
+            self.sync().await;
+            let finished = self.finished();
+            self.publish(finished, false);
+            if finished && self.delete_requested {
+                break;
+            }
+            let deadline = self.next_deadline();
+            let msg = tokio::select! {
+                msg = self.rx.recv() => msg,
+                () = sleep_until(deadline) => continue,
+            };
+            let Some(msg) = msg else { break };
+            self.handle(msg);
+            while let Ok(msg) = self.rx.try_recv() {
+                self.handle(msg);
+            }
+        }
+        self.cleanup();
+    }
+
+    fn handle(&mut self, msg: Msg) {
+        match msg {
+            Msg::Exited { index, id, exit } => self.exited(index, id, exit),
+            Msg::Delete { grace } => self.delete(grace),
+        }
+    }
+
+    // ---- transitions -------------------------------------------------------------------------
+
+    fn exited(&mut self, index: usize, id: u64, exit: Exit) {
+        let c = &mut self.containers[index];
+        if c.instance.as_ref().map(|i| i.id) != Some(id) {
+            return;
+        }
+        c.instance = None;
+        let started_at = match c.state {
+            State::Running { started_at } => started_at,
+            _ => Timestamp::now(),
+        };
+        let message = exit.reason().to_owned();
+        let code = exit.code;
+        if let Some(detail) = &exit.message {
+            tracing::info!(pod = %self.spec.name, container = %c.name, code, "container exited: {detail}");
+        }
+        c.state = State::Terminated(Terminated { exit, started_at, finished_at: Timestamp::now(), finished: Instant::now() });
+        c.ready = false;
+        c.started = false;
+        let kind = if code == 0 { EventType::Normal } else { EventType::Warning };
+        self.container_event(index, kind, Reason::Exited, message, Some(code));
+    }
+
+    fn delete(&mut self, grace: Option<Duration>) {
+        self.delete_requested = true;
+        let grace = grace.unwrap_or(self.spec.grace_period);
+        let now = Instant::now();
+        match &mut self.shutdown {
+            // The grace period can be shortened while terminating, never lengthened.
+            Some(s) => {
+                if now + grace < s.deadline {
+                    s.deadline = now + grace;
+                    s.force |= grace.is_zero();
+                    for c in &mut self.containers {
+                        if let Some(i) = &mut c.instance {
+                            i.kill_at = i.kill_at.map(|k| k.min((now + grace).max(i.stopping.unwrap_or(now) + MIN_GRACE)));
+                            if grace.is_zero() {
+                                i.kill_at = Some(now);
+                            }
+                        }
+                    }
+                }
+            }
+            None => {
+                self.pod_event(EventType::Normal, Reason::Terminating, format!("Deleting pod with grace period {}s", grace.as_secs()), None);
+                self.begin_shutdown(ShutdownCause::Deleted, grace);
+            }
+        }
+    }
+
+    fn begin_shutdown(&mut self, cause: ShutdownCause, grace: Duration) {
+        if self.shutdown.is_some() {
+            return;
+        }
+        self.shutdown = Some(Shutdown { cause, deadline: Instant::now() + grace, force: grace.is_zero() });
+        for c in &mut self.containers {
+            c.retry_at = None;
+        }
+    }
+
+    /// Sends TERM to a running container (or stops it at once when it does not handle TERM).
+    fn stop(&mut self, index: usize) {
+        let Some(shutdown) = self.shutdown else { return };
+        let now = Instant::now();
+        let Some(instance) = &mut self.containers[index].instance else { return };
+        if instance.stopping.is_some() {
+            return;
+        }
+        instance.stopping = Some(now);
+        let grace = shutdown.deadline.saturating_duration_since(now);
+        if shutdown.force {
+            instance.kill(EXIT_KILLED);
+        } else if instance.handles_term {
+            let _ = instance.term.send(true);
+            instance.kill_at = Some(now + grace.max(MIN_GRACE));
+        } else {
+            instance.kill(EXIT_TERMINATED);
+        }
+        let message = format!("Stopping container {} with grace period {}s", self.containers[index].name, grace.as_secs());
+        self.container_event(index, EventType::Normal, Reason::Killing, message, None);
+    }
+
+    async fn start(&mut self, index: usize) {
+        let now = Instant::now();
+        let options = self.node.backoff;
+        let pod = self.spec.name.clone();
+        let c = &mut self.containers[index];
+        if c.instance.is_some() || c.retry_at.is_some_and(|t| t > now) {
+            return;
+        }
+        if let Some(finished) = c.last_exit().map(|t| t.finished) {
+            if let Some(until) = c.backoff.wait_until(finished, now, &options) {
+                if let State::Terminated(t) = std::mem::replace(&mut c.state, State::Waiting { reason: "CrashLoopBackOff", message: None }) {
+                    c.last_state = Some(t);
+                }
+                let delay = until - finished;
+                c.state = State::Waiting {
+                    reason: "CrashLoopBackOff",
+                    message: Some(format!("back-off {} restarting failed container={} pod={pod}", fmt_duration(delay), c.name)),
+                };
+                c.retry_at = Some(until);
+                let message = format!("Back-off restarting failed container {} in pod {pod} (delay {})", c.name, fmt_duration(delay));
+                self.container_event(index, EventType::Warning, Reason::BackOff, message, None);
+                return;
+            }
+            c.backoff.restarted(finished, now, &options);
+        }
+        c.retry_at = None;
+
+        let image = self.load(index).await;
+        let c = &mut self.containers[index];
+        let (image, pull) = match image {
+            Ok((image, pull)) => (image, c.first_pull.take().unwrap_or(pull)),
+            Err(e) => {
+                let finished = c.load_failed_at.unwrap_or(now);
+                let until = c.load_backoff.wait_until(finished, now, &options);
+                c.load_backoff.restarted(finished, now, &options);
+                c.load_failed_at = Some(now);
+                let until = until.unwrap_or(now + options.initial);
+                c.retry_at = Some(until);
+                if let State::Terminated(t) = std::mem::replace(&mut c.state, State::Waiting { reason: "ImagePullBackOff", message: Some(e.to_string()) }) {
+                    c.last_state = Some(t);
+                }
+                let message = format!("Failed to load module: {e}; back-off {}", fmt_duration(until - now));
+                self.container_event(index, EventType::Warning, Reason::Failed, message, None);
+                return;
+            }
+        };
+        c.load_failed_at = None;
+        let path = c.spec.image.display().to_string();
+        let message = match pull {
+            Pull::Present => format!("Module {path:?} already loaded"),
+            Pull::Cached => format!("Loaded module {path:?} from the compile cache"),
+            Pull::Compiled(t) => format!("Successfully compiled module {path:?} in {}", fmt_duration(t)),
+        };
+        self.container_event(index, EventType::Normal, Reason::Pulled, message, None);
+
+        let c = &mut self.containers[index];
+        if c.runs > 0 {
+            c.restart_count += 1;
+        }
+        if let State::Terminated(t) = std::mem::replace(&mut c.state, State::Running { started_at: Timestamp::now() }) {
+            c.last_state = Some(t);
+        }
+        let (term_tx, term_rx) = watch::channel(false);
+        let (kill_tx, kill_rx) = oneshot::channel();
+        let handles_term = image.handles_term();
+        let launch = Launch {
+            image,
+            argv: c.spec.argv.clone(),
+            env: c.spec.env.clone(),
+            preopens: c
+                .spec
+                .mounts
+                .iter()
+                .map(|m| Preopen { host: self.volumes[m.volume].clone(), guest: m.path.clone(), read_only: m.read_only })
+                .collect(),
+            working_dir: c.spec.working_dir.clone(),
+            stdout: self.output.sink(&c.name, c.restart_count, Stream::Stdout),
+            stderr: self.output.sink(&c.name, c.restart_count, Stream::Stderr),
+            memory_limit: self.node.memory_limit,
+            term: TermSignal(term_rx),
+        };
+        self.instances += 1;
+        let id = self.instances;
+        c.instance = Some(Instance {
+            id,
+            handles_term,
+            term: term_tx,
+            kill: Some(kill_tx),
+            stopping: None,
+            kill_at: None,
+        });
+        c.runs += 1;
+        let name = c.name.clone();
+        self.container_event(index, EventType::Normal, Reason::Created, format!("Created container {name}"), None);
+        let tx = self.tx.clone();
+        tokio::spawn(async move {
+            let exit = tokio::select! {
+                exit = launch.run() => exit,
+                code = kill_rx => Exit::code(code.unwrap_or(EXIT_KILLED)),
+            };
+            let _ = tx.send(Msg::Exited { index, id, exit });
+        });
+        // Without probes a container counts as started and ready as soon as it runs.
+        let c = &mut self.containers[index];
+        c.started = true;
+        c.ready = true;
+        self.container_event(index, EventType::Normal, Reason::Started, format!("Started container {name}"), None);
+    }
+
+    async fn load(&self, index: usize) -> Result<(Arc<crate::engine::Image>, Pull), crate::engine::LoadError> {
+        let path = self.containers[index].spec.image.clone();
+        let node = self.node.clone();
+        match tokio::task::spawn_blocking(move || node.engine.load(&path)).await {
+            Ok(result) => result,
+            Err(e) => Err(crate::engine::LoadError::Compile { path: self.containers[index].spec.image.clone(), message: e.to_string() }),
+        }
+    }
+
+    // ---- the sync loop -----------------------------------------------------------------------
+
+    /// Decides and applies what should happen now, like the kubelet's `computePodActions`.
+    async fn sync(&mut self) {
+        let now = Instant::now();
+        for c in &mut self.containers {
+            if let Some(i) = &mut c.instance {
+                if i.kill_at.is_some_and(|t| t <= now) {
+                    i.kill(EXIT_KILLED);
+                }
+            }
+        }
+        if self.shutdown.is_none() {
+            if let Some(deadline) = self.spec.active_deadline {
+                if now >= self.started + deadline {
+                    let message = format!("Pod was active on the node longer than the specified deadline ({}s)", deadline.as_secs());
+                    self.pod_event(EventType::Warning, Reason::DeadlineExceeded, message.clone(), None);
+                    self.failure = Some(("DeadlineExceeded", message));
+                    self.begin_shutdown(ShutdownCause::DeadlineExceeded, self.spec.grace_period);
+                }
+            }
+        }
+        if self.shutdown.is_none() {
+            self.start_containers().await;
+            if self.init_failed() || (self.initialized && self.regulars_done()) {
+                self.begin_shutdown(ShutdownCause::Completed, self.spec.grace_period);
+            }
+        }
+        if self.shutdown.is_some() {
+            self.stop_containers();
+        }
+        self.update_phase();
+        self.update_conditions();
+    }
+
+    async fn start_containers(&mut self) {
+        let policy = self.spec.restart_policy;
+        if !self.initialized {
+            for i in 0..self.containers.len() {
+                let c = &self.containers[i];
+                match c.role() {
+                    Role::Regular => break,
+                    Role::Init if c.succeeded() => continue,
+                    Role::Init if c.is_running() => return,
+                    Role::Init => {
+                        let failed = c.last_exit().is_some();
+                        if !(failed && policy == RestartPolicy::Never) {
+                            self.start(i).await;
+                        }
+                        return;
+                    }
+                    Role::Sidecar if c.is_running() && c.started => continue,
+                    Role::Sidecar if c.is_running() => return,
+                    Role::Sidecar => {
+                        self.start(i).await;
+                        return;
+                    }
+                }
+            }
+            self.initialized = true;
+            self.pod_event(EventType::Normal, Reason::Initialized, "All init containers have completed".into(), None);
+        }
+        for i in 0..self.containers.len() {
+            let c = &self.containers[i];
+            if c.is_running() {
+                continue;
+            }
+            let start = match (c.role(), c.last_exit()) {
+                (Role::Init, _) => false,
+                (Role::Sidecar, _) | (Role::Regular, None) => true,
+                (Role::Regular, Some(t)) => restarts(policy, t.exit.code),
+            };
+            if start {
+                self.start(i).await;
+            }
+        }
+    }
+
+    /// A regular init container failed and the pod's policy forbids restarting it.
+    fn init_failed(&self) -> bool {
+        self.spec.restart_policy == RestartPolicy::Never
+            && self.containers.iter().any(|c| c.role() == Role::Init && c.last_exit().is_some_and(|t| t.exit.code != 0))
+    }
+
+    /// Every regular container has run and will not run again.
+    fn regulars_done(&self) -> bool {
+        let policy = self.spec.restart_policy;
+        self.containers
+            .iter()
+            .filter(|c| c.role() == Role::Regular)
+            .all(|c| !c.is_running() && c.last_exit().is_some_and(|t| !restarts(policy, t.exit.code)))
+    }
+
+    /// Stops containers during shutdown: regular (and init) containers first, all at once; then
+    /// sidecars one by one in reverse order, each once every later one has exited.
+    fn stop_containers(&mut self) {
+        let mut others_running = false;
+        for i in 0..self.containers.len() {
+            if self.containers[i].role() != Role::Sidecar && self.containers[i].is_running() {
+                others_running = true;
+                self.stop(i);
+            }
+        }
+        let deadline_passed = self.shutdown.is_some_and(|s| Instant::now() >= s.deadline);
+        if others_running && !deadline_passed {
+            return;
+        }
+        for i in (0..self.containers.len()).rev() {
+            if self.containers[i].role() == Role::Sidecar && self.containers[i].is_running() {
+                self.stop(i);
+                if !deadline_passed {
+                    break;
+                }
+            }
+        }
+    }
+
+    fn finished(&self) -> bool {
+        self.shutdown.is_some() && self.containers.iter().all(|c| c.instance.is_none())
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        let mut next: Option<Instant> = None;
+        let mut consider = |t: Option<Instant>| {
+            if let Some(t) = t {
+                next = Some(next.map_or(t, |n| n.min(t)));
+            }
+        };
+        for c in &self.containers {
+            consider(c.retry_at);
+            consider(c.instance.as_ref().and_then(|i| i.kill_at));
+        }
+        match self.shutdown {
+            Some(s) => consider(Some(s.deadline)),
+            None => consider(self.spec.active_deadline.map(|d| self.started + d)),
+        }
+        next
+    }
+
+    fn update_phase(&mut self) {
+        let terminal = self.finished();
+        let phase = match (&self.failure, self.shutdown) {
+            (Some(_), _) => Phase::Failed,
+            (None, Some(s)) if s.cause == ShutdownCause::Deleted && !terminal => self.phase,
+            _ => status::phase(self.spec.restart_policy, &self.containers, terminal),
+        };
+        if phase != self.phase {
+            self.phase = phase;
+            self.pod_event(EventType::Normal, Reason::PhaseChanged, format!("Pod is {}", phase.as_str()), Some(phase));
+        }
+    }
+
+    fn update_conditions(&mut self) {
+        let phase = self.phase;
+        let uninit = status::uninitialized(&self.containers);
+        let initialized = self.initialized || uninit.is_empty();
+        let initialized = if initialized {
+            cond(true, (phase == Phase::Succeeded).then_some("PodCompleted"), None)
+        } else {
+            cond(false, Some("ContainersNotInitialized"), Some(format!("containers with incomplete status: [{}]", uninit.join(" "))))
+        };
+        let unready = status::unready(&self.containers);
+        let containers_ready = match phase {
+            Phase::Succeeded => cond(false, Some("PodCompleted"), None),
+            Phase::Failed => cond(false, Some("PodFailed"), None),
+            _ if unready.is_empty() => cond(true, None, None),
+            _ => cond(false, Some("ContainersNotReady"), Some(format!("containers with unready status: [{}]", unready.join(" ")))),
+        };
+        let gates_missing: Vec<&str> = self.spec.readiness_gates.iter().map(String::as_str).collect();
+        let ready = if !containers_ready.status {
+            Condition { ..containers_ready.clone() }
+        } else if !gates_missing.is_empty() {
+            cond(false, Some("ReadinessGatesNotReady"), Some(format!("corresponding condition of pod readiness gate \"{}\" does not exist.", gates_missing[0])))
+        } else {
+            cond(true, None, None)
+        };
+        let next = [
+            ("PodReadyToStartContainers", cond(true, None, None)),
+            ("Initialized", initialized),
+            ("Ready", ready),
+            ("ContainersReady", containers_ready),
+        ];
+        for (kind, mut c) in next {
+            match self.conditions.iter_mut().find(|(k, _)| *k == kind) {
+                Some((_, old)) => {
+                    if old.status == c.status {
+                        c.since = old.since;
+                    }
+                    *old = c;
+                }
+                None => self.conditions.push((kind, c)),
+            }
+        }
+    }
+
+    fn publish(&self, finished: bool, deleted: bool) {
+        let time = |t: Timestamp| Some(Time(t));
+        let conditions = self
+            .conditions
+            .iter()
+            .map(|(kind, c)| k8s::PodCondition {
+                type_: (*kind).into(),
+                status: if c.status { "True" } else { "False" }.into(),
+                reason: c.reason.map(Into::into),
+                message: c.message.clone(),
+                last_transition_time: time(c.since),
+                ..Default::default()
+            })
+            .collect();
+        let statuses = |init: bool| {
+            Some(self.containers.iter().filter(|c| (c.role() != Role::Regular) == init).map(Container::status).collect())
+        };
+        let status = k8s::PodStatus {
+            phase: Some(self.phase.as_str().into()),
+            conditions: Some(conditions),
+            init_container_statuses: statuses(true),
+            container_statuses: statuses(false),
+            start_time: time(self.start_time),
+            qos_class: Some("BestEffort".into()),
+            reason: self.failure.as_ref().map(|f| f.0.into()),
+            message: self.failure.as_ref().map(|f| f.1.clone()),
+            ..Default::default()
+        };
+        self.snapshot.send_replace(Snapshot { status, finished, deleted });
+    }
+
+    fn cleanup(&mut self) {
+        for c in &mut self.containers {
+            if let Some(i) = &mut c.instance {
+                i.kill(EXIT_KILLED);
+            }
+        }
+        for (v, dir) in self.spec.volumes.iter().zip(&self.volumes) {
+            if matches!(v.source, VolumeSource::EmptyDir) {
+                if let Err(e) = std::fs::remove_dir_all(dir) {
+                    tracing::warn!(dir = %dir.display(), "cannot remove the emptyDir volume: {e}");
+                }
+            }
+        }
+        let _ = std::fs::remove_dir(self.pod_dir.join("volumes"));
+        self.pod_event(EventType::Normal, Reason::Deleted, format!("Pod {} (uid {}) deleted", self.spec.name, self.uid), None);
+        self.publish(true, true);
+        self.journal.close();
+    }
+
+    // ---- events ------------------------------------------------------------------------------
+
+    fn pod_event(&self, kind: EventType, reason: Reason, message: String, phase: Option<Phase>) {
+        self.journal.push(Event {
+            time: now_micros(),
+            pod: self.spec.name.clone(),
+            container: None,
+            role: None,
+            kind,
+            reason,
+            message,
+            exit_code: None,
+            restart_count: None,
+            phase: phase.map(Phase::as_str),
+        });
+    }
+
+    fn container_event(&self, index: usize, kind: EventType, reason: Reason, message: String, exit_code: Option<i32>) {
+        let c = &self.containers[index];
+        self.journal.push(Event {
+            time: now_micros(),
+            pod: self.spec.name.clone(),
+            container: Some(c.name.to_string()),
+            role: Some(c.role().as_str()),
+            kind,
+            reason,
+            message,
+            exit_code,
+            restart_count: Some(c.restart_count),
+            phase: None,
+        });
+    }
+}
+
+/// Whether a regular container that exited with `code` is restarted under `policy`.
+fn restarts(policy: RestartPolicy, code: i32) -> bool {
+    match policy {
+        RestartPolicy::Always => true,
+        RestartPolicy::OnFailure => code != 0,
+        RestartPolicy::Never => false,
+    }
+}
+
+fn cond(status: bool, reason: Option<&'static str>, message: Option<String>) -> Condition {
+    Condition { status, reason, message, since: Timestamp::now() }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(t) => tokio::time::sleep_until(t.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn fmt_duration(d: Duration) -> String {
+    if d.as_secs() >= 1 && d.subsec_millis() == 0 {
+        format!("{}s", d.as_secs())
+    } else if d.as_millis() >= 1 {
+        format!("{}ms", d.as_millis())
+    } else {
+        format!("{}µs", d.as_micros())
+    }
+}

@@ -1,0 +1,2 @@
+//! Paths of the test guests, built by this crate's build script.
+include!(concat!(env!("OUT_DIR"), "/artifacts.rs"));
