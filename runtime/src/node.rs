@@ -7,7 +7,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::PodStatus;
 use tokio::sync::{mpsc, watch};
 
-use crate::engine::{Engine, LoadError, Pull};
+use crate::engine::{Engine, Image, LoadError, Pull};
 use crate::events::{EventStream, Journal};
 use crate::output::OutputLine;
 use crate::spec::PodSpec;
@@ -148,26 +148,26 @@ impl Node {
         self.preload(spec).await.map(drop)
     }
 
-    async fn preload(&self, spec: &PodSpec) -> Result<Vec<Pull>, Error> {
-        let mut pulls = Vec::new();
+    async fn preload(&self, spec: &PodSpec) -> Result<Vec<(Arc<Image>, Pull)>, Error> {
+        let mut images = Vec::new();
         for (name, path) in spec.images() {
             let (context, file) = (self.context.clone(), path.to_owned());
-            let loaded = tokio::task::spawn_blocking(move || context.engine.load(&file).map(|(_, pull)| pull))
+            let loaded = tokio::task::spawn_blocking(move || context.engine.load(&file))
                 .await
                 .map_err(|e| Error::Engine(e.to_string()))?;
-            pulls.push(loaded.map_err(|source| Error::Image { container: name.to_owned(), source })?);
+            images.push(loaded.map_err(|source| Error::Image { container: name.to_owned(), source })?);
         }
-        Ok(pulls)
+        Ok(images)
     }
 
     /// Creates a pod and starts it. Every container's module is loaded first: a module that
     /// cannot be loaded is an error and nothing starts.
     pub async fn create_pod(&self, spec: PodSpec, options: PodOptions) -> Result<PodHandle, Error> {
-        let pulls = self.preload(&spec).await?;
+        let images = self.preload(&spec).await?;
         let uid = spec.uid.clone().unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
         let pod_dir = self.state_dir.join("pods").join(format!("{}_{}_{}", spec.namespace, spec.name, uid));
         let spec = Arc::new(spec);
-        let channels = PodTask::spawn(spec.clone(), self.context.clone(), uid.clone(), pod_dir.clone(), pulls, options.output)
+        let channels = PodTask::spawn(spec.clone(), self.context.clone(), uid.clone(), pod_dir.clone(), images, options.output)
             .map_err(|source| Error::Io { path: pod_dir.clone(), source })?;
         Ok(PodHandle {
             inner: Arc::new(PodShared {
@@ -223,6 +223,16 @@ impl PodHandle {
     pub async fn wait(&self) -> PodStatus {
         let mut rx = self.inner.snapshot.clone();
         match rx.wait_for(|s| s.finished).await {
+            Ok(s) => s.status.clone(),
+            Err(_) => self.status(),
+        }
+    }
+
+    /// Waits until `check` holds for the pod's status, and returns that status. Returns the last
+    /// status if the pod is deleted first.
+    pub async fn wait_until(&self, mut check: impl FnMut(&PodStatus) -> bool) -> PodStatus {
+        let mut rx = self.inner.snapshot.clone();
+        match rx.wait_for(|s| s.deleted || check(&s.status)).await {
             Ok(s) => s.status.clone(),
             Err(_) => self.status(),
         }

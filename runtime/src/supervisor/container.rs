@@ -11,7 +11,7 @@ use tokio::sync::{oneshot, watch};
 
 use super::backoff::Backoff;
 use crate::container::Exit;
-use crate::engine::Pull;
+use crate::engine::{Image, Pull};
 use crate::spec::{ContainerSpec, Role};
 
 #[derive(Debug, Clone)]
@@ -65,12 +65,12 @@ pub(crate) struct Container {
     pub retry_at: Option<Instant>,
     pub instance: Option<Instance>,
     pub runs: u64,
-    /// How the module was obtained when the pod was created, for the first `Pulled` event.
-    pub first_pull: Option<Pull>,
+    /// The module as loaded when the pod was created, used by the first start.
+    pub preloaded: Option<(Arc<Image>, Pull)>,
 }
 
 impl Container {
-    pub fn new(spec: ContainerSpec, waiting_reason: &'static str, first_pull: Option<Pull>) -> Container {
+    pub fn new(spec: ContainerSpec, waiting_reason: &'static str, preloaded: Option<(Arc<Image>, Pull)>) -> Container {
         Container {
             name: spec.name.as_str().into(),
             spec,
@@ -85,7 +85,7 @@ impl Container {
             retry_at: None,
             instance: None,
             runs: 0,
-            first_pull,
+            preloaded,
         }
     }
 

@@ -24,7 +24,7 @@ use container::{Container, Instance, State, Terminated};
 use status::Phase;
 
 use crate::container::{EXIT_KILLED, EXIT_TERMINATED, Exit, Launch, Preopen, TermSignal};
-use crate::engine::{Engine, Pull};
+use crate::engine::{Engine, Image, LoadError, Pull};
 use crate::events::{Event, EventType, Journal, Reason, now_micros};
 use crate::output::{PodOutput, Stream};
 use crate::spec::{PodSpec, RestartPolicy, Role, VolumeSource};
@@ -114,7 +114,7 @@ impl PodTask {
         node: Arc<NodeContext>,
         uid: String,
         pod_dir: PathBuf,
-        pulls: Vec<Pull>,
+        images: Vec<(Arc<Image>, Pull)>,
         tap: Option<mpsc::Sender<crate::OutputLine>>,
     ) -> std::io::Result<PodChannels> {
         let mut volumes = Vec::new();
@@ -132,14 +132,14 @@ impl PodTask {
         let containers = spec
             .containers
             .iter()
-            .zip(pulls.into_iter().map(Some).chain(std::iter::repeat(None)))
-            .map(|(c, pull)| Container::new(c.clone(), waiting, pull))
+            .zip(images.into_iter().map(Some).chain(std::iter::repeat(None)))
+            .map(|(c, image)| Container::new(c.clone(), waiting, image))
             .collect();
         let (tx, rx) = mpsc::unbounded_channel();
         let journal = Arc::new(Journal::default());
         let (snapshot, snapshot_rx) = watch::channel(Snapshot::default());
         let output = PodOutput::start(pod_dir.join("logs"), tap);
-        let task = PodTask {
+        let mut task = PodTask {
             spec,
             node,
             uid,
@@ -161,6 +161,8 @@ impl PodTask {
             pod_dir,
             instances: 0,
         };
+        task.update_conditions();
+        task.publish(false, false);
         tokio::spawn(task.run());
         Ok(PodChannels { tx, journal, snapshot: snapshot_rx })
     }
@@ -305,10 +307,13 @@ impl PodTask {
         }
         c.retry_at = None;
 
-        let image = self.load(index).await;
+        let image = match self.containers[index].preloaded.take() {
+            Some(preloaded) => Ok(preloaded),
+            None => self.load(index).await,
+        };
         let c = &mut self.containers[index];
         let (image, pull) = match image {
-            Ok((image, pull)) => (image, c.first_pull.take().unwrap_or(pull)),
+            Ok(loaded) => loaded,
             Err(e) => {
                 let finished = c.load_failed_at.unwrap_or(now);
                 let until = c.load_backoff.wait_until(finished, now, &options);
@@ -387,12 +392,12 @@ impl PodTask {
         self.container_event(index, EventType::Normal, Reason::Started, format!("Started container {name}"), None);
     }
 
-    async fn load(&self, index: usize) -> Result<(Arc<crate::engine::Image>, Pull), crate::engine::LoadError> {
+    async fn load(&self, index: usize) -> Result<(Arc<Image>, Pull), LoadError> {
         let path = self.containers[index].spec.image.clone();
         let node = self.node.clone();
         match tokio::task::spawn_blocking(move || node.engine.load(&path)).await {
             Ok(result) => result,
-            Err(e) => Err(crate::engine::LoadError::Compile { path: self.containers[index].spec.image.clone(), message: e.to_string() }),
+            Err(e) => Err(LoadError::Compile { path: self.containers[index].spec.image.clone(), message: e.to_string() }),
         }
     }
 
@@ -447,11 +452,15 @@ impl PodTask {
                         }
                         return;
                     }
-                    Role::Sidecar if c.is_running() && c.started => continue,
-                    Role::Sidecar if c.is_running() => return,
                     Role::Sidecar => {
-                        self.start(i).await;
-                        return;
+                        if !c.is_running() {
+                            self.start(i).await;
+                        }
+                        // The next init container waits until the sidecar has started.
+                        let c = &self.containers[i];
+                        if !(c.is_running() && c.started) {
+                            return;
+                        }
                     }
                 }
             }

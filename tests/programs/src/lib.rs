@@ -7,7 +7,8 @@
 //! `write PATH TEXT`, `append PATH TEXT`, `cat PATH`, `exists PATH` (exit 1 if missing), `rm PATH`,
 //! `count PATH` (append a line to PATH and print how many it has), `fail-after PATH N` (exit 1
 //! while PATH has fewer than N lines), `wait-term` (block until TERM is requested; needs the
-//! termination import), `on-term-exit CODE` (poll for TERM between sleeps: exit with CODE).
+//! termination import), `on-term CODE DELAY_MS` (from then on, a TERM seen during `sleep` makes the
+//! guest wait DELAY_MS and exit with CODE; needs the termination import).
 
 use std::io::Write;
 use std::time::Duration;
@@ -18,7 +19,7 @@ pub type TermCheck = fn() -> bool;
 pub fn main(term: Option<TermCheck>) {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut words = args.iter().map(String::as_str);
-    let mut exit_on_term: Option<i32> = None;
+    let mut exit_on_term: Option<(i32, u64)> = None;
     while let Some(word) = words.next() {
         let mut arg = || words.next().unwrap_or_else(|| panic!("`{word}` needs an argument"));
         match word {
@@ -92,21 +93,25 @@ pub fn main(term: Option<TermCheck>) {
                 }
                 println!("got TERM");
             }
-            "on-term-exit" => exit_on_term = Some(arg().parse().expect("on-term-exit CODE")),
+            "on-term" => {
+                let code = arg().parse().expect("on-term CODE DELAY_MS");
+                exit_on_term = Some((code, arg().parse().expect("on-term CODE DELAY_MS")));
+            }
             other => fail(&format!("unknown word {other:?}")),
         }
     }
 }
 
-fn sleep(ms: u64, term: Option<TermCheck>, exit_on_term: Option<i32>) {
-    let (Some(term), Some(code)) = (term, exit_on_term) else {
+fn sleep(ms: u64, term: Option<TermCheck>, exit_on_term: Option<(i32, u64)>) {
+    let (Some(term), Some((code, delay))) = (term, exit_on_term) else {
         std::thread::sleep(Duration::from_millis(ms));
         return;
     };
     let start = std::time::Instant::now();
     while start.elapsed() < Duration::from_millis(ms) {
         if term() {
-            println!("got TERM, exiting with {code}");
+            println!("got TERM, exiting with {code} in {delay} ms");
+            std::thread::sleep(Duration::from_millis(delay));
             std::process::exit(code);
         }
         std::thread::sleep(Duration::from_millis(1));

@@ -1,0 +1,205 @@
+//! Support for wasmpod's integration tests: pods written as YAML with the test guests' paths
+//! filled in, run on a node with short backoff, and their event timelines.
+//!
+//! In pod YAML, `{p1}` and `{p2}` stand for the `agnhost` guest built for wasip1 and wasip2, and
+//! `{term}` for the wasip1 `agnhost` that imports the termination interface.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tempfile::TempDir;
+use wasmpod::k8s_openapi::api::core::v1::{ContainerStatus, PodStatus};
+use wasmpod::{BackoffOptions, Event, Node, NodeOptions, PodHandle, PodOptions, PodSpec, Reason};
+
+pub use wasmpod_test_artifacts as guests;
+
+/// The backoff the tests run with: 100 ms doubling to 800 ms, reset after 5 s.
+pub const FAST_BACKOFF: BackoffOptions = BackoffOptions {
+    initial: Duration::from_millis(100),
+    max: Duration::from_millis(800),
+    reset: Duration::from_secs(5),
+};
+
+/// A compile cache shared by every test process, so each guest compiles once per machine.
+pub fn shared_cache() -> PathBuf {
+    std::env::temp_dir().join("wasmpod-test-cache")
+}
+
+/// Substitutes the guests' paths into pod YAML.
+pub fn fill(yaml: &str) -> String {
+    yaml.replace("{p1}", guests::AGNHOST_P1)
+        .replace("{p2}", guests::AGNHOST_P2)
+        .replace("{term}", guests::AGNHOST_TERM_P1)
+        .replace("{missing-import}", guests::IMPORTS_MISSING_P1)
+}
+
+/// A node in a temporary state dir, and the pods made on it.
+pub struct TestNode {
+    pub node: Node,
+    pub dir: TempDir,
+}
+
+impl TestNode {
+    pub fn new() -> TestNode {
+        Self::with(|o| o)
+    }
+
+    pub fn with(options: impl FnOnce(NodeOptions) -> NodeOptions) -> TestNode {
+        let dir = tempfile::tempdir().unwrap();
+        let base = NodeOptions::default()
+            .state_dir(dir.path().join("state"))
+            .cache_dir(Some(shared_cache()))
+            .backoff(FAST_BACKOFF);
+        TestNode { node: Node::new(options(base)).unwrap(), dir }
+    }
+
+    pub fn spec(&self, yaml: &str) -> PodSpec {
+        PodSpec::from_yaml(&fill(yaml), self.dir.path()).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    pub async fn start(&self, yaml: &str) -> PodHandle {
+        self.node.create_pod(self.spec(yaml), PodOptions::default()).await.unwrap()
+    }
+
+    /// Runs a pod until it ends by itself (bounded by `limit`), deletes it and returns its
+    /// timeline and final status.
+    pub async fn run(&self, yaml: &str, limit: Duration) -> (Timeline, PodStatus) {
+        let pod = self.start(yaml).await;
+        let status = tokio::time::timeout(limit, pod.wait()).await.unwrap_or_else(|_| {
+            panic!("pod did not end within {limit:?}; status: {:#?}", pod.status())
+        });
+        pod.delete(None);
+        let timeline = Timeline::collect(&pod).await;
+        (timeline, status)
+    }
+}
+
+impl Default for TestNode {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Every event of a pod, in order.
+#[derive(Debug, Clone)]
+pub struct Timeline(pub Vec<Event>);
+
+impl Timeline {
+    /// Reads the pod's events until it is deleted (at most 30 s).
+    pub async fn collect(pod: &PodHandle) -> Timeline {
+        let mut events = pod.events();
+        let mut all = Vec::new();
+        let read = async {
+            while let Some(e) = events.next().await {
+                all.push(e);
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(30), read).await.expect("pod not deleted within 30 s");
+        Timeline(all)
+    }
+
+    /// Events recorded so far, without waiting.
+    pub async fn so_far(pod: &PodHandle) -> Timeline {
+        let mut events = pod.events();
+        let mut all = Vec::new();
+        while let Ok(Some(e)) = tokio::time::timeout(Duration::from_millis(1), events.next()).await {
+            all.push(e);
+        }
+        Timeline(all)
+    }
+
+    /// Positions of the events of `container` with `reason`.
+    pub fn positions(&self, container: &str, reason: Reason) -> Vec<usize> {
+        self.0
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.container.as_deref() == Some(container) && e.reason == reason)
+            .map(|(i, _)| i)
+            .collect()
+    }
+
+    pub fn count(&self, container: &str, reason: Reason) -> usize {
+        self.positions(container, reason).len()
+    }
+
+    /// Position of the first `reason` event of `container`; panics when there is none.
+    pub fn first(&self, container: &str, reason: Reason) -> usize {
+        *self.positions(container, reason).first().unwrap_or_else(|| panic!("no {reason:?} for {container}:\n{self}"))
+    }
+
+    /// Position of the last `reason` event of `container`; panics when there is none.
+    pub fn last(&self, container: &str, reason: Reason) -> usize {
+        *self.positions(container, reason).last().unwrap_or_else(|| panic!("no {reason:?} for {container}:\n{self}"))
+    }
+
+    pub fn pod_positions(&self, reason: Reason) -> Vec<usize> {
+        self.0.iter().enumerate().filter(|(_, e)| e.container.is_none() && e.reason == reason).map(|(i, _)| i).collect()
+    }
+
+    /// The phases the pod went through, in order.
+    pub fn phases(&self) -> Vec<&'static str> {
+        self.0.iter().filter(|e| e.reason == Reason::PhaseChanged).filter_map(|e| e.phase).collect()
+    }
+
+    /// The time of event `i`.
+    pub fn time(&self, i: usize) -> std::time::SystemTime {
+        let t: wasmpod::k8s_openapi::jiff::Timestamp = self.0[i].time.parse().unwrap();
+        std::time::SystemTime::from(t)
+    }
+
+    /// Time between events `a` and `b`.
+    pub fn between(&self, a: usize, b: usize) -> Duration {
+        self.time(b).duration_since(self.time(a)).unwrap_or_else(|_| panic!("event {b} is before event {a}:\n{self}"))
+    }
+
+    pub fn exit_codes(&self, container: &str) -> Vec<i32> {
+        self.positions(container, Reason::Exited).into_iter().filter_map(|i| self.0[i].exit_code).collect()
+    }
+}
+
+impl std::fmt::Display for Timeline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, e) in self.0.iter().enumerate() {
+            writeln!(
+                f,
+                "{i:3} {} {:10} {:18} {:?} {}",
+                e.time,
+                e.container.as_deref().unwrap_or("-"),
+                format!("{:?}", e.reason),
+                e.exit_code,
+                e.message
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// The status of container `name` (init or regular).
+pub fn container<'a>(status: &'a PodStatus, name: &str) -> &'a ContainerStatus {
+    status
+        .init_container_statuses
+        .iter()
+        .chain(status.container_statuses.iter())
+        .flatten()
+        .find(|c| c.name == name)
+        .unwrap_or_else(|| panic!("no status for container {name}"))
+}
+
+/// The condition `kind` of a pod status: (status, reason, message).
+pub fn condition(status: &PodStatus, kind: &str) -> (String, Option<String>, Option<String>) {
+    let c = status.conditions.iter().flatten().find(|c| c.type_ == kind).unwrap_or_else(|| panic!("no condition {kind}"));
+    (c.status.clone(), c.reason.clone(), c.message.clone())
+}
+
+/// Waits until `check` holds for the pod's status, at most `limit`.
+pub async fn wait_for(pod: &PodHandle, limit: Duration, check: impl Fn(&PodStatus) -> bool) -> PodStatus {
+    match tokio::time::timeout(limit, pod.wait_until(&check)).await {
+        Ok(status) if check(&status) => status,
+        _ => panic!("condition not reached within {limit:?}; status: {:#?}", pod.status()),
+    }
+}
+
+/// Reads a whole file as text.
+pub fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
