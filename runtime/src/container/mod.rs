@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use wasmtime::component::ResourceTable;
-use wasmtime::{ResourceLimiter, Store};
+use wasmtime::{ResourceLimiter, Store, UpdateDeadline};
 use wasmtime_wasi::p1::WasiP1Ctx;
 use wasmtime_wasi::{FsPerms, I32Exit, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
@@ -160,7 +160,11 @@ impl Launch {
 
 fn prepare<T: 'static>(store: &mut Store<T>, limiter: fn(&mut T) -> &mut MemoryLimiter) {
     store.limiter(move |s| limiter(s) as &mut dyn ResourceLimiter);
-    store.epoch_deadline_async_yield_and_update(1);
+    // Yield at every epoch tick through tokio's `yield_now`, which lets the runtime poll its
+    // timers and I/O before the guest runs again: a busy guest cannot delay a kill deadline,
+    // a probe or a neighbour's wake-up by more than one tick.
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_callback(|_| Ok(UpdateDeadline::YieldCustom(1, Box::pin(tokio::task::yield_now()))));
 }
 
 fn exit_of(result: wasmtime::Result<i32>, oom: bool) -> Exit {

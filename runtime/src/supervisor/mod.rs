@@ -276,7 +276,7 @@ impl PodTask {
         } else {
             instance.kill(EXIT_TERMINATED);
         }
-        let message = format!("Stopping container {} with grace period {}s", self.containers[index].name, grace.as_secs());
+        let message = format!("Stopping container {} with grace period {}s", self.containers[index].name, whole_seconds(grace));
         self.container_event(index, EventType::Normal, Reason::Killing, message, None);
     }
 
@@ -702,6 +702,11 @@ async fn sleep_until(deadline: Option<Instant>) {
         Some(t) => tokio::time::sleep_until(t.into()).await,
         None => std::future::pending().await,
     }
+}
+
+/// A remaining grace period in whole seconds, rounded to the nearest.
+fn whole_seconds(d: Duration) -> u64 {
+    (d + Duration::from_millis(500)).as_secs()
 }
 
 fn fmt_duration(d: Duration) -> String {

@@ -1,0 +1,149 @@
+//! Misbehaving guests — traps, memory hogs, infinite loops, output floods — end or are stopped
+//! with the right status, and never harm the runtime or other pods.
+
+use std::time::Duration;
+
+use wasmpod::Reason::*;
+use wasmpod_tests::{TestNode, Timeline, container, read, wait_for};
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+fn one(name: &str, image: &str, args: &str) -> String {
+    format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {{ name: {name} }}
+spec:
+  restartPolicy: Never
+  containers:
+  - {{ name: c, image: "{image}", args: {args} }}
+"#
+    )
+}
+
+/// A trap ends the container with 134, reason Error, the trap in the message.
+#[tokio::test]
+async fn trap_is_exit_134() {
+    let node = TestNode::new();
+    for image in ["{p1}", "{p2}"] {
+        let (t, status) = node.run(&one("trap", image, "[trap]"), LIMIT).await;
+        assert_eq!(t.exit_codes("c"), [134]);
+        let term = container(&status, "c").state.clone().unwrap().terminated.unwrap();
+        assert_eq!((term.exit_code, term.reason.as_deref()), (134, Some("Error")));
+        assert!(term.message.unwrap().contains("unreachable"), "{image}");
+        assert_eq!(status.phase.as_deref(), Some("Failed"));
+    }
+}
+
+/// Exit codes reach the status: WASI exit code, 0 for a normal return.
+#[tokio::test]
+async fn exit_codes_are_reported() {
+    let node = TestNode::new();
+    for (image, code, phase) in [("{p1}", 0, "Succeeded"), ("{p1}", 3, "Failed"), ("{p2}", 0, "Succeeded"), ("{p2}", 1, "Failed")] {
+        let (t, status) = node.run(&one("code", image, &format!(r#"[exit, "{code}"]"#)), LIMIT).await;
+        assert_eq!(t.exit_codes("c"), [code], "{image}");
+        let reason = if code == 0 { "Completed" } else { "Error" };
+        assert_eq!(t.0[t.first("c", Exited)].message, reason);
+        assert_eq!(status.phase.as_deref(), Some(phase));
+    }
+}
+
+/// A guest that grows past the memory limit ends with 137 OOMKilled; a pod next to it is
+/// unaffected.
+#[tokio::test]
+async fn memory_hog_is_oom_killed_alone() {
+    let node = TestNode::with(|o| o.memory_limit(64 << 20));
+    let neighbour = node.start(&one("calm", "{p1}", r#"[sleep, "300", print, done]"#)).await;
+    let (t, status) = node.run(&one("hog", "{p1}", r#"[alloc, "1000"]"#), LIMIT).await;
+    assert_eq!(t.exit_codes("c"), [137], "{t}");
+    let term = container(&status, "c").state.clone().unwrap().terminated.unwrap();
+    assert_eq!(term.reason.as_deref(), Some("OOMKilled"));
+    assert_eq!(t.0[t.first("c", Exited)].message, "OOMKilled");
+    let calm = tokio::time::timeout(LIMIT, neighbour.wait()).await.unwrap();
+    assert_eq!(calm.phase.as_deref(), Some("Succeeded"));
+}
+
+/// A guest in a tight loop does not stop its neighbours from running on time, and is stopped
+/// at once on deletion.
+#[tokio::test]
+async fn busy_loop_does_not_starve_neighbours() {
+    let node = TestNode::new();
+    let spinners: Vec<_> = futures_start(&node, 4).await;
+    let start = std::time::Instant::now();
+    let (t, status) = node.run(&one("calm", "{p1}", r#"[sleep, "100", print, done]"#), LIMIT).await;
+    let took = start.elapsed();
+    assert_eq!(status.phase.as_deref(), Some("Succeeded"));
+    let run = t.between(t.first("c", Started), t.first("c", Exited));
+    assert!(run < Duration::from_millis(400), "a 100 ms sleep took {run:?} next to 4 spinning guests");
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    for pod in spinners {
+        pod.delete(None);
+        let t = Timeline::collect(&pod).await;
+        assert_eq!(t.exit_codes("c"), [143]);
+    }
+}
+
+async fn futures_start(node: &TestNode, n: usize) -> Vec<wasmpod::PodHandle> {
+    let mut pods = Vec::new();
+    for i in 0..n {
+        let pod = node.start(&one(&format!("spin{i}"), "{p1}", "[loop]")).await;
+        wait_for(&pod, LIMIT, |s| container(s, "c").state.as_ref().unwrap().running.is_some()).await;
+        pods.push(pod);
+    }
+    pods
+}
+
+/// Output is kept in CRI log files, one record per line; over-long lines are split into
+/// partial records; a flood is written in full.
+#[tokio::test]
+async fn output_is_logged_in_cri_format() {
+    let node = TestNode::new();
+    let yaml = one("logs", "{p1}", r#"[print, hello, eprint, oops, longline, "40000", flood, "100000"]"#);
+    let pod = node.start(&yaml).await;
+    pod.wait().await;
+    let log = read(&pod.log_file("c", 0));
+    let records: Vec<&str> = log.lines().collect();
+    assert_eq!(records.len(), 2 + 3 + 100_000);
+    let fields = |r: &str| r.splitn(4, ' ').map(str::to_owned).collect::<Vec<_>>();
+    let first = fields(records[0]);
+    assert!(first[0].ends_with('Z') && first[0].len() == "2026-11-21T10:00:00.123456789Z".len(), "{}", first[0]);
+    assert_eq!(&first[1..], ["stdout", "F", "hello"]);
+    let stderr = records.iter().map(|r| fields(r)).find(|f| f[1] == "stderr").unwrap();
+    assert_eq!(&stderr[2..], ["F", "oops"]);
+    let long: Vec<_> = records.iter().map(|r| fields(r)).filter(|f| f[3].starts_with("yyy")).collect();
+    assert_eq!(long.iter().map(|f| (f[2].as_str(), f[3].len())).collect::<Vec<_>>(), [("P", 16384), ("P", 16384), ("F", 7232)]);
+    assert!(records.last().unwrap().ends_with("flood line 99999 xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"));
+    pod.delete(None);
+    pod.deleted().await;
+    assert!(!pod.dir().join("volumes").exists());
+}
+
+/// The log of each restart is its own file, as the kubelet lays them out.
+#[tokio::test]
+async fn each_restart_has_its_own_log() {
+    let node = TestNode::new();
+    let pod = node
+        .start(
+            r#"
+apiVersion: v1
+kind: Pod
+metadata: { name: restarts }
+spec:
+  restartPolicy: OnFailure
+  volumes: [ { name: v, emptyDir: {} } ]
+  containers:
+  - { name: c, image: "{p1}", args: [count, /v/n, fail-after, /v/n2, "3"], volumeMounts: [ { name: v, mountPath: /v } ] }
+"#,
+        )
+        .await;
+    let status = tokio::time::timeout(LIMIT, pod.wait()).await.unwrap();
+    assert_eq!(status.phase.as_deref(), Some("Succeeded"));
+    assert_eq!(container(&status, "c").restart_count, 2);
+    for (restart, line) in [(0, "count 1"), (1, "count 2"), (2, "count 3")] {
+        assert!(read(&pod.log_file("c", restart)).trim_end().ends_with(line), "restart {restart}");
+    }
+    pod.delete(None);
+    let t = Timeline::collect(&pod).await;
+    assert_eq!(t.exit_codes("c"), [1, 1, 0]);
+}
