@@ -21,10 +21,10 @@ pub enum Error {
     #[error("cannot start the wasm engine: {0}")]
     Engine(String),
     /// A container's module cannot be loaded.
-    #[error("spec.containers[{container}].image: {source}")]
+    #[error("{field}: {source}")]
     Image {
-        /// The container's name.
-        container: String,
+        /// The field naming the module, e.g. `spec.containers[0].image`.
+        field: String,
         /// Why.
         #[source]
         source: LoadError,
@@ -150,12 +150,12 @@ impl Node {
 
     async fn preload(&self, spec: &PodSpec) -> Result<Vec<(Arc<Image>, Pull)>, Error> {
         let mut images = Vec::new();
-        for (name, path) in spec.images() {
+        for (field, path) in spec.images() {
             let (context, file) = (self.context.clone(), path.to_owned());
             let loaded = tokio::task::spawn_blocking(move || context.engine.load(&file))
                 .await
                 .map_err(|e| Error::Engine(e.to_string()))?;
-            images.push(loaded.map_err(|source| Error::Image { container: name.to_owned(), source })?);
+            images.push(loaded.map_err(|source| Error::Image { field, source })?);
         }
         Ok(images)
     }

@@ -86,6 +86,8 @@ impl Role {
 #[derive(Debug, Clone)]
 pub(crate) struct ContainerSpec {
     pub name: String,
+    /// Where it is in the Pod document, e.g. `spec.initContainers[1]`.
+    pub field: String,
     pub role: Role,
     /// Absolute path of the .wasm file.
     pub image: PathBuf,
@@ -214,9 +216,10 @@ impl PodSpec {
         &self.namespace
     }
 
-    /// The .wasm files the pod's containers run, one per container, in spec order.
-    pub fn images(&self) -> impl Iterator<Item = (&str, &Path)> {
-        self.containers.iter().map(|c| (c.name.as_str(), c.image.as_path()))
+    /// The .wasm files the pod's containers run, one per container in spec order, with the
+    /// field that names each (`spec.containers[0].image`).
+    pub fn images(&self) -> impl Iterator<Item = (String, &Path)> {
+        self.containers.iter().map(|c| (format!("{}.image", c.field), c.image.as_path()))
     }
 
     pub(crate) fn has_init(&self) -> bool {
@@ -409,6 +412,7 @@ fn convert_container(
     }
     Some(ContainerSpec {
         name: c.name.clone(),
+        field: path.to_owned(),
         role,
         image,
         argv,
