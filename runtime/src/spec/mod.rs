@@ -181,10 +181,10 @@ impl PodSpec {
         if input.pointer("/spec/containers").is_none() {
             errors.push(FieldError::new("spec.containers", "required value"));
         }
-        let pod: k8s::Pod = match serde_json::from_value(input.clone()) {
+        let pod: k8s::Pod = match serde_path_to_error::deserialize(&input) {
             Ok(pod) => pod,
             Err(e) => {
-                errors.push(FieldError::new("", format!("does not match the Pod schema: {e}")));
+                errors.push(FieldError::new(e.path().to_string(), e.into_inner().to_string()));
                 return Err(InvalidPod { file: None, errors });
             }
         };
@@ -446,3 +446,6 @@ pub(crate) fn check_subdomain(s: &str) -> Result<(), &'static str> {
     }
 }
 
+
+#[cfg(test)]
+mod tests;
