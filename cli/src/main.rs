@@ -13,7 +13,11 @@ use clap::{Args, Parser, Subcommand};
 use wasmpod::{BackoffOptions, Node, NodeOptions, PodHandle, PodOptions, PodSpec, Stream};
 
 #[derive(Parser)]
-#[command(name = "wasmpod", version, about = "Run Kubernetes Pods of WASI containers on wasmtime")]
+#[command(
+    name = "wasmpod",
+    version,
+    about = "Run Kubernetes Pods of WASI containers on wasmtime"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -83,7 +87,10 @@ impl NodeArgs {
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("WASMPOD_LOG").unwrap_or_else(|_| "warn".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("WASMPOD_LOG")
+                .unwrap_or_else(|_| "warn".into()),
+        )
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
@@ -121,7 +128,10 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     };
     let node = Node::new(args.node.options())?;
     let (tx, mut output) = tokio::sync::mpsc::channel(1024);
-    let pod = match node.create_pod(spec, PodOptions::default().output(tx)).await {
+    let pod = match node
+        .create_pod(spec, PodOptions::default().output(tx))
+        .await
+    {
         Ok(pod) => pod,
         Err(e) => {
             eprintln!("{}: {e}", args.pod.display());
@@ -151,7 +161,8 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let _ = tokio::time::timeout(Duration::from_secs(5), printer).await;
     if let Some(path) = &args.status {
         let json = serde_json::to_string_pretty(&status)?;
-        std::fs::write(path, json + "\n").with_context(|| format!("cannot write {}", path.display()))?;
+        std::fs::write(path, json + "\n")
+            .with_context(|| format!("cannot write {}", path.display()))?;
     }
     Ok(match status.phase.as_deref() {
         Some("Succeeded") => ExitCode::SUCCESS,
@@ -163,7 +174,8 @@ fn open_output(path: &Path) -> anyhow::Result<Box<dyn Write + Send>> {
     if path == Path::new("-") {
         return Ok(Box::new(std::io::stdout()));
     }
-    let file = std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+    let file =
+        std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
     Ok(Box::new(file))
 }
 

@@ -14,7 +14,9 @@ struct Dir {
 
 impl Dir {
     fn new() -> Dir {
-        Dir { tmp: tempfile::tempdir().unwrap() }
+        Dir {
+            tmp: tempfile::tempdir().unwrap(),
+        }
     }
 
     fn path(&self, name: &str) -> PathBuf {
@@ -29,7 +31,8 @@ impl Dir {
 
     fn wasmpod(&self) -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_wasmpod"));
-        cmd.env("XDG_CACHE_HOME", self.path("xdg-cache")).env("XDG_STATE_HOME", self.path("xdg-state"));
+        cmd.env("XDG_CACHE_HOME", self.path("xdg-cache"))
+            .env("XDG_STATE_HOME", self.path("xdg-state"));
         cmd
     }
 
@@ -47,7 +50,9 @@ impl Dir {
 
     /// Pods started under the state dir (a pod that never started leaves none).
     fn pods_started(&self) -> usize {
-        std::fs::read_dir(self.path("state").join("pods")).map(|d| d.count()).unwrap_or(0)
+        std::fs::read_dir(self.path("state").join("pods"))
+            .map(|d| d.count())
+            .unwrap_or(0)
     }
 }
 
@@ -56,7 +61,11 @@ fn text(bytes: &[u8]) -> String {
 }
 
 fn events(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
 }
 
 const HELLO: &str = r#"
@@ -75,33 +84,86 @@ fn run_prints_output_and_writes_events_and_status() {
     let dir = Dir::new();
     let pod = dir.write("pod.yaml", HELLO);
     let (ev, st) = (dir.path("events.jsonl"), dir.path("status.json"));
-    let out = dir.run(&pod, &["--events", ev.to_str().unwrap(), "--status", st.to_str().unwrap()]);
+    let out = dir.run(
+        &pod,
+        &[
+            "--events",
+            ev.to_str().unwrap(),
+            "--status",
+            st.to_str().unwrap(),
+        ],
+    );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
-    assert!(stdout.lines().any(|l| l == "[p1] hello from p1"), "{stdout}");
-    assert!(stdout.lines().any(|l| l == "[p2] hello from p2"), "{stdout}");
+    assert!(
+        stdout.lines().any(|l| l == "[p1] hello from p1"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.lines().any(|l| l == "[p2] hello from p2"),
+        "{stdout}"
+    );
     assert!(text(&out.stderr).lines().any(|l| l == "[p1] to stderr"));
 
     let events = events(&ev);
-    let keys = ["time", "pod", "container", "role", "type", "reason", "message", "exitCode", "restartCount", "phase"];
+    let keys = [
+        "time",
+        "pod",
+        "container",
+        "role",
+        "type",
+        "reason",
+        "message",
+        "exitCode",
+        "restartCount",
+        "phase",
+    ];
     for e in &events {
         let obj = e.as_object().unwrap();
         assert_eq!(obj.keys().count(), keys.len(), "{e}");
         assert!(keys.iter().all(|k| obj.contains_key(*k)), "{e}");
         let time = e["time"].as_str().unwrap();
-        assert!(time.ends_with('Z') && time.len() == "2026-11-21T10:00:00.123456Z".len(), "{time}");
+        assert!(
+            time.ends_with('Z') && time.len() == "2026-11-21T10:00:00.123456Z".len(),
+            "{time}"
+        );
     }
     let reasons: Vec<(&str, &str)> = events
         .iter()
-        .map(|e| (e["container"].as_str().unwrap_or("-"), e["reason"].as_str().unwrap()))
+        .map(|e| {
+            (
+                e["container"].as_str().unwrap_or("-"),
+                e["reason"].as_str().unwrap(),
+            )
+        })
         .collect();
     for c in ["p1", "p2"] {
-        let pos = |r| reasons.iter().position(|x| *x == (c, r)).unwrap_or_else(|| panic!("{c} {r}: {reasons:?}"));
-        assert!(pos("Pulled") < pos("Created") && pos("Created") < pos("Started") && pos("Started") < pos("Exited"));
+        let pos = |r| {
+            reasons
+                .iter()
+                .position(|x| *x == (c, r))
+                .unwrap_or_else(|| panic!("{c} {r}: {reasons:?}"))
+        };
+        assert!(
+            pos("Pulled") < pos("Created")
+                && pos("Created") < pos("Started")
+                && pos("Started") < pos("Exited")
+        );
     }
     let exited = events.iter().find(|e| e["reason"] == "Exited").unwrap();
-    assert_eq!((exited["exitCode"].as_i64(), exited["message"].as_str(), exited["role"].as_str()), (Some(0), Some("Completed"), Some("regular")));
-    let phases: Vec<&str> = events.iter().filter(|e| e["reason"] == "PhaseChanged").map(|e| e["phase"].as_str().unwrap()).collect();
+    assert_eq!(
+        (
+            exited["exitCode"].as_i64(),
+            exited["message"].as_str(),
+            exited["role"].as_str()
+        ),
+        (Some(0), Some("Completed"), Some("regular"))
+    );
+    let phases: Vec<&str> = events
+        .iter()
+        .filter(|e| e["reason"] == "PhaseChanged")
+        .map(|e| e["phase"].as_str().unwrap())
+        .collect();
     assert_eq!(phases.first(), Some(&"Pending"));
     assert_eq!(phases.last(), Some(&"Succeeded"));
     assert_eq!(events.last().unwrap()["reason"], "Deleted");
@@ -113,8 +175,18 @@ fn run_prints_output_and_writes_events_and_status() {
     assert_eq!(cs.len(), 2);
     assert_eq!(cs[0]["state"]["terminated"]["reason"], "Completed");
     assert_eq!(cs[0]["restartCount"], 0);
-    let types: Vec<&str> = status["conditions"].as_array().unwrap().iter().map(|c| c["type"].as_str().unwrap()).collect();
-    for t in ["PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready"] {
+    let types: Vec<&str> = status["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["type"].as_str().unwrap())
+        .collect();
+    for t in [
+        "PodReadyToStartContainers",
+        "Initialized",
+        "ContainersReady",
+        "Ready",
+    ] {
         assert!(types.contains(&t), "{types:?}");
     }
 }
@@ -139,7 +211,10 @@ spec:
     assert_eq!(out.status.code(), Some(1));
     let status: Value = serde_json::from_str(&std::fs::read_to_string(&st).unwrap()).unwrap();
     assert_eq!(status["phase"], "Failed");
-    assert_eq!(status["containerStatuses"][0]["state"]["terminated"]["exitCode"], 7);
+    assert_eq!(
+        status["containerStatuses"][0]["state"]["terminated"]["exitCode"],
+        7
+    );
 }
 
 #[test]
@@ -174,19 +249,36 @@ fn compile_cache_is_reused() {
     let cache = dir.path("cache");
     let pulled = |n: &str| {
         let ev = dir.path(n);
-        let out = dir.wasmpod()
-            .args(["run", "--cache-dir", cache.to_str().unwrap(), "--state-dir", dir.path("state").to_str().unwrap()])
+        let out = dir
+            .wasmpod()
+            .args([
+                "run",
+                "--cache-dir",
+                cache.to_str().unwrap(),
+                "--state-dir",
+                dir.path("state").to_str().unwrap(),
+            ])
             .args(["--events", ev.to_str().unwrap()])
             .arg(&pod)
             .output()
             .unwrap();
         assert_eq!(out.status.code(), Some(0));
-        events(&ev).into_iter().filter(|e| e["reason"] == "Pulled").map(|e| e["message"].as_str().unwrap().to_owned()).collect::<Vec<_>>()
+        events(&ev)
+            .into_iter()
+            .filter(|e| e["reason"] == "Pulled")
+            .map(|e| e["message"].as_str().unwrap().to_owned())
+            .collect::<Vec<_>>()
     };
     let cold = pulled("cold.jsonl");
-    assert!(cold.iter().all(|m| m.starts_with("Successfully compiled")), "{cold:?}");
+    assert!(
+        cold.iter().all(|m| m.starts_with("Successfully compiled")),
+        "{cold:?}"
+    );
     let warm = pulled("warm.jsonl");
-    assert!(warm.iter().all(|m| m.contains("from the compile cache")), "{warm:?}");
+    assert!(
+        warm.iter().all(|m| m.contains("from the compile cache")),
+        "{warm:?}"
+    );
 
     // a corrupt cache entry is recompiled, not trusted
     for entry in std::fs::read_dir(&cache).unwrap() {
@@ -197,7 +289,12 @@ fn compile_cache_is_reused() {
         std::fs::write(&path, bytes).unwrap();
     }
     let corrupt = pulled("corrupt.jsonl");
-    assert!(corrupt.iter().all(|m| m.starts_with("Successfully compiled")), "{corrupt:?}");
+    assert!(
+        corrupt
+            .iter()
+            .all(|m| m.starts_with("Successfully compiled")),
+        "{corrupt:?}"
+    );
 }
 
 /// Ctrl-C (SIGTERM here) deletes the pod gracefully: containers that do not handle TERM stop at
@@ -220,7 +317,12 @@ spec:
     let ev = dir.path("events.jsonl");
     let mut child = dir
         .wasmpod()
-        .args(["run", "--state-dir", dir.path("state").to_str().unwrap(), "--cache-dir"])
+        .args([
+            "run",
+            "--state-dir",
+            dir.path("state").to_str().unwrap(),
+            "--cache-dir",
+        ])
         .arg(wasmpod_tests::shared_cache())
         .args(["--events", ev.to_str().unwrap()])
         .arg(&pod)
@@ -232,14 +334,29 @@ spec:
     std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
     assert_eq!(line.trim(), "[c] started");
     let sent = Instant::now();
-    Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().unwrap();
+    Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status()
+        .unwrap();
     let status = child.wait().unwrap();
-    assert!(sent.elapsed() < Duration::from_secs(2), "{:?}", sent.elapsed());
+    assert!(
+        sent.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        sent.elapsed()
+    );
     assert_eq!(status.code(), Some(1));
     let events = events(&ev);
-    let reasons: Vec<&str> = events.iter().map(|e| e["reason"].as_str().unwrap()).collect();
+    let reasons: Vec<&str> = events
+        .iter()
+        .map(|e| e["reason"].as_str().unwrap())
+        .collect();
     let pos = |r| reasons.iter().position(|x| *x == r).unwrap();
-    assert!(pos("Terminating") < pos("Killing") && pos("Killing") < pos("Exited") && pos("Exited") < pos("Deleted"));
+    assert!(
+        pos("Terminating") < pos("Killing")
+            && pos("Killing") < pos("Exited")
+            && pos("Exited") < pos("Deleted")
+    );
     assert_eq!(events[pos("Exited")]["exitCode"], 143);
 }
 
@@ -260,13 +377,24 @@ fn rejects(yaml: &str, expect: &[&str]) {
     std::fs::write(dir.path("norun.wasm"), component).unwrap();
     let pod = dir.write("pod.yaml", yaml);
     for cmd in ["validate", "run"] {
-        if cmd == "validate" && expect.iter().any(|e| e.contains("cannot run") || e.contains("not a WebAssembly")) {
+        if cmd == "validate"
+            && expect
+                .iter()
+                .any(|e| e.contains("cannot run") || e.contains("not a WebAssembly"))
+        {
             continue; // validation does not load modules
         }
-        let out = if cmd == "run" { dir.run(&pod, &[]) } else { dir.wasmpod().arg("validate").arg(&pod).output().unwrap() };
+        let out = if cmd == "run" {
+            dir.run(&pod, &[])
+        } else {
+            dir.wasmpod().arg("validate").arg(&pod).output().unwrap()
+        };
         let stderr = text(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{cmd}: {stderr}");
-        assert!(stderr.contains(&pod.display().to_string()), "{cmd}: names the file: {stderr}");
+        assert!(
+            stderr.contains(&pod.display().to_string()),
+            "{cmd}: names the file: {stderr}"
+        );
         for e in expect {
             assert!(stderr.contains(e), "{cmd}: expected {e:?} in: {stderr}");
         }
@@ -276,18 +404,27 @@ fn rejects(yaml: &str, expect: &[&str]) {
 
 #[test]
 fn rejects_text_that_is_not_yaml() {
-    rejects("apiVersion: v1\nkind: Pod\n  metadata: [unclosed\n", &["not valid YAML"]);
+    rejects(
+        "apiVersion: v1\nkind: Pod\n  metadata: [unclosed\n",
+        &["not valid YAML"],
+    );
 }
 
 #[test]
 fn rejects_yaml_that_is_not_a_pod() {
-    rejects("apiVersion: apps/v1\nkind: Deployment\nmetadata: { name: x }\n", &["not a Pod", "Deployment"]);
+    rejects(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: { name: x }\n",
+        &["not a Pod", "Deployment"],
+    );
     rejects("- just\n- a list\n", &["not a Kubernetes object"]);
 }
 
 #[test]
 fn rejects_missing_containers() {
-    rejects("apiVersion: v1\nkind: Pod\nmetadata: { name: x }\nspec: {}\n", &["spec.containers: required value"]);
+    rejects(
+        "apiVersion: v1\nkind: Pod\nmetadata: { name: x }\nspec: {}\n",
+        &["spec.containers: required value"],
+    );
 }
 
 #[test]
@@ -301,7 +438,10 @@ spec:
   initContainers: [ { name: a, image: "{p1}" } ]
   containers: [ { name: a, image: "{p1}" }, { name: b, image: "{p1}" }, { name: b, image: "{p1}" } ]
 "#,
-        &["spec.containers[0].name: duplicate value \"a\"", "spec.containers[2].name: duplicate value \"b\""],
+        &[
+            "spec.containers[0].name: duplicate value \"a\"",
+            "spec.containers[2].name: duplicate value \"b\"",
+        ],
     );
 }
 
@@ -316,7 +456,11 @@ spec:
   volumes: [ { name: "V!", emptyDir: {} } ]
   containers: [ { name: "-x", image: "{p1}" } ]
 "#,
-        &["metadata.name: invalid value \"Bad_Name\"", "spec.volumes[0].name: invalid value", "spec.containers[0].name: invalid value \"-x\""],
+        &[
+            "metadata.name: invalid value \"Bad_Name\"",
+            "spec.volumes[0].name: invalid value",
+            "spec.containers[0].name: invalid value \"-x\"",
+        ],
     );
 }
 
@@ -357,7 +501,10 @@ fn rejects_a_missing_wasm_file() {
 fn rejects_a_file_that_is_not_wasm() {
     rejects(
         "apiVersion: v1\nkind: Pod\nmetadata: { name: m }\nspec:\n  containers: [ { name: a, image: not.wasm } ]\n",
-        &["spec.containers[0].image", "not a WebAssembly module or component"],
+        &[
+            "spec.containers[0].image",
+            "not a WebAssembly module or component",
+        ],
     );
 }
 
@@ -365,7 +512,11 @@ fn rejects_a_file_that_is_not_wasm() {
 fn rejects_a_module_with_an_unknown_import() {
     rejects(
         "apiVersion: v1\nkind: Pod\nmetadata: { name: m }\nspec:\n  containers: [ { name: a, image: \"{missing-import}\" } ]\n",
-        &["spec.containers[0].image", "cannot run in wasmpod", "nosuch::frobnicate"],
+        &[
+            "spec.containers[0].image",
+            "cannot run in wasmpod",
+            "nosuch::frobnicate",
+        ],
     );
 }
 
@@ -373,6 +524,10 @@ fn rejects_a_module_with_an_unknown_import() {
 fn rejects_a_component_without_wasi_cli_run() {
     rejects(
         "apiVersion: v1\nkind: Pod\nmetadata: { name: m }\nspec:\n  containers: [ { name: a, image: norun.wasm } ]\n",
-        &["spec.containers[0].image", "cannot run in wasmpod", "wasi:cli/run"],
+        &[
+            "spec.containers[0].image",
+            "cannot run in wasmpod",
+            "wasi:cli/run",
+        ],
     );
 }

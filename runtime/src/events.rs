@@ -73,7 +73,9 @@ pub struct Event {
 }
 
 pub(crate) fn now_micros() -> String {
-    jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%S%.6fZ")
+        .to_string()
 }
 
 /// A pod's events so far; readers follow it without missing any.
@@ -99,7 +101,11 @@ impl Journal {
     }
 
     pub(crate) fn stream(self: &Arc<Self>) -> EventStream {
-        EventStream { journal: self.clone(), next: 0, version: self.version.subscribe() }
+        EventStream {
+            journal: self.clone(),
+            next: 0,
+            version: self.version.subscribe(),
+        }
     }
 }
 

@@ -56,7 +56,9 @@ pub struct NodeOptions {
 
 impl Default for NodeOptions {
     fn default() -> Self {
-        let state = dirs::state_dir().or_else(dirs::cache_dir).unwrap_or_else(std::env::temp_dir);
+        let state = dirs::state_dir()
+            .or_else(dirs::cache_dir)
+            .unwrap_or_else(std::env::temp_dir);
         NodeOptions {
             state_dir: state.join("wasmpod"),
             cache_dir: dirs::cache_dir().map(|d| d.join("wasmpod")),
@@ -132,14 +134,21 @@ pub struct Node {
 impl Node {
     /// Builds a node: sets up the engine and its compile cache.
     pub fn new(options: NodeOptions) -> Result<Node, Error> {
-        let engine = Engine::new(options.cache_dir.clone()).map_err(|e| Error::Engine(format!("{e:#}")))?;
-        std::fs::create_dir_all(&options.state_dir).map_err(|source| Error::Io { path: options.state_dir.clone(), source })?;
+        let engine =
+            Engine::new(options.cache_dir.clone()).map_err(|e| Error::Engine(format!("{e:#}")))?;
+        std::fs::create_dir_all(&options.state_dir).map_err(|source| Error::Io {
+            path: options.state_dir.clone(),
+            source,
+        })?;
         let context = NodeContext {
             engine,
             backoff: options.backoff,
             memory_limit: usize::try_from(options.memory_limit).unwrap_or(usize::MAX),
         };
-        Ok(Node { context: Arc::new(context), state_dir: options.state_dir })
+        Ok(Node {
+            context: Arc::new(context),
+            state_dir: options.state_dir,
+        })
     }
 
     /// Checks that every container's module can be loaded, compiling it (or taking it from the
@@ -164,11 +173,27 @@ impl Node {
     /// cannot be loaded is an error and nothing starts.
     pub async fn create_pod(&self, spec: PodSpec, options: PodOptions) -> Result<PodHandle, Error> {
         let images = self.preload(&spec).await?;
-        let uid = spec.uid.clone().unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-        let pod_dir = self.state_dir.join("pods").join(format!("{}_{}_{}", spec.namespace, spec.name, uid));
+        let uid = spec
+            .uid
+            .clone()
+            .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+        let pod_dir = self
+            .state_dir
+            .join("pods")
+            .join(format!("{}_{}_{}", spec.namespace, spec.name, uid));
         let spec = Arc::new(spec);
-        let channels = PodTask::spawn(spec.clone(), self.context.clone(), uid.clone(), pod_dir.clone(), images, options.output)
-            .map_err(|source| Error::Io { path: pod_dir.clone(), source })?;
+        let channels = PodTask::spawn(
+            spec.clone(),
+            self.context.clone(),
+            uid.clone(),
+            pod_dir.clone(),
+            images,
+            options.output,
+        )
+        .map_err(|source| Error::Io {
+            path: pod_dir.clone(),
+            source,
+        })?;
         Ok(PodHandle {
             inner: Arc::new(PodShared {
                 name: spec.name.clone(),

@@ -80,7 +80,11 @@ impl IsTerminal for OutputSink {
 
 impl StdoutStream for OutputSink {
     fn async_stream(&self) -> Box<dyn AsyncWrite + Send + Sync> {
-        Box::new(LineWriter { sink: self.clone(), partial: Vec::new(), tx: PollSender::new(self.tx.clone()) })
+        Box::new(LineWriter {
+            sink: self.clone(),
+            partial: Vec::new(),
+            tx: PollSender::new(self.tx.clone()),
+        })
     }
 }
 
@@ -122,7 +126,11 @@ impl LineWriter {
 }
 
 impl AsyncWrite for LineWriter {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
         let this = &mut *self;
         if ready!(this.tx.poll_reserve(cx)).is_err() {
             // Nobody records output any more (the pod is going away): discard it.
@@ -173,7 +181,12 @@ impl PodOutput {
     }
 
     pub(crate) fn sink(&self, container: &Arc<str>, instance: i32, stream: Stream) -> OutputSink {
-        OutputSink { container: container.clone(), instance, stream, tx: self.tx.clone() }
+        OutputSink {
+            container: container.clone(),
+            instance,
+            stream,
+            tx: self.tx.clone(),
+        }
     }
 }
 
@@ -182,7 +195,11 @@ pub(crate) fn log_file(dir: &std::path::Path, container: &str, instance: i32) ->
     dir.join(container).join(format!("{instance}.log"))
 }
 
-async fn write_logs(dir: PathBuf, mut rx: mpsc::Receiver<Chunk>, tap: Option<mpsc::Sender<OutputLine>>) {
+async fn write_logs(
+    dir: PathBuf,
+    mut rx: mpsc::Receiver<Chunk>,
+    tap: Option<mpsc::Sender<OutputLine>>,
+) {
     let mut files: HashMap<Arc<str>, (i32, std::io::BufWriter<std::fs::File>)> = HashMap::new();
     while let Some(chunk) = rx.recv().await {
         let mut batch = vec![chunk];
@@ -193,7 +210,11 @@ async fn write_logs(dir: PathBuf, mut rx: mpsc::Receiver<Chunk>, tap: Option<mps
             let file = match files.get_mut(&chunk.container) {
                 Some((instance, file)) if *instance == chunk.instance => Some(file),
                 _ => open_log(&dir, &chunk.container, chunk.instance).map(|f| {
-                    &mut files.entry(chunk.container.clone()).insert_entry((chunk.instance, f)).into_mut().1
+                    &mut files
+                        .entry(chunk.container.clone())
+                        .insert_entry((chunk.instance, f))
+                        .into_mut()
+                        .1
                 }),
             };
             let time = chunk.time.strftime("%Y-%m-%dT%H:%M:%S%.9fZ").to_string();
@@ -210,7 +231,12 @@ async fn write_logs(dir: PathBuf, mut rx: mpsc::Receiver<Chunk>, tap: Option<mps
         if let Some(tap) = &tap {
             for chunk in batch {
                 for (partial, line) in chunk.lines {
-                    let out = OutputLine { container: chunk.container.to_string(), stream: chunk.stream, line, partial };
+                    let out = OutputLine {
+                        container: chunk.container.to_string(),
+                        stream: chunk.stream,
+                        line,
+                        partial,
+                    };
                     if tap.send(out).await.is_err() {
                         break;
                     }
@@ -220,11 +246,18 @@ async fn write_logs(dir: PathBuf, mut rx: mpsc::Receiver<Chunk>, tap: Option<mps
     }
 }
 
-fn open_log(dir: &std::path::Path, container: &str, instance: i32) -> Option<std::io::BufWriter<std::fs::File>> {
+fn open_log(
+    dir: &std::path::Path,
+    container: &str,
+    instance: i32,
+) -> Option<std::io::BufWriter<std::fs::File>> {
     let path = log_file(dir, container, instance);
     let open = || -> std::io::Result<std::fs::File> {
         std::fs::create_dir_all(path.parent().unwrap_or(dir))?;
-        std::fs::OpenOptions::new().create(true).append(true).open(&path)
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
     };
     match open() {
         Ok(f) => Some(std::io::BufWriter::new(f)),

@@ -20,23 +20,46 @@ fn main() {
 
     let mut consts = String::new();
     for target in ["wasm32-wasip1", "wasm32-wasip2"] {
-        let bins: Vec<&str> = GUESTS.iter().filter(|(_, t)| t.contains(&target)).map(|(b, _)| *b).collect();
+        let bins: Vec<&str> = GUESTS
+            .iter()
+            .filter(|(_, t)| t.contains(&target))
+            .map(|(b, _)| *b)
+            .collect();
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let mut cmd = Command::new(cargo);
-        cmd.arg("build").arg("--release").arg("--target").arg(target);
+        cmd.arg("build")
+            .arg("--release")
+            .arg("--target")
+            .arg(target);
         for bin in &bins {
             cmd.arg("--bin").arg(bin);
         }
         cmd.arg("--manifest-path").arg(programs.join("Cargo.toml"));
         cmd.env("CARGO_TARGET_DIR", &target_dir);
-        for var in ["CARGO_ENCODED_RUSTFLAGS", "RUSTFLAGS", "CARGO_BUILD_TARGET", "RUSTC_WORKSPACE_WRAPPER", "CARGO_PROFILE_RELEASE_DEBUG"] {
+        for var in [
+            "CARGO_ENCODED_RUSTFLAGS",
+            "RUSTFLAGS",
+            "CARGO_BUILD_TARGET",
+            "RUSTC_WORKSPACE_WRAPPER",
+            "CARGO_PROFILE_RELEASE_DEBUG",
+        ] {
             cmd.env_remove(var);
         }
         let status = cmd.status().expect("cannot run cargo for the test guests");
-        assert!(status.success(), "building the test guests for {target} failed; is the target installed? (rustup target add {target})");
-        let suffix = if target == "wasm32-wasip1" { "P1" } else { "P2" };
+        assert!(
+            status.success(),
+            "building the test guests for {target} failed; is the target installed? (rustup target add {target})"
+        );
+        let suffix = if target == "wasm32-wasip1" {
+            "P1"
+        } else {
+            "P2"
+        };
         for bin in bins {
-            let path = target_dir.join(target).join("release").join(format!("{bin}.wasm"));
+            let path = target_dir
+                .join(target)
+                .join("release")
+                .join(format!("{bin}.wasm"));
             assert!(path.exists(), "{} was not built", path.display());
             consts.push_str(&format!(
                 "/// `{bin}` built for {target}.\npub const {}_{suffix}: &str = {:?};\n",

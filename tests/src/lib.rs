@@ -50,7 +50,10 @@ impl TestNode {
             .state_dir(dir.path().join("state"))
             .cache_dir(Some(shared_cache()))
             .backoff(FAST_BACKOFF);
-        TestNode { node: Node::new(options(base)).unwrap(), dir }
+        TestNode {
+            node: Node::new(options(base)).unwrap(),
+            dir,
+        }
     }
 
     pub fn spec(&self, yaml: &str) -> PodSpec {
@@ -58,16 +61,24 @@ impl TestNode {
     }
 
     pub async fn start(&self, yaml: &str) -> PodHandle {
-        self.node.create_pod(self.spec(yaml), PodOptions::default()).await.unwrap()
+        self.node
+            .create_pod(self.spec(yaml), PodOptions::default())
+            .await
+            .unwrap()
     }
 
     /// Runs a pod until it ends by itself (bounded by `limit`), deletes it and returns its
     /// timeline and final status.
     pub async fn run(&self, yaml: &str, limit: Duration) -> (Timeline, PodStatus) {
         let pod = self.start(yaml).await;
-        let status = tokio::time::timeout(limit, pod.wait()).await.unwrap_or_else(|_| {
-            panic!("pod did not end within {limit:?}; status: {:#?}", pod.status())
-        });
+        let status = tokio::time::timeout(limit, pod.wait())
+            .await
+            .unwrap_or_else(|_| {
+                panic!(
+                    "pod did not end within {limit:?}; status: {:#?}",
+                    pod.status()
+                )
+            });
         pod.delete(None);
         let timeline = Timeline::collect(&pod).await;
         (timeline, status)
@@ -94,7 +105,9 @@ impl Timeline {
                 all.push(e);
             }
         };
-        tokio::time::timeout(Duration::from_secs(30), read).await.expect("pod not deleted within 30 s");
+        tokio::time::timeout(Duration::from_secs(30), read)
+            .await
+            .expect("pod not deleted within 30 s");
         Timeline(all)
     }
 
@@ -102,7 +115,8 @@ impl Timeline {
     pub async fn so_far(pod: &PodHandle) -> Timeline {
         let mut events = pod.events();
         let mut all = Vec::new();
-        while let Ok(Some(e)) = tokio::time::timeout(Duration::from_millis(1), events.next()).await {
+        while let Ok(Some(e)) = tokio::time::timeout(Duration::from_millis(1), events.next()).await
+        {
             all.push(e);
         }
         Timeline(all)
@@ -124,21 +138,36 @@ impl Timeline {
 
     /// Position of the first `reason` event of `container`; panics when there is none.
     pub fn first(&self, container: &str, reason: Reason) -> usize {
-        *self.positions(container, reason).first().unwrap_or_else(|| panic!("no {reason:?} for {container}:\n{self}"))
+        *self
+            .positions(container, reason)
+            .first()
+            .unwrap_or_else(|| panic!("no {reason:?} for {container}:\n{self}"))
     }
 
     /// Position of the last `reason` event of `container`; panics when there is none.
     pub fn last(&self, container: &str, reason: Reason) -> usize {
-        *self.positions(container, reason).last().unwrap_or_else(|| panic!("no {reason:?} for {container}:\n{self}"))
+        *self
+            .positions(container, reason)
+            .last()
+            .unwrap_or_else(|| panic!("no {reason:?} for {container}:\n{self}"))
     }
 
     pub fn pod_positions(&self, reason: Reason) -> Vec<usize> {
-        self.0.iter().enumerate().filter(|(_, e)| e.container.is_none() && e.reason == reason).map(|(i, _)| i).collect()
+        self.0
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.container.is_none() && e.reason == reason)
+            .map(|(i, _)| i)
+            .collect()
     }
 
     /// The phases the pod went through, in order.
     pub fn phases(&self) -> Vec<&'static str> {
-        self.0.iter().filter(|e| e.reason == Reason::PhaseChanged).filter_map(|e| e.phase).collect()
+        self.0
+            .iter()
+            .filter(|e| e.reason == Reason::PhaseChanged)
+            .filter_map(|e| e.phase)
+            .collect()
     }
 
     /// The time of event `i`.
@@ -149,11 +178,16 @@ impl Timeline {
 
     /// Time between events `a` and `b`.
     pub fn between(&self, a: usize, b: usize) -> Duration {
-        self.time(b).duration_since(self.time(a)).unwrap_or_else(|_| panic!("event {b} is before event {a}:\n{self}"))
+        self.time(b)
+            .duration_since(self.time(a))
+            .unwrap_or_else(|_| panic!("event {b} is before event {a}:\n{self}"))
     }
 
     pub fn exit_codes(&self, container: &str) -> Vec<i32> {
-        self.positions(container, Reason::Exited).into_iter().filter_map(|i| self.0[i].exit_code).collect()
+        self.positions(container, Reason::Exited)
+            .into_iter()
+            .filter_map(|i| self.0[i].exit_code)
+            .collect()
     }
 }
 
@@ -187,15 +221,27 @@ pub fn container<'a>(status: &'a PodStatus, name: &str) -> &'a ContainerStatus {
 
 /// The condition `kind` of a pod status: (status, reason, message).
 pub fn condition(status: &PodStatus, kind: &str) -> (String, Option<String>, Option<String>) {
-    let c = status.conditions.iter().flatten().find(|c| c.type_ == kind).unwrap_or_else(|| panic!("no condition {kind}"));
+    let c = status
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == kind)
+        .unwrap_or_else(|| panic!("no condition {kind}"));
     (c.status.clone(), c.reason.clone(), c.message.clone())
 }
 
 /// Waits until `check` holds for the pod's status, at most `limit`.
-pub async fn wait_for(pod: &PodHandle, limit: Duration, check: impl Fn(&PodStatus) -> bool) -> PodStatus {
+pub async fn wait_for(
+    pod: &PodHandle,
+    limit: Duration,
+    check: impl Fn(&PodStatus) -> bool,
+) -> PodStatus {
     match tokio::time::timeout(limit, pod.wait_until(&check)).await {
         Ok(status) if check(&status) => status,
-        _ => panic!("condition not reached within {limit:?}; status: {:#?}", pod.status()),
+        _ => panic!(
+            "condition not reached within {limit:?}; status: {:#?}",
+            pod.status()
+        ),
     }
 }
 

@@ -29,8 +29,16 @@ async fn trap_is_exit_134() {
     for image in ["{p1}", "{p2}"] {
         let (t, status) = node.run(&one("trap", image, "[trap]"), LIMIT).await;
         assert_eq!(t.exit_codes("c"), [134]);
-        let term = container(&status, "c").state.clone().unwrap().terminated.unwrap();
-        assert_eq!((term.exit_code, term.reason.as_deref()), (134, Some("Error")));
+        let term = container(&status, "c")
+            .state
+            .clone()
+            .unwrap()
+            .terminated
+            .unwrap();
+        assert_eq!(
+            (term.exit_code, term.reason.as_deref()),
+            (134, Some("Error"))
+        );
         assert!(term.message.unwrap().contains("unreachable"), "{image}");
         assert_eq!(status.phase.as_deref(), Some("Failed"));
     }
@@ -40,8 +48,15 @@ async fn trap_is_exit_134() {
 #[tokio::test]
 async fn exit_codes_are_reported() {
     let node = TestNode::new();
-    for (image, code, phase) in [("{p1}", 0, "Succeeded"), ("{p1}", 3, "Failed"), ("{p2}", 0, "Succeeded"), ("{p2}", 1, "Failed")] {
-        let (t, status) = node.run(&one("code", image, &format!(r#"[exit, "{code}"]"#)), LIMIT).await;
+    for (image, code, phase) in [
+        ("{p1}", 0, "Succeeded"),
+        ("{p1}", 3, "Failed"),
+        ("{p2}", 0, "Succeeded"),
+        ("{p2}", 1, "Failed"),
+    ] {
+        let (t, status) = node
+            .run(&one("code", image, &format!(r#"[exit, "{code}"]"#)), LIMIT)
+            .await;
         assert_eq!(t.exit_codes("c"), [code], "{image}");
         let reason = if code == 0 { "Completed" } else { "Error" };
         assert_eq!(t.0[t.first("c", Exited)].message, reason);
@@ -54,10 +69,19 @@ async fn exit_codes_are_reported() {
 #[tokio::test]
 async fn memory_hog_is_oom_killed_alone() {
     let node = TestNode::with(|o| o.memory_limit(64 << 20));
-    let neighbour = node.start(&one("calm", "{p1}", r#"[sleep, "300", print, done]"#)).await;
-    let (t, status) = node.run(&one("hog", "{p1}", r#"[alloc, "1000"]"#), LIMIT).await;
+    let neighbour = node
+        .start(&one("calm", "{p1}", r#"[sleep, "300", print, done]"#))
+        .await;
+    let (t, status) = node
+        .run(&one("hog", "{p1}", r#"[alloc, "1000"]"#), LIMIT)
+        .await;
     assert_eq!(t.exit_codes("c"), [137], "{t}");
-    let term = container(&status, "c").state.clone().unwrap().terminated.unwrap();
+    let term = container(&status, "c")
+        .state
+        .clone()
+        .unwrap()
+        .terminated
+        .unwrap();
     assert_eq!(term.reason.as_deref(), Some("OOMKilled"));
     assert_eq!(t.0[t.first("c", Exited)].message, "OOMKilled");
     let calm = tokio::time::timeout(LIMIT, neighbour.wait()).await.unwrap();
@@ -71,11 +95,19 @@ async fn busy_loop_does_not_starve_neighbours() {
     let node = TestNode::new();
     let spinners: Vec<_> = futures_start(&node, 4).await;
     let start = std::time::Instant::now();
-    let (t, status) = node.run(&one("calm", "{p1}", r#"[sleep, "100", print, done]"#), LIMIT).await;
+    let (t, status) = node
+        .run(
+            &one("calm", "{p1}", r#"[sleep, "100", print, done]"#),
+            LIMIT,
+        )
+        .await;
     let took = start.elapsed();
     assert_eq!(status.phase.as_deref(), Some("Succeeded"));
     let run = t.between(t.first("c", Started), t.first("c", Exited));
-    assert!(run < Duration::from_millis(400), "a 100 ms sleep took {run:?} next to 4 spinning guests");
+    assert!(
+        run < Duration::from_millis(400),
+        "a 100 ms sleep took {run:?} next to 4 spinning guests"
+    );
     assert!(took < Duration::from_secs(2), "{took:?}");
     for pod in spinners {
         pod.delete(None);
@@ -87,8 +119,13 @@ async fn busy_loop_does_not_starve_neighbours() {
 async fn futures_start(node: &TestNode, n: usize) -> Vec<wasmpod::PodHandle> {
     let mut pods = Vec::new();
     for i in 0..n {
-        let pod = node.start(&one(&format!("spin{i}"), "{p1}", "[loop]")).await;
-        wait_for(&pod, LIMIT, |s| container(s, "c").state.as_ref().unwrap().running.is_some()).await;
+        let pod = node
+            .start(&one(&format!("spin{i}"), "{p1}", "[loop]"))
+            .await;
+        wait_for(&pod, LIMIT, |s| {
+            container(s, "c").state.as_ref().unwrap().running.is_some()
+        })
+        .await;
         pods.push(pod);
     }
     pods
@@ -99,7 +136,11 @@ async fn futures_start(node: &TestNode, n: usize) -> Vec<wasmpod::PodHandle> {
 #[tokio::test]
 async fn output_is_logged_in_cri_format() {
     let node = TestNode::new();
-    let yaml = one("logs", "{p1}", r#"[print, hello, eprint, oops, longline, "40000", flood, "100000"]"#);
+    let yaml = one(
+        "logs",
+        "{p1}",
+        r#"[print, hello, eprint, oops, longline, "40000", flood, "100000"]"#,
+    );
     let pod = node.start(&yaml).await;
     pod.wait().await;
     let log = read(&pod.log_file("c", 0));
@@ -107,13 +148,32 @@ async fn output_is_logged_in_cri_format() {
     assert_eq!(records.len(), 2 + 3 + 100_000);
     let fields = |r: &str| r.splitn(4, ' ').map(str::to_owned).collect::<Vec<_>>();
     let first = fields(records[0]);
-    assert!(first[0].ends_with('Z') && first[0].len() == "2026-11-21T10:00:00.123456789Z".len(), "{}", first[0]);
+    assert!(
+        first[0].ends_with('Z') && first[0].len() == "2026-11-21T10:00:00.123456789Z".len(),
+        "{}",
+        first[0]
+    );
     assert_eq!(&first[1..], ["stdout", "F", "hello"]);
-    let stderr = records.iter().map(|r| fields(r)).find(|f| f[1] == "stderr").unwrap();
+    let stderr = records
+        .iter()
+        .map(|r| fields(r))
+        .find(|f| f[1] == "stderr")
+        .unwrap();
     assert_eq!(&stderr[2..], ["F", "oops"]);
-    let long: Vec<_> = records.iter().map(|r| fields(r)).filter(|f| f[3].starts_with("yyy")).collect();
-    assert_eq!(long.iter().map(|f| (f[2].as_str(), f[3].len())).collect::<Vec<_>>(), [("P", 16384), ("P", 16384), ("F", 7232)]);
-    assert!(records.last().unwrap().ends_with("flood line 99999 xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"));
+    let long: Vec<_> = records
+        .iter()
+        .map(|r| fields(r))
+        .filter(|f| f[3].starts_with("yyy"))
+        .collect();
+    assert_eq!(
+        long.iter()
+            .map(|f| (f[2].as_str(), f[3].len()))
+            .collect::<Vec<_>>(),
+        [("P", 16384), ("P", 16384), ("F", 7232)]
+    );
+    assert!(records.last().unwrap().ends_with(
+        "flood line 99999 xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
+    ));
     pod.delete(None);
     pod.deleted().await;
     assert!(!pod.dir().join("volumes").exists());
@@ -141,7 +201,10 @@ spec:
     assert_eq!(status.phase.as_deref(), Some("Succeeded"));
     assert_eq!(container(&status, "c").restart_count, 2);
     for (restart, line) in [(0, "count 1"), (1, "count 2"), (2, "count 3")] {
-        assert!(read(&pod.log_file("c", restart)).trim_end().ends_with(line), "restart {restart}");
+        assert!(
+            read(&pod.log_file("c", restart)).trim_end().ends_with(line),
+            "restart {restart}"
+        );
     }
     pod.delete(None);
     let t = Timeline::collect(&pod).await;

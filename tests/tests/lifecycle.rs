@@ -42,7 +42,10 @@ spec:
     assert_eq!(status.phase.as_deref(), Some("Succeeded"));
     assert_eq!(t.phases(), ["Pending", "Running", "Succeeded"]);
     assert_eq!(condition(&status, "Initialized").0, "True");
-    assert_eq!(condition(&status, "Ready"), ("False".into(), Some("PodCompleted".into()), None));
+    assert_eq!(
+        condition(&status, "Ready"),
+        ("False".into(), Some("PodCompleted".into()), None)
+    );
     assert_eq!(t.0.last().unwrap().reason, Deleted);
 }
 
@@ -70,10 +73,26 @@ spec:
     assert_eq!(t.count("r1", Started), 0, "{t}");
     assert_eq!(status.phase.as_deref(), Some("Failed"));
     let r1 = container(&status, "r1");
-    assert_eq!(r1.state.as_ref().unwrap().waiting.as_ref().unwrap().reason.as_deref(), Some("PodInitializing"));
+    assert_eq!(
+        r1.state
+            .as_ref()
+            .unwrap()
+            .waiting
+            .as_ref()
+            .unwrap()
+            .reason
+            .as_deref(),
+        Some("PodInitializing")
+    );
     let (s, reason, message) = condition(&status, "Initialized");
-    assert_eq!((s.as_str(), reason.as_deref()), ("False", Some("ContainersNotInitialized")));
-    assert_eq!(message.as_deref(), Some("containers with incomplete status: [i1]"));
+    assert_eq!(
+        (s.as_str(), reason.as_deref()),
+        ("False", Some("ContainersNotInitialized"))
+    );
+    assert_eq!(
+        message.as_deref(),
+        Some("containers with incomplete status: [i1]")
+    );
 }
 
 /// conformance 6: a failing init container under Always is restarted with backoff; the pod stays
@@ -108,11 +127,27 @@ spec:
     for name in ["init2", "run1"] {
         let c = container(&status, name);
         assert_eq!(c.restart_count, 0);
-        assert_eq!(c.state.as_ref().unwrap().waiting.as_ref().unwrap().reason.as_deref(), Some("PodInitializing"));
+        assert_eq!(
+            c.state
+                .as_ref()
+                .unwrap()
+                .waiting
+                .as_ref()
+                .unwrap()
+                .reason
+                .as_deref(),
+            Some("PodInitializing")
+        );
     }
     let (s, reason, message) = condition(&status, "Initialized");
-    assert_eq!((s.as_str(), reason.as_deref()), ("False", Some("ContainersNotInitialized")));
-    assert_eq!(message.as_deref(), Some("containers with incomplete status: [init1 init2]"));
+    assert_eq!(
+        (s.as_str(), reason.as_deref()),
+        ("False", Some("ContainersNotInitialized"))
+    );
+    assert_eq!(
+        message.as_deref(),
+        Some("containers with incomplete status: [init1 init2]")
+    );
     pod.delete(None);
     let t = wasmpod_tests::Timeline::collect(&pod).await;
     assert!(t.count("init1", BackOff) >= 2, "{t}");
@@ -146,8 +181,21 @@ spec:
     let w = r1.state.as_ref().unwrap().waiting.as_ref().unwrap();
     assert_eq!(w.reason.as_deref(), Some("CrashLoopBackOff"));
     assert!(w.message.as_deref().unwrap().contains("back-off"), "{w:?}");
-    assert_eq!(r1.last_state.as_ref().unwrap().terminated.as_ref().unwrap().exit_code, 1);
-    assert_eq!(waiting.phase.as_deref(), Some("Running"), "Always with a stopped container is Running");
+    assert_eq!(
+        r1.last_state
+            .as_ref()
+            .unwrap()
+            .terminated
+            .as_ref()
+            .unwrap()
+            .exit_code,
+        1
+    );
+    assert_eq!(
+        waiting.phase.as_deref(),
+        Some("Running"),
+        "Always with a stopped container is Running"
+    );
     wait_for(&pod, LIMIT, |s| container(s, "r1").restart_count >= 6).await;
     pod.delete(None);
     let t = wasmpod_tests::Timeline::collect(&pod).await;
@@ -157,11 +205,20 @@ spec:
     let expected = [0, 100, 200, 400, 800, 800];
     for (n, want) in expected.iter().enumerate() {
         let got = t.between(exits[n], starts[n + 1]).as_millis() as i64;
-        assert!((got - want).abs() <= 60 || (*want == 0 && got < 60), "delay {n}: {got} ms, want {want} ms\n{t}");
+        assert!(
+            (got - want).abs() <= 60 || (*want == 0 && got < 60),
+            "delay {n}: {got} ms, want {want} ms\n{t}"
+        );
     }
     assert!(t.count("r1", BackOff) >= 5);
     let backoff = &t.0[t.first("r1", BackOff)];
-    assert!(backoff.message.starts_with("Back-off restarting failed container r1"), "{}", backoff.message);
+    assert!(
+        backoff
+            .message
+            .starts_with("Back-off restarting failed container r1"),
+        "{}",
+        backoff.message
+    );
 }
 
 /// conformance 11: inits are not re-run when the main container restarts. (Kubernetes' R1 exits
@@ -193,7 +250,11 @@ spec:
         assert_eq!(t.count(i, Started), 1, "{t}");
     }
     assert!(t.count("r1", Started) >= 3);
-    assert!(t.exit_codes("r1").iter().take(3).all(|&c| c == 125), "{:?}\n{t}", t.exit_codes("r1"));
+    assert!(
+        t.exit_codes("r1").iter().take(3).all(|&c| c == 125),
+        "{:?}\n{t}",
+        t.exit_codes("r1")
+    );
     assert!(t.last("i3", Exited) < t.first("r1", Started));
 }
 
@@ -234,7 +295,17 @@ spec:
     assert_eq!(t.count("s2", Started), 1);
     assert_eq!(status.phase.as_deref(), Some("Succeeded"));
     let s1 = container(&status, "s1");
-    assert_eq!(s1.state.as_ref().unwrap().terminated.as_ref().unwrap().exit_code, 143, "TERM's default action");
+    assert_eq!(
+        s1.state
+            .as_ref()
+            .unwrap()
+            .terminated
+            .as_ref()
+            .unwrap()
+            .exit_code,
+        143,
+        "TERM's default action"
+    );
 }
 
 /// conformance 15: a long-running sidecar does not keep the pod alive (N and OF).
@@ -260,7 +331,11 @@ spec:
             )
             .await;
         assert_eq!(status.phase.as_deref(), Some("Succeeded"), "{policy}");
-        assert_eq!(t.count("s1", Started), 1, "{policy}: S1 never started again\n{t}");
+        assert_eq!(
+            t.count("s1", Started),
+            1,
+            "{policy}: S1 never started again\n{t}"
+        );
         assert!(t.first("r1", Exited) < t.first("s1", Killing));
     }
 }
@@ -291,9 +366,19 @@ spec:
             )
             .await;
         assert!(t.first("s1", Started) < t.first("r1", Started));
-        let restarted_after_r1 = t.positions("s1", Started).into_iter().any(|i| i > t.first("r1", Started));
-        assert!(restarted_after_r1, "{policy}/{code}: S1 restarts after R1 started\n{t}");
-        assert_eq!(status.phase.as_deref(), Some("Succeeded"), "{policy}/{code}\n{t}");
+        let restarted_after_r1 = t
+            .positions("s1", Started)
+            .into_iter()
+            .any(|i| i > t.first("r1", Started));
+        assert!(
+            restarted_after_r1,
+            "{policy}/{code}: S1 restarts after R1 started\n{t}"
+        );
+        assert_eq!(
+            status.phase.as_deref(),
+            Some("Succeeded"),
+            "{policy}/{code}\n{t}"
+        );
     }
 }
 
@@ -316,10 +401,18 @@ spec:
 "#,
         )
         .await;
-    wait_for(&pod, LIMIT, |s| container(s, "r1").restart_count >= 1 && container(s, "s1").restart_count >= 2).await;
+    wait_for(&pod, LIMIT, |s| {
+        container(s, "r1").restart_count >= 1 && container(s, "s1").restart_count >= 2
+    })
+    .await;
     pod.delete(None);
     let t = wasmpod_tests::Timeline::collect(&pod).await;
-    assert!(t.positions("s1", Started).into_iter().any(|i| i > t.first("r1", Started)), "{t}");
+    assert!(
+        t.positions("s1", Started)
+            .into_iter()
+            .any(|i| i > t.first("r1", Started)),
+        "{t}"
+    );
 }
 
 /// conformance 23: sidecars shut down in reverse order, each after every later one exited.
@@ -347,10 +440,18 @@ spec:
     assert!(t.first("s1", Started) < t.first("s2", Started));
     assert!(t.first("s2", Started) < t.first("s3", Started));
     assert!(t.first("s3", Started) < t.first("r1", Started));
-    let (r1, s3, s2, s1) = (t.first("r1", Exited), t.first("s3", Exited), t.first("s2", Exited), t.first("s1", Exited));
+    let (r1, s3, s2, s1) = (
+        t.first("r1", Exited),
+        t.first("s3", Exited),
+        t.first("s2", Exited),
+        t.first("s1", Exited),
+    );
     assert!(r1 < s3 && s3 < s2 && s2 < s1, "{t}");
     // each sidecar is TERMed only once the later one exited, so exits are ~100 ms apart
-    assert!(t.first("s2", Killing) > s3 && t.first("s1", Killing) > s2, "{t}");
+    assert!(
+        t.first("s2", Killing) > s3 && t.first("s1", Killing) > s2,
+        "{t}"
+    );
     for (a, b) in [(s3, s2), (s2, s1)] {
         assert!(t.between(a, b) >= Duration::from_millis(90), "{t}");
     }
@@ -387,9 +488,22 @@ spec:
     assert_eq!(status.phase.as_deref(), Some("Succeeded"));
 
     let pod = node.start(&yaml("OnFailure", "1")).await;
-    let s = wait_for(&pod, LIMIT, |s| container(s, "a").restart_count >= 1 && container(s, "b").state.as_ref().unwrap().terminated.is_some()).await;
+    let s = wait_for(&pod, LIMIT, |s| {
+        container(s, "a").restart_count >= 1
+            && container(s, "b")
+                .state
+                .as_ref()
+                .unwrap()
+                .terminated
+                .is_some()
+    })
+    .await;
     assert_eq!(s.phase.as_deref(), Some("Running"));
-    assert_eq!(container(&s, "b").restart_count, 0, "OnFailure does not restart a success");
+    assert_eq!(
+        container(&s, "b").restart_count,
+        0,
+        "OnFailure does not restart a success"
+    );
     pod.delete(None);
     let t = wasmpod_tests::Timeline::collect(&pod).await;
     assert_eq!(t.phases().first(), Some(&"Pending"));
@@ -414,10 +528,19 @@ spec:
 "#,
         )
         .await;
-    let s = wait_for(&pod, LIMIT, |s| container(s, "b").restart_count >= 1 && !container(s, "b").ready).await;
+    let s = wait_for(&pod, LIMIT, |s| {
+        container(s, "b").restart_count >= 1 && !container(s, "b").ready
+    })
+    .await;
     let (status, reason, message) = condition(&s, "ContainersReady");
-    assert_eq!((status.as_str(), reason.as_deref()), ("False", Some("ContainersNotReady")));
-    assert_eq!(message.as_deref(), Some("containers with unready status: [b]"));
+    assert_eq!(
+        (status.as_str(), reason.as_deref()),
+        ("False", Some("ContainersNotReady"))
+    );
+    assert_eq!(
+        message.as_deref(),
+        Some("containers with unready status: [b]")
+    );
     assert_eq!(condition(&s, "Ready").0, "False");
     assert_eq!(condition(&s, "PodReadyToStartContainers").0, "True");
     assert_eq!(condition(&s, "Initialized").0, "True");
@@ -439,7 +562,10 @@ spec:
         .await;
     let s = wait_for(&pod, LIMIT, |s| condition(s, "ContainersReady").0 == "True").await;
     let (status, reason, message) = condition(&s, "Ready");
-    assert_eq!((status.as_str(), reason.as_deref()), ("False", Some("ReadinessGatesNotReady")));
+    assert_eq!(
+        (status.as_str(), reason.as_deref()),
+        ("False", Some("ReadinessGatesNotReady"))
+    );
     assert!(message.unwrap().contains("example.com/feature"));
     pod.delete(Some(Duration::ZERO));
     pod.deleted().await;
@@ -468,7 +594,10 @@ spec:
     let deadline = t.pod_positions(DeadlineExceeded)[0];
     let started = t.first("a", Started);
     let elapsed = t.between(started, deadline);
-    assert!(elapsed >= Duration::from_millis(950) && elapsed < Duration::from_millis(1500), "{elapsed:?}");
+    assert!(
+        elapsed >= Duration::from_millis(950) && elapsed < Duration::from_millis(1500),
+        "{elapsed:?}"
+    );
     assert!(deadline < t.first("a", Exited));
 }
 
@@ -491,10 +620,19 @@ spec:
 "#,
         )
         .await;
-    wait_for(&pod, LIMIT, |s| container(s, "a").state.as_ref().unwrap().running.is_some()).await;
+    wait_for(&pod, LIMIT, |s| {
+        container(s, "a").state.as_ref().unwrap().running.is_some()
+    })
+    .await;
     std::fs::write(&image, b"this is not wasm any more").unwrap();
     let s = wait_for(&pod, LIMIT, |s| {
-        container(s, "a").state.as_ref().unwrap().waiting.as_ref().is_some_and(|w| w.reason.as_deref() == Some("ImagePullBackOff"))
+        container(s, "a")
+            .state
+            .as_ref()
+            .unwrap()
+            .waiting
+            .as_ref()
+            .is_some_and(|w| w.reason.as_deref() == Some("ImagePullBackOff"))
     })
     .await;
     let w = container(&s, "a").state.clone().unwrap().waiting.unwrap();

@@ -25,7 +25,10 @@ spec:
 
 async fn running(node: &TestNode, yaml: &str) -> wasmpod::PodHandle {
     let pod = node.start(yaml).await;
-    wait_for(&pod, LIMIT, |s| container(s, "c").state.as_ref().unwrap().running.is_some()).await;
+    wait_for(&pod, LIMIT, |s| {
+        container(s, "c").state.as_ref().unwrap().running.is_some()
+    })
+    .await;
     pod
 }
 
@@ -39,7 +42,10 @@ async fn default_action_stops_within_50ms() {
         let t = Timeline::collect(&pod).await;
         assert_eq!(t.exit_codes("c"), [143], "{t}");
         let stop = t.between(t.first("c", Killing), t.first("c", Exited));
-        assert!(stop < Duration::from_millis(50), "{image}: stopped after {stop:?}");
+        assert!(
+            stop < Duration::from_millis(50),
+            "{image}: stopped after {stop:?}"
+        );
         assert_eq!(t.0.last().unwrap().reason, Deleted);
         assert_eq!(t.phases().last(), Some(&"Failed"));
     }
@@ -49,14 +55,31 @@ async fn default_action_stops_within_50ms() {
 #[tokio::test]
 async fn handling_guest_exits_cleanly() {
     let node = TestNode::new();
-    let pod = running(&node, &yaml("handler", 30, "{term}", r#"[on-term, "0", "200", sleep, "100000"]"#)).await;
+    let pod = running(
+        &node,
+        &yaml(
+            "handler",
+            30,
+            "{term}",
+            r#"[on-term, "0", "200", sleep, "100000"]"#,
+        ),
+    )
+    .await;
     pod.delete(None);
     pod.deleted().await;
     let t = Timeline::collect(&pod).await;
     assert_eq!(t.exit_codes("c"), [0], "{t}");
     let took = t.between(t.first("c", Killing), t.first("c", Exited));
-    assert!(took >= Duration::from_millis(200) && took < Duration::from_millis(1000), "{took:?}");
-    assert!(t.0[t.first("c", Killing)].message.contains("grace period 30s"), "{t}");
+    assert!(
+        took >= Duration::from_millis(200) && took < Duration::from_millis(1000),
+        "{took:?}"
+    );
+    assert!(
+        t.0[t.first("c", Killing)]
+            .message
+            .contains("grace period 30s"),
+        "{t}"
+    );
     assert_eq!(pod.status().phase.as_deref(), Some("Succeeded"));
 }
 
@@ -65,7 +88,10 @@ async fn handling_guest_exits_cleanly() {
 #[tokio::test]
 async fn ignoring_guest_is_killed_at_the_deadline() {
     let node = TestNode::new();
-    let cases = [("loop", "{term}", r#"[loop]"#), ("blocked", "{term}", r#"[sleep, "100000"]"#)];
+    let cases = [
+        ("loop", "{term}", r#"[loop]"#),
+        ("blocked", "{term}", r#"[sleep, "100000"]"#),
+    ];
     let mut pods = Vec::new();
     for (name, image, args) in cases {
         pods.push((name, running(&node, &yaml(name, 2, image, args)).await));
@@ -77,8 +103,14 @@ async fn ignoring_guest_is_killed_at_the_deadline() {
         let t = Timeline::collect(&pod).await;
         assert_eq!(t.exit_codes("c"), [137], "{name}\n{t}");
         let took = t.between(t.first("c", Killing), t.first("c", Exited));
-        assert!(took >= Duration::from_secs(2), "{name}: killed early, after {took:?}");
-        assert!(took < Duration::from_millis(2100), "{name}: killed late, after {took:?}");
+        assert!(
+            took >= Duration::from_secs(2),
+            "{name}: killed early, after {took:?}"
+        );
+        assert!(
+            took < Duration::from_millis(2100),
+            "{name}: killed late, after {took:?}"
+        );
     }
 }
 
@@ -86,25 +118,48 @@ async fn ignoring_guest_is_killed_at_the_deadline() {
 #[tokio::test]
 async fn grace_can_be_shortened_not_lengthened() {
     let node = TestNode::new();
-    let pod = running(&node, &yaml("shorten", 60, "{term}", r#"[sleep, "100000"]"#)).await;
+    let pod = running(
+        &node,
+        &yaml("shorten", 60, "{term}", r#"[sleep, "100000"]"#),
+    )
+    .await;
     pod.delete(None);
     pod.delete(Some(Duration::from_secs(120)));
     tokio::time::sleep(Duration::from_millis(50)).await;
-    assert!(container(&pod.status(), "c").state.as_ref().unwrap().running.is_some(), "still in its grace period");
+    assert!(
+        container(&pod.status(), "c")
+            .state
+            .as_ref()
+            .unwrap()
+            .running
+            .is_some(),
+        "still in its grace period"
+    );
     pod.delete(Some(Duration::ZERO));
     let t = Timeline::collect(&pod).await;
     assert_eq!(t.exit_codes("c"), [137]);
-    assert_eq!(t.pod_positions(Terminating).len(), 1, "one deletion, then shortened:\n{t}");
+    assert_eq!(
+        t.pod_positions(Terminating).len(),
+        1,
+        "one deletion, then shortened:\n{t}"
+    );
     let took = t.between(t.first("c", Killing), t.first("c", Exited));
     assert!(took < Duration::from_millis(500), "{took:?}");
 
     // lengthening is ignored: a 2 s deletion asked again with 60 s still kills at 2 s
-    let pod = running(&node, &yaml("lengthen", 60, "{term}", r#"[sleep, "100000"]"#)).await;
+    let pod = running(
+        &node,
+        &yaml("lengthen", 60, "{term}", r#"[sleep, "100000"]"#),
+    )
+    .await;
     pod.delete(Some(Duration::from_secs(2)));
     pod.delete(Some(Duration::from_secs(60)));
     let t = Timeline::collect(&pod).await;
     let took = t.between(t.first("c", Killing), t.first("c", Exited));
-    assert!(took >= Duration::from_secs(2) && took < Duration::from_millis(2100), "{took:?}");
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_millis(2100),
+        "{took:?}"
+    );
 }
 
 /// KILL never waits less than the kubelet's 2 s minimum after TERM, even with a shorter grace.
@@ -115,5 +170,8 @@ async fn kill_waits_at_least_two_seconds_after_term() {
     pod.delete(None);
     let t = Timeline::collect(&pod).await;
     let took = t.between(t.first("c", Killing), t.first("c", Exited));
-    assert!(took >= Duration::from_secs(2) && took < Duration::from_millis(2100), "{took:?}");
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_millis(2100),
+        "{took:?}"
+    );
 }

@@ -32,7 +32,10 @@ spec:
     let status = tokio::time::timeout(LIMIT, pod.wait()).await.unwrap();
     assert_eq!(status.phase.as_deref(), Some("Succeeded"));
     for c in ["p1", "p2"] {
-        assert!(read(&pod.log_file(c, 0)).ends_with("stdout F made by init\n"), "{c}");
+        assert!(
+            read(&pod.log_file(c, 0)).ends_with("stdout F made by init\n"),
+            "{c}"
+        );
     }
     let volume = pod.dir().join("volumes").join("work");
     assert_eq!(read(&volume.join("msg")), "made by init\n");
@@ -65,16 +68,40 @@ spec:
     let pod = node.start(&yaml).await;
     let status = tokio::time::timeout(LIMIT, pod.wait()).await.unwrap();
     assert_eq!(read(&host.join("out")), "written\n");
-    assert_eq!(container(&status, "writer").state.clone().unwrap().terminated.unwrap().exit_code, 0);
+    assert_eq!(
+        container(&status, "writer")
+            .state
+            .clone()
+            .unwrap()
+            .terminated
+            .unwrap()
+            .exit_code,
+        0
+    );
     let reader = read(&pod.log_file("reader", 0));
     assert!(reader.contains("stdout F from the host"), "{reader}");
-    assert!(reader.contains("stderr F agnhost: write /etc/app/nope:"), "{reader}");
-    assert_eq!(container(&status, "reader").state.clone().unwrap().terminated.unwrap().exit_code, 2);
+    assert!(
+        reader.contains("stderr F agnhost: write /etc/app/nope:"),
+        "{reader}"
+    );
+    assert_eq!(
+        container(&status, "reader")
+            .state
+            .clone()
+            .unwrap()
+            .terminated
+            .unwrap()
+            .exit_code,
+        2
+    );
     assert!(!host.join("nope").exists());
     pod.delete(None);
     let t = Timeline::collect(&pod).await;
     assert_eq!(t.0.last().unwrap().reason, Deleted);
-    assert!(host.join("config").exists(), "a hostPath volume is not removed");
+    assert!(
+        host.join("config").exists(),
+        "a hostPath volume is not removed"
+    );
 }
 
 /// A container sees only its mounts: paths outside them do not exist for it.

@@ -17,7 +17,9 @@ use wasmtime_wasi::{FsPerms, I32Exit, WasiCtx, WasiCtxBuilder, WasiCtxView, Wasi
 
 use crate::engine::Image;
 use crate::output::OutputSink;
-pub(crate) use term::{TERM_INTERFACE, TERM_MODULE, TermSignal, add_p1_termination, add_p2_termination};
+pub(crate) use term::{
+    TERM_INTERFACE, TERM_MODULE, TermSignal, add_p1_termination, add_p2_termination,
+};
 
 /// Exit code of a container whose guest trapped.
 pub(crate) const EXIT_TRAP: i32 = 134;
@@ -41,7 +43,10 @@ pub(crate) struct P2State {
 
 impl WasiView for P2State {
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView { ctx: &mut self.ctx, table: &mut self.table }
+        WasiCtxView {
+            ctx: &mut self.ctx,
+            table: &mut self.table,
+        }
     }
 }
 
@@ -52,13 +57,23 @@ struct MemoryLimiter {
 }
 
 impl ResourceLimiter for MemoryLimiter {
-    fn memory_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _max: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         let ok = desired <= self.limit;
         self.hit |= !ok;
         Ok(ok)
     }
 
-    fn table_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _max: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         Ok(desired <= 1_000_000)
     }
 }
@@ -93,7 +108,11 @@ pub(crate) struct Exit {
 
 impl Exit {
     pub(crate) fn code(code: i32) -> Exit {
-        Exit { code, oom: false, message: None }
+        Exit {
+            code,
+            oom: false,
+            message: None,
+        }
     }
 
     /// The Kubernetes reason for this exit.
@@ -112,9 +131,18 @@ impl Launch {
         b.args(&self.argv).envs(&self.env);
         b.stdout(self.stdout.clone()).stderr(self.stderr.clone());
         for p in &self.preopens {
-            let perms = if p.read_only { FsPerms::ReadOnly } else { FsPerms::ReadWrite };
-            b.preopened_dir(&p.host, &p.guest, perms)
-                .map_err(|e| std::io::Error::other(format!("cannot mount {} at {}: {e}", p.host.display(), p.guest)))?;
+            let perms = if p.read_only {
+                FsPerms::ReadOnly
+            } else {
+                FsPerms::ReadWrite
+            };
+            b.preopened_dir(&p.host, &p.guest, perms).map_err(|e| {
+                std::io::Error::other(format!(
+                    "cannot mount {} at {}: {e}",
+                    p.host.display(),
+                    p.guest
+                ))
+            })?;
         }
         if let Some(dir) = &self.working_dir {
             b.initial_cwd(dir);
@@ -126,13 +154,26 @@ impl Launch {
     pub(crate) async fn run(self) -> Exit {
         let mut wasi = match self.wasi() {
             Ok(b) => b,
-            Err(e) => return Exit { code: 128, oom: false, message: Some(e.to_string()) },
+            Err(e) => {
+                return Exit {
+                    code: 128,
+                    oom: false,
+                    message: Some(e.to_string()),
+                };
+            }
         };
-        let limiter = MemoryLimiter { limit: self.memory_limit, hit: false };
+        let limiter = MemoryLimiter {
+            limit: self.memory_limit,
+            hit: false,
+        };
         let term = self.term.clone();
         match &*self.image {
             Image::Module { pre, .. } => {
-                let state = P1State { wasi: wasi.build_p1(), term, limiter };
+                let state = P1State {
+                    wasi: wasi.build_p1(),
+                    term,
+                    limiter,
+                };
                 let mut store = Store::new(pre.module().engine(), state);
                 prepare(&mut store, |s| &mut s.limiter);
                 let result = async {
@@ -144,7 +185,12 @@ impl Launch {
                 exit_of(result.map(|()| 0), store.data().limiter.hit)
             }
             Image::Component { pre, .. } => {
-                let state = P2State { ctx: wasi.build(), table: ResourceTable::new(), term, limiter };
+                let state = P2State {
+                    ctx: wasi.build(),
+                    table: ResourceTable::new(),
+                    term,
+                    limiter,
+                };
                 let mut store = Store::new(pre.engine(), state);
                 prepare(&mut store, |s| &mut s.limiter);
                 let result = async {
@@ -152,7 +198,10 @@ impl Launch {
                     command.wasi_cli_run().call_run(&mut store).await
                 }
                 .await;
-                exit_of(result.map(|r| if r.is_ok() { 0 } else { 1 }), store.data().limiter.hit)
+                exit_of(
+                    result.map(|r| if r.is_ok() { 0 } else { 1 }),
+                    store.data().limiter.hit,
+                )
             }
         }
     }
@@ -164,21 +213,38 @@ fn prepare<T: 'static>(store: &mut Store<T>, limiter: fn(&mut T) -> &mut MemoryL
     // timers and I/O before the guest runs again: a busy guest cannot delay a kill deadline,
     // a probe or a neighbour's wake-up by more than one tick.
     store.set_epoch_deadline(1);
-    store.epoch_deadline_callback(|_| Ok(UpdateDeadline::YieldCustom(1, Box::pin(tokio::task::yield_now()))));
+    store.epoch_deadline_callback(|_| {
+        Ok(UpdateDeadline::YieldCustom(
+            1,
+            Box::pin(tokio::task::yield_now()),
+        ))
+    });
 }
 
 fn exit_of(result: wasmtime::Result<i32>, oom: bool) -> Exit {
     match result {
-        Ok(code) => Exit { code, oom: false, message: None },
+        Ok(code) => Exit {
+            code,
+            oom: false,
+            message: None,
+        },
         Err(e) => {
             if let Some(exit) = e.downcast_ref::<I32Exit>() {
                 return Exit::code(exit.0);
             }
             let cause = e.root_cause().to_string();
             if oom {
-                return Exit { code: EXIT_KILLED, oom: true, message: Some(format!("memory limit reached: {cause}")) };
+                return Exit {
+                    code: EXIT_KILLED,
+                    oom: true,
+                    message: Some(format!("memory limit reached: {cause}")),
+                };
             }
-            Exit { code: EXIT_TRAP, oom: false, message: Some(cause) }
+            Exit {
+                code: EXIT_TRAP,
+                oom: false,
+                message: Some(cause),
+            }
         }
     }
 }

@@ -32,15 +32,19 @@ impl Pollable for TermPollable {
 }
 
 pub(crate) fn add_p1_termination(linker: &mut Linker<P1State>) -> wasmtime::Result<()> {
-    linker.func_wrap(TERM_MODULE, "termination_requested", |caller: Caller<'_, P1State>| {
-        i32::from(caller.data().term.requested())
-    })?;
+    linker.func_wrap(
+        TERM_MODULE,
+        "termination_requested",
+        |caller: Caller<'_, P1State>| i32::from(caller.data().term.requested()),
+    )?;
     Ok(())
 }
 
 pub(crate) fn add_p2_termination(linker: &mut ComponentLinker<P2State>) -> wasmtime::Result<()> {
     let mut instance = linker.instance(&format!("{TERM_INTERFACE}@0.1.0"))?;
-    instance.func_wrap("requested", |store, (): ()| Ok((store.data().term.requested(),)))?;
+    instance.func_wrap("requested", |store, (): ()| {
+        Ok((store.data().term.requested(),))
+    })?;
     instance.func_wrap("subscribe", |mut store, (): ()| {
         let state: &mut P2State = store.data_mut();
         let pollable = state.table.push(TermPollable(state.term.0.clone()))?;

@@ -24,7 +24,10 @@ impl CompileCache {
         let mut key = Sha256::new();
         key.update(env!("CARGO_PKG_VERSION"));
         key.update(hasher.finish().to_le_bytes());
-        CompileCache { dir, engine_key: key.finalize().into() }
+        CompileCache {
+            dir,
+            engine_key: key.finalize().into(),
+        }
     }
 
     /// The file a module with these bytes is cached in.
@@ -55,7 +58,11 @@ impl CompileCache {
     pub(crate) fn write(path: &Path, artefact: &[u8]) -> std::io::Result<()> {
         let dir = path.parent().unwrap_or(Path::new("."));
         std::fs::create_dir_all(dir)?;
-        let tmp = dir.join(format!(".tmp-{}-{:?}", std::process::id(), std::thread::current().id()));
+        let tmp = dir.join(format!(
+            ".tmp-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
         let mut file = std::fs::File::create(&tmp)?;
         file.write_all(MAGIC)?;
         file.write_all(&Sha256::digest(artefact))?;

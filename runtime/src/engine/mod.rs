@@ -21,14 +21,22 @@ pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(5);
 
 /// A loaded container image: a pre-linked module or component, shared by every pod that runs it.
 pub(crate) enum Image {
-    Module { pre: InstancePre<P1State>, handles_term: bool },
-    Component { pre: CommandPre<P2State>, handles_term: bool },
+    Module {
+        pre: InstancePre<P1State>,
+        handles_term: bool,
+    },
+    Component {
+        pre: CommandPre<P2State>,
+        handles_term: bool,
+    },
 }
 
 impl Image {
     pub(crate) fn handles_term(&self) -> bool {
         match self {
-            Image::Module { handles_term, .. } | Image::Component { handles_term, .. } => *handles_term,
+            Image::Module { handles_term, .. } | Image::Component { handles_term, .. } => {
+                *handles_term
+            }
         }
     }
 }
@@ -117,12 +125,14 @@ impl Engine {
 
         let stop_ticker = Arc::new(AtomicBool::new(false));
         let (engine, stop) = (wasmtime.clone(), stop_ticker.clone());
-        std::thread::Builder::new().name("wasmpod-epoch".into()).spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                std::thread::sleep(EPOCH_TICK);
-                engine.increment_epoch();
-            }
-        })?;
+        std::thread::Builder::new()
+            .name("wasmpod-epoch".into())
+            .spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(EPOCH_TICK);
+                    engine.increment_epoch();
+                }
+            })?;
         Ok(Engine {
             cache: CompileCache::new(cache_dir, &wasmtime),
             wasmtime,
@@ -136,9 +146,16 @@ impl Engine {
     /// Loads the image at `path`: from memory when this process has it, else from the compile
     /// cache, else by compiling. Blocking; call from a blocking context.
     pub(crate) fn load(&self, path: &Path) -> Result<(Arc<Image>, Pull), LoadError> {
-        let read_err = |e: std::io::Error| LoadError::Read { path: path.to_owned(), message: e.to_string() };
+        let read_err = |e: std::io::Error| LoadError::Read {
+            path: path.to_owned(),
+            message: e.to_string(),
+        };
         let meta = std::fs::metadata(path).map_err(read_err)?;
-        let key = FileKey { path: path.to_owned(), len: meta.len(), modified: meta.modified().ok() };
+        let key = FileKey {
+            path: path.to_owned(),
+            len: meta.len(),
+            modified: meta.modified().ok(),
+        };
         if let Some(image) = self.loaded.lock().unwrap().get(&key) {
             return Ok((image.clone(), Pull::Present));
         }
@@ -150,9 +167,17 @@ impl Engine {
     }
 
     fn compile(&self, path: &Path, bytes: &[u8]) -> Result<(Image, Pull), LoadError> {
-        let kind = Kind::of(bytes).ok_or_else(|| LoadError::NotWasm { path: path.to_owned() })?;
-        let compile_err = |e: wasmtime::Error| LoadError::Compile { path: path.to_owned(), message: format!("{e:#}") };
-        let link_err = |e: wasmtime::Error| LoadError::Link { path: path.to_owned(), message: format!("{e:#}") };
+        let kind = Kind::of(bytes).ok_or_else(|| LoadError::NotWasm {
+            path: path.to_owned(),
+        })?;
+        let compile_err = |e: wasmtime::Error| LoadError::Compile {
+            path: path.to_owned(),
+            message: format!("{e:#}"),
+        };
+        let link_err = |e: wasmtime::Error| LoadError::Link {
+            path: path.to_owned(),
+            message: format!("{e:#}"),
+        };
         let cached = self.cache.path_for(bytes);
         let start = Instant::now();
         let artefact = cached.as_deref().and_then(CompileCache::read);
@@ -165,21 +190,28 @@ impl Engine {
                     Kind::Component => self.wasmtime.precompile_component(bytes),
                 }
                 .map_err(compile_err)?;
-                if let Some(file) = &cached {
-                    if let Err(e) = CompileCache::write(file, &a) {
-                        tracing::warn!(file = %file.display(), "cannot write the compile cache: {e}");
-                    }
+                if let Some(file) = &cached
+                    && let Err(e) = CompileCache::write(file, &a)
+                {
+                    tracing::warn!(file = %file.display(), "cannot write the compile cache: {e}");
                 }
                 a
             }
         };
-        let pull = if from_cache { Pull::Cached } else { Pull::Compiled(start.elapsed()) };
+        let pull = if from_cache {
+            Pull::Cached
+        } else {
+            Pull::Compiled(start.elapsed())
+        };
         // SAFETY: the artefact was produced by `precompile_*` of an engine with the same
         // compatibility hash (it is part of the cache key) and passed its checksum.
         let image = match kind {
             Kind::Module => {
-                let module = unsafe { Module::deserialize(&self.wasmtime, &artefact) }.map_err(compile_err)?;
-                let handles_term = module.imports().any(|i| i.module() == crate::container::TERM_MODULE);
+                let module = unsafe { Module::deserialize(&self.wasmtime, &artefact) }
+                    .map_err(compile_err)?;
+                let handles_term = module
+                    .imports()
+                    .any(|i| i.module() == crate::container::TERM_MODULE);
                 let pre = self.p1.instantiate_pre(&module).map_err(link_err)?;
                 if module.get_export("_start").is_none() {
                     return Err(LoadError::Link {
@@ -190,9 +222,12 @@ impl Engine {
                 Image::Module { pre, handles_term }
             }
             Kind::Component => {
-                let component = unsafe { Component::deserialize(&self.wasmtime, &artefact) }.map_err(compile_err)?;
+                let component = unsafe { Component::deserialize(&self.wasmtime, &artefact) }
+                    .map_err(compile_err)?;
                 let ty = component.component_type();
-                let handles_term = ty.imports(&self.wasmtime).any(|(name, _)| name.starts_with(crate::container::TERM_INTERFACE));
+                let handles_term = ty
+                    .imports(&self.wasmtime)
+                    .any(|(name, _)| name.starts_with(crate::container::TERM_INTERFACE));
                 let pre = self.p2.instantiate_pre(&component).map_err(link_err)?;
                 let pre = CommandPre::new(pre).map_err(|e| LoadError::Link {
                     path: path.to_owned(),

@@ -21,7 +21,10 @@ pub struct FieldError {
 
 impl FieldError {
     pub(crate) fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
-        FieldError { path: path.into(), message: message.into() }
+        FieldError {
+            path: path.into(),
+            message: message.into(),
+        }
     }
 }
 
@@ -46,7 +49,10 @@ pub struct InvalidPod {
 
 impl fmt::Display for InvalidPod {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let file = self.file.as_deref().map_or_else(|| "pod".into(), |p| p.display().to_string());
+        let file = self
+            .file
+            .as_deref()
+            .map_or_else(|| "pod".into(), |p| p.display().to_string());
         for (i, error) in self.errors.iter().enumerate() {
             if i > 0 {
                 f.write_str("\n")?;
@@ -155,20 +161,35 @@ impl PodSpec {
             file: Some(path.to_owned()),
             errors: vec![FieldError::new("", format!("cannot read the file: {e}"))],
         })?;
-        let base = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let base = path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
         let base = std::path::absolute(base).unwrap_or_else(|_| base.to_owned());
-        PodSpec::from_yaml(&text, &base).map_err(|e| InvalidPod { file: Some(path.to_owned()), ..e })
+        PodSpec::from_yaml(&text, &base).map_err(|e| InvalidPod {
+            file: Some(path.to_owned()),
+            ..e
+        })
     }
 
     /// Parses and validates Pod YAML; relative image paths are resolved against `base_dir`.
     pub fn from_yaml(text: &str, base_dir: &Path) -> Result<PodSpec, InvalidPod> {
-        let invalid = |message: String| InvalidPod { file: None, errors: vec![FieldError::new("", message)] };
-        let input: Value = serde_yaml_ng::from_str(text).map_err(|e| invalid(format!("not valid YAML: {e}")))?;
+        let invalid = |message: String| InvalidPod {
+            file: None,
+            errors: vec![FieldError::new("", message)],
+        };
+        let input: Value =
+            serde_yaml_ng::from_str(text).map_err(|e| invalid(format!("not valid YAML: {e}")))?;
         if !input.is_object() {
-            return Err(invalid("not a Kubernetes object: expected a mapping with apiVersion and kind".into()));
+            return Err(invalid(
+                "not a Kubernetes object: expected a mapping with apiVersion and kind".into(),
+            ));
         }
         let mut errors = Vec::new();
-        match (input.get("apiVersion").and_then(Value::as_str), input.get("kind").and_then(Value::as_str)) {
+        match (
+            input.get("apiVersion").and_then(Value::as_str),
+            input.get("kind").and_then(Value::as_str),
+        ) {
             (Some("v1"), Some("Pod")) => {}
             (api, kind) => {
                 return Err(invalid(format!(
@@ -184,7 +205,10 @@ impl PodSpec {
         let pod: k8s::Pod = match serde_path_to_error::deserialize(&input) {
             Ok(pod) => pod,
             Err(e) => {
-                errors.push(FieldError::new(e.path().to_string(), e.into_inner().to_string()));
+                errors.push(FieldError::new(
+                    e.path().to_string(),
+                    e.into_inner().to_string(),
+                ));
                 return Err(InvalidPod { file: None, errors });
             }
         };
@@ -219,7 +243,9 @@ impl PodSpec {
     /// The .wasm files the pod's containers run, one per container in spec order, with the
     /// field that names each (`spec.containers[0].image`).
     pub fn images(&self) -> impl Iterator<Item = (String, &Path)> {
-        self.containers.iter().map(|c| (format!("{}.image", c.field), c.image.as_path()))
+        self.containers
+            .iter()
+            .map(|c| (format!("{}.image", c.field), c.image.as_path()))
     }
 
     pub(crate) fn has_init(&self) -> bool {
@@ -233,11 +259,17 @@ fn convert(pod: &k8s::Pod, base_dir: &Path, errors: &mut Vec<FieldError>) -> Opt
     if name.is_empty() {
         errors.push(FieldError::new("metadata.name", "required value"));
     } else if let Err(why) = check_subdomain(&name) {
-        errors.push(FieldError::new("metadata.name", format!("invalid value {name:?}: {why}")));
+        errors.push(FieldError::new(
+            "metadata.name",
+            format!("invalid value {name:?}: {why}"),
+        ));
     }
     let namespace = meta.namespace.clone().unwrap_or_else(|| "default".into());
     if let Err(why) = check_label(&namespace) {
-        errors.push(FieldError::new("metadata.namespace", format!("invalid value {namespace:?}: {why}")));
+        errors.push(FieldError::new(
+            "metadata.namespace",
+            format!("invalid value {namespace:?}: {why}"),
+        ));
     }
     let spec = pod.spec.as_ref()?;
 
@@ -258,10 +290,16 @@ fn convert(pod: &k8s::Pod, base_dir: &Path, errors: &mut Vec<FieldError>) -> Opt
     for (i, v) in spec.volumes.iter().flatten().enumerate() {
         let path = format!("spec.volumes[{i}]");
         if let Err(why) = check_label(&v.name) {
-            errors.push(FieldError::new(format!("{path}.name"), format!("invalid value {:?}: {why}", v.name)));
+            errors.push(FieldError::new(
+                format!("{path}.name"),
+                format!("invalid value {:?}: {why}", v.name),
+            ));
         }
         if volumes.iter().any(|other: &Volume| other.name == v.name) {
-            errors.push(FieldError::new(format!("{path}.name"), format!("duplicate value {:?}", v.name)));
+            errors.push(FieldError::new(
+                format!("{path}.name"),
+                format!("duplicate value {:?}", v.name),
+            ));
         }
         let source = match (&v.empty_dir, &v.host_path) {
             (Some(_), None) => VolumeSource::EmptyDir,
@@ -283,37 +321,67 @@ fn convert(pod: &k8s::Pod, base_dir: &Path, errors: &mut Vec<FieldError>) -> Opt
                 VolumeSource::HostPath(dir)
             }
             (None, None) => {
-                errors.push(FieldError::new(path, "must specify a volume type (emptyDir or hostPath)"));
+                errors.push(FieldError::new(
+                    path,
+                    "must specify a volume type (emptyDir or hostPath)",
+                ));
                 continue;
             }
             (Some(_), Some(_)) => {
-                errors.push(FieldError::new(path, "may not specify more than one volume type"));
+                errors.push(FieldError::new(
+                    path,
+                    "may not specify more than one volume type",
+                ));
                 continue;
             }
         };
-        volumes.push(Volume { name: v.name.clone(), source });
+        volumes.push(Volume {
+            name: v.name.clone(),
+            source,
+        });
     }
 
     let mut containers = Vec::new();
-    let inits = spec.init_containers.iter().flatten().enumerate().map(|(i, c)| (format!("spec.initContainers[{i}]"), c, true));
-    let regulars = spec.containers.iter().enumerate().map(|(i, c)| (format!("spec.containers[{i}]"), c, false));
+    let inits = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .enumerate()
+        .map(|(i, c)| (format!("spec.initContainers[{i}]"), c, true));
+    let regulars = spec
+        .containers
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (format!("spec.containers[{i}]"), c, false));
     for (path, c, is_init) in inits.chain(regulars) {
         if let Some(container) = convert_container(&path, c, is_init, base_dir, &volumes, errors) {
-            if containers.iter().any(|o: &ContainerSpec| o.name == container.name) {
-                errors.push(FieldError::new(format!("{path}.name"), format!("duplicate value {:?}", container.name)));
+            if containers
+                .iter()
+                .any(|o: &ContainerSpec| o.name == container.name)
+            {
+                errors.push(FieldError::new(
+                    format!("{path}.name"),
+                    format!("duplicate value {:?}", container.name),
+                ));
             }
             containers.push(container);
         }
     }
     if spec.containers.is_empty() {
-        errors.push(FieldError::new("spec.containers", "required value: a pod needs at least one container"));
+        errors.push(FieldError::new(
+            "spec.containers",
+            "required value: a pod needs at least one container",
+        ));
     }
 
     let grace_period = match spec.termination_grace_period_seconds {
         None => Duration::from_secs(30),
         Some(s) if s >= 0 => Duration::from_secs(s as u64),
         Some(s) => {
-            errors.push(FieldError::new("spec.terminationGracePeriodSeconds", format!("invalid value {s}: must be >= 0")));
+            errors.push(FieldError::new(
+                "spec.terminationGracePeriodSeconds",
+                format!("invalid value {s}: must be >= 0"),
+            ));
             Duration::ZERO
         }
     };
@@ -321,11 +389,19 @@ fn convert(pod: &k8s::Pod, base_dir: &Path, errors: &mut Vec<FieldError>) -> Opt
         None => None,
         Some(s) if s > 0 => Some(Duration::from_secs(s as u64)),
         Some(s) => {
-            errors.push(FieldError::new("spec.activeDeadlineSeconds", format!("invalid value {s}: must be > 0")));
+            errors.push(FieldError::new(
+                "spec.activeDeadlineSeconds",
+                format!("invalid value {s}: must be > 0"),
+            ));
             None
         }
     };
-    let readiness_gates = spec.readiness_gates.iter().flatten().map(|g| g.condition_type.clone()).collect();
+    let readiness_gates = spec
+        .readiness_gates
+        .iter()
+        .flatten()
+        .map(|g| g.condition_type.clone())
+        .collect();
 
     Some(PodSpec {
         name,
@@ -349,10 +425,19 @@ fn convert_container(
     errors: &mut Vec<FieldError>,
 ) -> Option<ContainerSpec> {
     if let Err(why) = check_label(&c.name) {
-        errors.push(FieldError::new(format!("{path}.name"), format!("invalid value {:?}: {why}", c.name)));
+        errors.push(FieldError::new(
+            format!("{path}.name"),
+            format!("invalid value {:?}: {why}", c.name),
+        ));
     }
     let role = match (is_init, c.restart_policy.as_deref()) {
-        (_, None) => if is_init { Role::Init } else { Role::Regular },
+        (_, None) => {
+            if is_init {
+                Role::Init
+            } else {
+                Role::Regular
+            }
+        }
         (true, Some("Always")) => Role::Sidecar,
         (true, Some(other)) => {
             errors.push(FieldError::new(
@@ -371,25 +456,40 @@ fn convert_container(
     };
     let image = match c.image.as_deref() {
         None | Some("") => {
-            errors.push(FieldError::new(format!("{path}.image"), "required value: the path of a .wasm file"));
+            errors.push(FieldError::new(
+                format!("{path}.image"),
+                "required value: the path of a .wasm file",
+            ));
             PathBuf::new()
         }
         Some(image) => {
             let file = resolve(base_dir, image.strip_prefix("file://").unwrap_or(image));
             if !file.is_file() {
-                errors.push(FieldError::new(format!("{path}.image"), format!("{} does not exist", file.display())));
+                errors.push(FieldError::new(
+                    format!("{path}.image"),
+                    format!("{} does not exist", file.display()),
+                ));
             }
             file
         }
     };
     let argv = match &c.command {
-        Some(command) => command.iter().chain(c.args.iter().flatten()).cloned().collect(),
-        None => std::iter::once(c.name.clone()).chain(c.args.iter().flatten().cloned()).collect(),
+        Some(command) => command
+            .iter()
+            .chain(c.args.iter().flatten())
+            .cloned()
+            .collect(),
+        None => std::iter::once(c.name.clone())
+            .chain(c.args.iter().flatten().cloned())
+            .collect(),
     };
     let mut env = Vec::new();
     for (i, var) in c.env.iter().flatten().enumerate() {
         if var.name.is_empty() || var.name.contains('=') {
-            errors.push(FieldError::new(format!("{path}.env[{i}].name"), format!("invalid value {:?}", var.name)));
+            errors.push(FieldError::new(
+                format!("{path}.env[{i}].name"),
+                format!("invalid value {:?}", var.name),
+            ));
         }
         env.push((var.name.clone(), var.value.clone().unwrap_or_default()));
     }
@@ -397,18 +497,34 @@ fn convert_container(
     for (i, m) in c.volume_mounts.iter().flatten().enumerate() {
         let mpath = format!("{path}.volumeMounts[{i}]");
         let Some(volume) = volumes.iter().position(|v| v.name == m.name) else {
-            errors.push(FieldError::new(format!("{mpath}.name"), format!("not found: no volume named {:?}", m.name)));
+            errors.push(FieldError::new(
+                format!("{mpath}.name"),
+                format!("not found: no volume named {:?}", m.name),
+            ));
             continue;
         };
         if !m.mount_path.starts_with('/') {
-            errors.push(FieldError::new(format!("{mpath}.mountPath"), format!("invalid value {:?}: must be an absolute path", m.mount_path)));
+            errors.push(FieldError::new(
+                format!("{mpath}.mountPath"),
+                format!("invalid value {:?}: must be an absolute path", m.mount_path),
+            ));
         } else if m.mount_path.split('/').any(|part| part == "..") {
-            errors.push(FieldError::new(format!("{mpath}.mountPath"), "must not contain '..'"));
+            errors.push(FieldError::new(
+                format!("{mpath}.mountPath"),
+                "must not contain '..'",
+            ));
         }
         if mounts.iter().any(|o| o.path == m.mount_path) {
-            errors.push(FieldError::new(format!("{mpath}.mountPath"), format!("duplicate value {:?}", m.mount_path)));
+            errors.push(FieldError::new(
+                format!("{mpath}.mountPath"),
+                format!("duplicate value {:?}", m.mount_path),
+            ));
         }
-        mounts.push(Mount { volume, path: m.mount_path.clone(), read_only: m.read_only.unwrap_or(false) });
+        mounts.push(Mount {
+            volume,
+            path: m.mount_path.clone(),
+            read_only: m.read_only.unwrap_or(false),
+        });
     }
     Some(ContainerSpec {
         name: c.name.clone(),
@@ -424,17 +540,26 @@ fn convert_container(
 
 fn resolve(base: &Path, path: &str) -> PathBuf {
     let p = Path::new(path);
-    if p.is_absolute() { p.to_owned() } else { base.join(p) }
+    if p.is_absolute() {
+        p.to_owned()
+    } else {
+        base.join(p)
+    }
 }
 
 /// A DNS-1123 label: at most 63 lower-case alphanumerics or '-', starting and ending alphanumeric.
 pub(crate) fn check_label(s: &str) -> Result<(), &'static str> {
     let ok = !s.is_empty()
         && s.len() <= 63
-        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !s.starts_with('-')
         && !s.ends_with('-');
-    if ok { Ok(()) } else { Err("must be a DNS-1123 label (lower-case letters, digits and '-', at most 63)") }
+    if ok {
+        Ok(())
+    } else {
+        Err("must be a DNS-1123 label (lower-case letters, digits and '-', at most 63)")
+    }
 }
 
 /// A DNS-1123 subdomain: dot-separated labels, at most 253 characters.
@@ -445,7 +570,6 @@ pub(crate) fn check_subdomain(s: &str) -> Result<(), &'static str> {
         Err("must be a DNS-1123 subdomain (lower-case letters, digits, '-' and '.', at most 253)")
     }
 }
-
 
 #[cfg(test)]
 mod tests;

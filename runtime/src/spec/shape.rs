@@ -64,7 +64,10 @@ const POD: Shape = Object(&[
             ("volumes", List(&VOLUME)),
             ("terminationGracePeriodSeconds", Scalar),
             ("activeDeadlineSeconds", Scalar),
-            ("readinessGates", List(&Object(&[("conditionType", Scalar)]))),
+            (
+                "readinessGates",
+                List(&Object(&[("conditionType", Scalar)])),
+            ),
         ]),
     ),
 ]);
@@ -76,7 +79,13 @@ pub(super) fn check_pod(input: &Value, typed: &Value, errors: &mut Vec<FieldErro
     walk(&POD, input, Some(typed), String::new(), errors);
 }
 
-fn walk(shape: &Shape, input: &Value, typed: Option<&Value>, path: String, errors: &mut Vec<FieldError>) {
+fn walk(
+    shape: &Shape,
+    input: &Value,
+    typed: Option<&Value>,
+    path: String,
+    errors: &mut Vec<FieldError>,
+) {
     match (shape, input) {
         (_, Value::Null) | (Scalar, _) => {}
         (StringMap, Value::Object(map)) => {
@@ -111,5 +120,9 @@ fn walk(shape: &Shape, input: &Value, typed: Option<&Value>, path: String, error
 }
 
 fn join(path: &str, key: &str) -> String {
-    if path.is_empty() { key.to_owned() } else { format!("{path}.{key}") }
+    if path.is_empty() {
+        key.to_owned()
+    } else {
+        format!("{path}.{key}")
+    }
 }

@@ -18,7 +18,12 @@ fn parse(yaml: &str) -> Result<PodSpec, InvalidPod> {
 }
 
 fn errors(yaml: &str) -> Vec<String> {
-    parse(yaml).unwrap_err().errors.iter().map(ToString::to_string).collect()
+    parse(yaml)
+        .unwrap_err()
+        .errors
+        .iter()
+        .map(ToString::to_string)
+        .collect()
 }
 
 #[test]
@@ -64,7 +69,11 @@ spec:
 "#,
     )
     .unwrap();
-    assert_eq!(spec.containers[0].argv, ["s", "x"], "argv[0] is the container name without command");
+    assert_eq!(
+        spec.containers[0].argv,
+        ["s", "x"],
+        "argv[0] is the container name without command"
+    );
     assert_eq!(spec.containers[0].role, Role::Sidecar);
     assert_eq!(spec.containers[1].argv, ["prog", "-v", "x"]);
     assert_eq!(spec.restart_policy, RestartPolicy::Always);
@@ -103,15 +112,24 @@ spec:
         "spec.containers[0].volumeMounts[1].mountPath: invalid value \"relative\"",
     ];
     for e in expected {
-        assert!(errs.iter().any(|x| x.starts_with(e)), "missing {e:?} in {errs:#?}");
+        assert!(
+            errs.iter().any(|x| x.starts_with(e)),
+            "missing {e:?} in {errs:#?}"
+        );
     }
 }
 
 #[test]
 fn wrong_types_name_the_field() {
-    let errs = errors("apiVersion: v1\nkind: Pod\nmetadata: { name: p }\nspec: { containers: 3 }\n");
-    assert!(errs[0].starts_with("spec.containers: invalid type: integer `3`, expected a sequence"), "{errs:?}");
-    let errs = errors("apiVersion: v1\nkind: Pod\nmetadata: { name: p, labels: [a] }\nspec: { containers: [] }\n");
+    let errs =
+        errors("apiVersion: v1\nkind: Pod\nmetadata: { name: p }\nspec: { containers: 3 }\n");
+    assert!(
+        errs[0].starts_with("spec.containers: invalid type: integer `3`, expected a sequence"),
+        "{errs:?}"
+    );
+    let errs = errors(
+        "apiVersion: v1\nkind: Pod\nmetadata: { name: p, labels: [a] }\nspec: { containers: [] }\n",
+    );
     assert!(!errs.is_empty());
 }
 
@@ -141,9 +159,31 @@ fn from_pod_accepts_kubernetes_values() {
 /// Arbitrary JSON shaped like a Pod (right and wrong keys, any values).
 fn pod_like() -> impl Strategy<Value = Value> {
     let key = prop::sample::select(vec![
-        "apiVersion", "kind", "metadata", "spec", "name", "containers", "initContainers", "image", "args", "command",
-        "env", "value", "volumes", "emptyDir", "hostPath", "path", "type", "volumeMounts", "mountPath", "readOnly",
-        "restartPolicy", "terminationGracePeriodSeconds", "labels", "securityContext", "x",
+        "apiVersion",
+        "kind",
+        "metadata",
+        "spec",
+        "name",
+        "containers",
+        "initContainers",
+        "image",
+        "args",
+        "command",
+        "env",
+        "value",
+        "volumes",
+        "emptyDir",
+        "hostPath",
+        "path",
+        "type",
+        "volumeMounts",
+        "mountPath",
+        "readOnly",
+        "restartPolicy",
+        "terminationGracePeriodSeconds",
+        "labels",
+        "securityContext",
+        "x",
     ]);
     let leaf = prop_oneof![
         Just(Value::Null),
@@ -157,8 +197,9 @@ fn pod_like() -> impl Strategy<Value = Value> {
     leaf.prop_recursive(5, 64, 6, move |inner| {
         prop_oneof![
             prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
-            prop::collection::btree_map(key.clone(), inner, 0..6)
-                .prop_map(|m| Value::Object(m.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())),
+            prop::collection::btree_map(key.clone(), inner, 0..6).prop_map(|m| Value::Object(
+                m.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
+            )),
         ]
     })
 }

@@ -44,7 +44,12 @@ impl Backoff {
 
     /// When the container that last exited at `finished` may start again, if that is later than
     /// `now` (kubelet: `IsInBackOffSince`).
-    pub(crate) fn wait_until(&self, finished: Instant, now: Instant, options: &BackoffOptions) -> Option<Instant> {
+    pub(crate) fn wait_until(
+        &self,
+        finished: Instant,
+        now: Instant,
+        options: &BackoffOptions,
+    ) -> Option<Instant> {
         let entry = self.entry.as_ref()?;
         if Self::expired(entry, finished, options) {
             return None;
@@ -56,10 +61,15 @@ impl Backoff {
     /// Records a restart after the exit at `finished` (kubelet: `Next`).
     pub(crate) fn restarted(&mut self, finished: Instant, now: Instant, options: &BackoffOptions) {
         let delay = match &self.entry {
-            Some(entry) if !Self::expired(entry, finished, options) => (entry.delay * 2).min(options.max),
+            Some(entry) if !Self::expired(entry, finished, options) => {
+                (entry.delay * 2).min(options.max)
+            }
             _ => options.initial.min(options.max),
         };
-        self.entry = Some(Entry { delay, last_update: now });
+        self.entry = Some(Entry {
+            delay,
+            last_update: now,
+        });
     }
 }
 
@@ -76,7 +86,9 @@ mod tests {
         let mut delays = Vec::new();
         for _ in 0..8 {
             let finished = now;
-            let delay = b.wait_until(finished, now, &options).map_or(Duration::ZERO, |t| t - now);
+            let delay = b
+                .wait_until(finished, now, &options)
+                .map_or(Duration::ZERO, |t| t - now);
             delays.push(delay.as_secs());
             now += delay;
             b.restarted(finished, now, &options);
@@ -97,6 +109,9 @@ mod tests {
         assert_eq!(b.wait_until(finished, finished, &options), None);
         b.restarted(finished, finished, &options);
         let next = finished + Duration::from_secs(1);
-        assert_eq!(b.wait_until(next, next, &options), Some(next + Duration::from_secs(10)));
+        assert_eq!(
+            b.wait_until(next, next, &options),
+            Some(next + Duration::from_secs(10))
+        );
     }
 }

@@ -24,8 +24,13 @@ pub(crate) struct Terminated {
 
 #[derive(Debug, Clone)]
 pub(crate) enum State {
-    Waiting { reason: &'static str, message: Option<String> },
-    Running { started_at: Timestamp },
+    Waiting {
+        reason: &'static str,
+        message: Option<String>,
+    },
+    Running {
+        started_at: Timestamp,
+    },
     Terminated(Terminated),
 }
 
@@ -70,11 +75,18 @@ pub(crate) struct Container {
 }
 
 impl Container {
-    pub fn new(spec: ContainerSpec, waiting_reason: &'static str, preloaded: Option<(Arc<Image>, Pull)>) -> Container {
+    pub fn new(
+        spec: ContainerSpec,
+        waiting_reason: &'static str,
+        preloaded: Option<(Arc<Image>, Pull)>,
+    ) -> Container {
         Container {
             name: spec.name.as_str().into(),
             spec,
-            state: State::Waiting { reason: waiting_reason, message: None },
+            state: State::Waiting {
+                reason: waiting_reason,
+                message: None,
+            },
             last_state: None,
             restart_count: 0,
             started: false,
@@ -116,7 +128,11 @@ impl Container {
             image: self.spec.image.display().to_string(),
             image_id: format!("file://{}", self.spec.image.display()),
             state: Some(state(&self.state)),
-            last_state: Some(self.last_state.as_ref().map_or_else(Default::default, |t| state(&State::Terminated(t.clone())))),
+            last_state: Some(
+                self.last_state
+                    .as_ref()
+                    .map_or_else(Default::default, |t| state(&State::Terminated(t.clone()))),
+            ),
             ready: self.ready,
             restart_count: self.restart_count,
             started: Some(self.started),
@@ -128,11 +144,16 @@ impl Container {
 fn state(s: &State) -> k8s::ContainerState {
     match s {
         State::Waiting { reason, message } => k8s::ContainerState {
-            waiting: Some(k8s::ContainerStateWaiting { reason: Some((*reason).into()), message: message.clone() }),
+            waiting: Some(k8s::ContainerStateWaiting {
+                reason: Some((*reason).into()),
+                message: message.clone(),
+            }),
             ..Default::default()
         },
         State::Running { started_at } => k8s::ContainerState {
-            running: Some(k8s::ContainerStateRunning { started_at: Some(Time(*started_at)) }),
+            running: Some(k8s::ContainerStateRunning {
+                started_at: Some(Time(*started_at)),
+            }),
             ..Default::default()
         },
         State::Terminated(t) => k8s::ContainerState {

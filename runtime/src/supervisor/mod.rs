@@ -128,7 +128,11 @@ impl PodTask {
                 VolumeSource::HostPath(p) => p.clone(),
             });
         }
-        let waiting = if spec.has_init() { "PodInitializing" } else { "ContainerCreating" };
+        let waiting = if spec.has_init() {
+            "PodInitializing"
+        } else {
+            "ContainerCreating"
+        };
         let containers = spec
             .containers
             .iter()
@@ -164,11 +168,20 @@ impl PodTask {
         task.update_conditions();
         task.publish(false, false);
         tokio::spawn(task.run());
-        Ok(PodChannels { tx, journal, snapshot: snapshot_rx })
+        Ok(PodChannels {
+            tx,
+            journal,
+            snapshot: snapshot_rx,
+        })
     }
 
     async fn run(mut self) {
-        self.pod_event(EventType::Normal, Reason::PhaseChanged, "Pod is Pending".into(), Some(Phase::Pending));
+        self.pod_event(
+            EventType::Normal,
+            Reason::PhaseChanged,
+            "Pod is Pending".into(),
+            Some(Phase::Pending),
+        );
         loop {
             self.sync().await;
             let finished = self.finished();
@@ -214,10 +227,19 @@ impl PodTask {
         if let Some(detail) = &exit.message {
             tracing::info!(pod = %self.spec.name, container = %c.name, code, "container exited: {detail}");
         }
-        c.state = State::Terminated(Terminated { exit, started_at, finished_at: Timestamp::now(), finished: Instant::now() });
+        c.state = State::Terminated(Terminated {
+            exit,
+            started_at,
+            finished_at: Timestamp::now(),
+            finished: Instant::now(),
+        });
         c.ready = false;
         c.started = false;
-        let kind = if code == 0 { EventType::Normal } else { EventType::Warning };
+        let kind = if code == 0 {
+            EventType::Normal
+        } else {
+            EventType::Warning
+        };
         self.container_event(index, kind, Reason::Exited, message, Some(code));
     }
 
@@ -233,7 +255,9 @@ impl PodTask {
                     s.force |= grace.is_zero();
                     for c in &mut self.containers {
                         if let Some(i) = &mut c.instance {
-                            i.kill_at = i.kill_at.map(|k| k.min((now + grace).max(i.stopping.unwrap_or(now) + MIN_GRACE)));
+                            i.kill_at = i.kill_at.map(|k| {
+                                k.min((now + grace).max(i.stopping.unwrap_or(now) + MIN_GRACE))
+                            });
                             if grace.is_zero() {
                                 i.kill_at = Some(now);
                             }
@@ -242,7 +266,12 @@ impl PodTask {
                 }
             }
             None => {
-                self.pod_event(EventType::Normal, Reason::Terminating, format!("Deleting pod with grace period {}s", grace.as_secs()), None);
+                self.pod_event(
+                    EventType::Normal,
+                    Reason::Terminating,
+                    format!("Deleting pod with grace period {}s", grace.as_secs()),
+                    None,
+                );
                 self.begin_shutdown(ShutdownCause::Deleted, grace);
             }
         }
@@ -252,7 +281,11 @@ impl PodTask {
         if self.shutdown.is_some() {
             return;
         }
-        self.shutdown = Some(Shutdown { cause, deadline: Instant::now() + grace, force: grace.is_zero() });
+        self.shutdown = Some(Shutdown {
+            cause,
+            deadline: Instant::now() + grace,
+            force: grace.is_zero(),
+        });
         for c in &mut self.containers {
             c.retry_at = None;
         }
@@ -260,9 +293,13 @@ impl PodTask {
 
     /// Sends TERM to a running container (or stops it at once when it does not handle TERM).
     fn stop(&mut self, index: usize) {
-        let Some(shutdown) = self.shutdown else { return };
+        let Some(shutdown) = self.shutdown else {
+            return;
+        };
         let now = Instant::now();
-        let Some(instance) = &mut self.containers[index].instance else { return };
+        let Some(instance) = &mut self.containers[index].instance else {
+            return;
+        };
         if instance.stopping.is_some() {
             return;
         }
@@ -276,7 +313,11 @@ impl PodTask {
         } else {
             instance.kill(EXIT_TERMINATED);
         }
-        let message = format!("Stopping container {} with grace period {}s", self.containers[index].name, whole_seconds(grace));
+        let message = format!(
+            "Stopping container {} with grace period {}s",
+            self.containers[index].name,
+            whole_seconds(grace)
+        );
         self.container_event(index, EventType::Normal, Reason::Killing, message, None);
     }
 
@@ -290,16 +331,30 @@ impl PodTask {
         }
         if let Some(finished) = c.last_exit().map(|t| t.finished) {
             if let Some(until) = c.backoff.wait_until(finished, now, &options) {
-                if let State::Terminated(t) = std::mem::replace(&mut c.state, State::Waiting { reason: "CrashLoopBackOff", message: None }) {
+                if let State::Terminated(t) = std::mem::replace(
+                    &mut c.state,
+                    State::Waiting {
+                        reason: "CrashLoopBackOff",
+                        message: None,
+                    },
+                ) {
                     c.last_state = Some(t);
                 }
                 let delay = until - finished;
                 c.state = State::Waiting {
                     reason: "CrashLoopBackOff",
-                    message: Some(format!("back-off {} restarting failed container={} pod={pod}", fmt_duration(delay), c.name)),
+                    message: Some(format!(
+                        "back-off {} restarting failed container={} pod={pod}",
+                        fmt_duration(delay),
+                        c.name
+                    )),
                 };
                 c.retry_at = Some(until);
-                let message = format!("Back-off restarting failed container {} in pod {pod} (delay {})", c.name, fmt_duration(delay));
+                let message = format!(
+                    "Back-off restarting failed container {} in pod {pod} (delay {})",
+                    c.name,
+                    fmt_duration(delay)
+                );
                 self.container_event(index, EventType::Warning, Reason::BackOff, message, None);
                 return;
             }
@@ -321,10 +376,19 @@ impl PodTask {
                 c.load_failed_at = Some(now);
                 let until = until.unwrap_or(now + options.initial);
                 c.retry_at = Some(until);
-                if let State::Terminated(t) = std::mem::replace(&mut c.state, State::Waiting { reason: "ImagePullBackOff", message: Some(e.to_string()) }) {
+                if let State::Terminated(t) = std::mem::replace(
+                    &mut c.state,
+                    State::Waiting {
+                        reason: "ImagePullBackOff",
+                        message: Some(e.to_string()),
+                    },
+                ) {
                     c.last_state = Some(t);
                 }
-                let message = format!("Failed to load module: {e}; back-off {}", fmt_duration(until - now));
+                let message = format!(
+                    "Failed to load module: {e}; back-off {}",
+                    fmt_duration(until - now)
+                );
                 self.container_event(index, EventType::Warning, Reason::Failed, message, None);
                 return;
             }
@@ -334,7 +398,10 @@ impl PodTask {
         let message = match pull {
             Pull::Present => format!("Module {path:?} already loaded"),
             Pull::Cached => format!("Loaded module {path:?} from the compile cache"),
-            Pull::Compiled(t) => format!("Successfully compiled module {path:?} in {}", fmt_duration(t)),
+            Pull::Compiled(t) => format!(
+                "Successfully compiled module {path:?} in {}",
+                fmt_duration(t)
+            ),
         };
         self.container_event(index, EventType::Normal, Reason::Pulled, message, None);
 
@@ -342,7 +409,12 @@ impl PodTask {
         if c.runs > 0 {
             c.restart_count += 1;
         }
-        if let State::Terminated(t) = std::mem::replace(&mut c.state, State::Running { started_at: Timestamp::now() }) {
+        if let State::Terminated(t) = std::mem::replace(
+            &mut c.state,
+            State::Running {
+                started_at: Timestamp::now(),
+            },
+        ) {
             c.last_state = Some(t);
         }
         let (term_tx, term_rx) = watch::channel(false);
@@ -356,7 +428,11 @@ impl PodTask {
                 .spec
                 .mounts
                 .iter()
-                .map(|m| Preopen { host: self.volumes[m.volume].clone(), guest: m.path.clone(), read_only: m.read_only })
+                .map(|m| Preopen {
+                    host: self.volumes[m.volume].clone(),
+                    guest: m.path.clone(),
+                    read_only: m.read_only,
+                })
                 .collect(),
             working_dir: c.spec.working_dir.clone(),
             stdout: self.output.sink(&c.name, c.restart_count, Stream::Stdout),
@@ -376,7 +452,13 @@ impl PodTask {
         });
         c.runs += 1;
         let name = c.name.clone();
-        self.container_event(index, EventType::Normal, Reason::Created, format!("Created container {name}"), None);
+        self.container_event(
+            index,
+            EventType::Normal,
+            Reason::Created,
+            format!("Created container {name}"),
+            None,
+        );
         let tx = self.tx.clone();
         tokio::spawn(async move {
             let exit = tokio::select! {
@@ -389,7 +471,13 @@ impl PodTask {
         let c = &mut self.containers[index];
         c.started = true;
         c.ready = true;
-        self.container_event(index, EventType::Normal, Reason::Started, format!("Started container {name}"), None);
+        self.container_event(
+            index,
+            EventType::Normal,
+            Reason::Started,
+            format!("Started container {name}"),
+            None,
+        );
     }
 
     async fn load(&self, index: usize) -> Result<(Arc<Image>, Pull), LoadError> {
@@ -397,7 +485,10 @@ impl PodTask {
         let node = self.node.clone();
         match tokio::task::spawn_blocking(move || node.engine.load(&path)).await {
             Ok(result) => result,
-            Err(e) => Err(LoadError::Compile { path: self.containers[index].spec.image.clone(), message: e.to_string() }),
+            Err(e) => Err(LoadError::Compile {
+                path: self.containers[index].spec.image.clone(),
+                message: e.to_string(),
+            }),
         }
     }
 
@@ -407,21 +498,28 @@ impl PodTask {
     async fn sync(&mut self) {
         let now = Instant::now();
         for c in &mut self.containers {
-            if let Some(i) = &mut c.instance {
-                if i.kill_at.is_some_and(|t| t <= now) {
-                    i.kill(EXIT_KILLED);
-                }
+            if let Some(i) = &mut c.instance
+                && i.kill_at.is_some_and(|t| t <= now)
+            {
+                i.kill(EXIT_KILLED);
             }
         }
-        if self.shutdown.is_none() {
-            if let Some(deadline) = self.spec.active_deadline {
-                if now >= self.started + deadline {
-                    let message = format!("Pod was active on the node longer than the specified deadline ({}s)", deadline.as_secs());
-                    self.pod_event(EventType::Warning, Reason::DeadlineExceeded, message.clone(), None);
-                    self.failure = Some(("DeadlineExceeded", message));
-                    self.begin_shutdown(ShutdownCause::DeadlineExceeded, self.spec.grace_period);
-                }
-            }
+        if self.shutdown.is_none()
+            && let Some(deadline) = self.spec.active_deadline
+            && now >= self.started + deadline
+        {
+            let message = format!(
+                "Pod was active on the node longer than the specified deadline ({}s)",
+                deadline.as_secs()
+            );
+            self.pod_event(
+                EventType::Warning,
+                Reason::DeadlineExceeded,
+                message.clone(),
+                None,
+            );
+            self.failure = Some(("DeadlineExceeded", message));
+            self.begin_shutdown(ShutdownCause::DeadlineExceeded, self.spec.grace_period);
         }
         if self.shutdown.is_none() {
             self.start_containers().await;
@@ -465,7 +563,12 @@ impl PodTask {
                 }
             }
             self.initialized = true;
-            self.pod_event(EventType::Normal, Reason::Initialized, "All init containers have completed".into(), None);
+            self.pod_event(
+                EventType::Normal,
+                Reason::Initialized,
+                "All init containers have completed".into(),
+                None,
+            );
         }
         for i in 0..self.containers.len() {
             let c = &self.containers[i];
@@ -486,7 +589,10 @@ impl PodTask {
     /// A regular init container failed and the pod's policy forbids restarting it.
     fn init_failed(&self) -> bool {
         self.spec.restart_policy == RestartPolicy::Never
-            && self.containers.iter().any(|c| c.role() == Role::Init && c.last_exit().is_some_and(|t| t.exit.code != 0))
+            && self
+                .containers
+                .iter()
+                .any(|c| c.role() == Role::Init && c.last_exit().is_some_and(|t| t.exit.code != 0))
     }
 
     /// Every regular container has run and will not run again.
@@ -495,7 +601,11 @@ impl PodTask {
         self.containers
             .iter()
             .filter(|c| c.role() == Role::Regular)
-            .all(|c| !c.is_running() && c.last_exit().is_some_and(|t| !restarts(policy, t.exit.code)))
+            .all(|c| {
+                !c.is_running()
+                    && c.last_exit()
+                        .is_some_and(|t| !restarts(policy, t.exit.code))
+            })
     }
 
     /// Stops containers during shutdown: regular (and init) containers first, all at once; then
@@ -553,7 +663,12 @@ impl PodTask {
         };
         if phase != self.phase {
             self.phase = phase;
-            self.pod_event(EventType::Normal, Reason::PhaseChanged, format!("Pod is {}", phase.as_str()), Some(phase));
+            self.pod_event(
+                EventType::Normal,
+                Reason::PhaseChanged,
+                format!("Pod is {}", phase.as_str()),
+                Some(phase),
+            );
         }
     }
 
@@ -562,22 +677,54 @@ impl PodTask {
         let uninit = status::uninitialized(&self.containers);
         let initialized = self.initialized || uninit.is_empty();
         let initialized = if initialized {
-            cond(true, (phase == Phase::Succeeded).then_some("PodCompleted"), None)
+            cond(
+                true,
+                (phase == Phase::Succeeded).then_some("PodCompleted"),
+                None,
+            )
         } else {
-            cond(false, Some("ContainersNotInitialized"), Some(format!("containers with incomplete status: [{}]", uninit.join(" "))))
+            cond(
+                false,
+                Some("ContainersNotInitialized"),
+                Some(format!(
+                    "containers with incomplete status: [{}]",
+                    uninit.join(" ")
+                )),
+            )
         };
         let unready = status::unready(&self.containers);
         let containers_ready = match phase {
             Phase::Succeeded => cond(false, Some("PodCompleted"), None),
             Phase::Failed => cond(false, Some("PodFailed"), None),
             _ if unready.is_empty() => cond(true, None, None),
-            _ => cond(false, Some("ContainersNotReady"), Some(format!("containers with unready status: [{}]", unready.join(" ")))),
+            _ => cond(
+                false,
+                Some("ContainersNotReady"),
+                Some(format!(
+                    "containers with unready status: [{}]",
+                    unready.join(" ")
+                )),
+            ),
         };
-        let gates_missing: Vec<&str> = self.spec.readiness_gates.iter().map(String::as_str).collect();
+        let gates_missing: Vec<&str> = self
+            .spec
+            .readiness_gates
+            .iter()
+            .map(String::as_str)
+            .collect();
         let ready = if !containers_ready.status {
-            Condition { ..containers_ready.clone() }
+            Condition {
+                ..containers_ready.clone()
+            }
         } else if !gates_missing.is_empty() {
-            cond(false, Some("ReadinessGatesNotReady"), Some(format!("corresponding condition of pod readiness gate \"{}\" does not exist.", gates_missing[0])))
+            cond(
+                false,
+                Some("ReadinessGatesNotReady"),
+                Some(format!(
+                    "corresponding condition of pod readiness gate \"{}\" does not exist.",
+                    gates_missing[0]
+                )),
+            )
         } else {
             cond(true, None, None)
         };
@@ -615,7 +762,13 @@ impl PodTask {
             })
             .collect();
         let statuses = |init: bool| {
-            Some(self.containers.iter().filter(|c| (c.role() != Role::Regular) == init).map(Container::status).collect())
+            Some(
+                self.containers
+                    .iter()
+                    .filter(|c| (c.role() != Role::Regular) == init)
+                    .map(Container::status)
+                    .collect(),
+            )
         };
         let status = k8s::PodStatus {
             phase: Some(self.phase.as_str().into()),
@@ -628,7 +781,11 @@ impl PodTask {
             message: self.failure.as_ref().map(|f| f.1.clone()),
             ..Default::default()
         };
-        self.snapshot.send_replace(Snapshot { status, finished, deleted });
+        self.snapshot.send_replace(Snapshot {
+            status,
+            finished,
+            deleted,
+        });
     }
 
     fn cleanup(&mut self) {
@@ -638,14 +795,19 @@ impl PodTask {
             }
         }
         for (v, dir) in self.spec.volumes.iter().zip(&self.volumes) {
-            if matches!(v.source, VolumeSource::EmptyDir) {
-                if let Err(e) = std::fs::remove_dir_all(dir) {
-                    tracing::warn!(dir = %dir.display(), "cannot remove the emptyDir volume: {e}");
-                }
+            if matches!(v.source, VolumeSource::EmptyDir)
+                && let Err(e) = std::fs::remove_dir_all(dir)
+            {
+                tracing::warn!(dir = %dir.display(), "cannot remove the emptyDir volume: {e}");
             }
         }
         let _ = std::fs::remove_dir(self.pod_dir.join("volumes"));
-        self.pod_event(EventType::Normal, Reason::Deleted, format!("Pod {} (uid {}) deleted", self.spec.name, self.uid), None);
+        self.pod_event(
+            EventType::Normal,
+            Reason::Deleted,
+            format!("Pod {} (uid {}) deleted", self.spec.name, self.uid),
+            None,
+        );
         self.publish(true, true);
         self.journal.close();
     }
@@ -667,7 +829,14 @@ impl PodTask {
         });
     }
 
-    fn container_event(&self, index: usize, kind: EventType, reason: Reason, message: String, exit_code: Option<i32>) {
+    fn container_event(
+        &self,
+        index: usize,
+        kind: EventType,
+        reason: Reason,
+        message: String,
+        exit_code: Option<i32>,
+    ) {
         let c = &self.containers[index];
         self.journal.push(Event {
             time: now_micros(),
@@ -694,7 +863,12 @@ fn restarts(policy: RestartPolicy, code: i32) -> bool {
 }
 
 fn cond(status: bool, reason: Option<&'static str>, message: Option<String>) -> Condition {
-    Condition { status, reason, message, since: Timestamp::now() }
+    Condition {
+        status,
+        reason,
+        message,
+        since: Timestamp::now(),
+    }
 }
 
 async fn sleep_until(deadline: Option<Instant>) {

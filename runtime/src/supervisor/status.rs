@@ -63,7 +63,11 @@ pub(crate) fn phase(policy: RestartPolicy, containers: &[Container], terminal: b
     }
     if stopped > 0 {
         if terminal {
-            return if stopped == succeeded { Phase::Succeeded } else { Phase::Failed };
+            return if stopped == succeeded {
+                Phase::Succeeded
+            } else {
+                Phase::Failed
+            };
         }
         return match policy {
             RestartPolicy::Always => Phase::Running,
@@ -77,7 +81,10 @@ pub(crate) fn phase(policy: RestartPolicy, containers: &[Container], terminal: b
 
 /// Names of the init containers that keep the pod from being initialized (empty: initialized).
 pub(crate) fn uninitialized(containers: &[Container]) -> Vec<&str> {
-    if containers.iter().any(|c| c.role() == Role::Regular && (c.runs > 0)) {
+    if containers
+        .iter()
+        .any(|c| c.role() == Role::Regular && (c.runs > 0))
+    {
         return Vec::new();
     }
     containers
@@ -93,5 +100,9 @@ pub(crate) fn uninitialized(containers: &[Container]) -> Vec<&str> {
 
 /// Names of the sidecars and regular containers that are not ready.
 pub(crate) fn unready(containers: &[Container]) -> Vec<&str> {
-    containers.iter().filter(|c| c.role() != Role::Init && !c.ready).map(|c| &*c.name).collect()
+    containers
+        .iter()
+        .filter(|c| c.role() != Role::Init && !c.ready)
+        .map(|c| &*c.name)
+        .collect()
 }
