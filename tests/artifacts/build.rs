@@ -9,6 +9,7 @@ const GUESTS: &[(&str, &[&str])] = &[
     ("agnhost", &["wasm32-wasip1", "wasm32-wasip2"]),
     ("agnhost_term", &["wasm32-wasip1"]),
     ("imports_missing", &["wasm32-wasip1"]),
+    ("probed", &["wasm32-wasip2"]),
 ];
 
 fn main() {

@@ -2,7 +2,8 @@
 //! filled in, run on a node with short backoff, and their event timelines.
 //!
 //! In pod YAML, `{p1}` and `{p2}` stand for the `agnhost` guest built for wasip1 and wasip2, and
-//! `{term}` for the wasip1 `agnhost` that imports the termination interface.
+//! `{term}` for the wasip1 `agnhost` that imports the termination interface, `{probed}` for the
+//! wasip2 component that imports `termination` and exports `probes` and `hooks`.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -31,6 +32,7 @@ pub fn fill(yaml: &str) -> String {
         .replace("{p2}", guests::AGNHOST_P2)
         .replace("{term}", guests::AGNHOST_TERM_P1)
         .replace("{missing-import}", guests::IMPORTS_MISSING_P1)
+        .replace("{probed}", guests::PROBED_P2)
 }
 
 /// A node in a temporary state dir, and the pods made on it.
@@ -111,6 +113,34 @@ impl Timeline {
         Timeline(all)
     }
 
+    /// Waits until `container` has an event with `reason` (at most `limit`) and returns the
+    /// events up to it.
+    pub async fn until(
+        pod: &PodHandle,
+        container: &str,
+        reason: Reason,
+        limit: Duration,
+    ) -> Timeline {
+        let mut events = pod.events();
+        let mut all = Vec::new();
+        let read = async {
+            while let Some(e) = events.next().await {
+                let done = e.container.as_deref() == Some(container) && e.reason == reason;
+                all.push(e);
+                if done {
+                    return;
+                }
+            }
+        };
+        if tokio::time::timeout(limit, read).await.is_err() {
+            panic!(
+                "no {reason:?} for {container} within {limit:?}:\n{}",
+                Timeline(all)
+            );
+        }
+        Timeline(all)
+    }
+
     /// Events recorded so far, without waiting.
     pub async fn so_far(pod: &PodHandle) -> Timeline {
         let mut events = pod.events();
@@ -181,6 +211,15 @@ impl Timeline {
         self.time(b)
             .duration_since(self.time(a))
             .unwrap_or_else(|_| panic!("event {b} is before event {a}:\n{self}"))
+    }
+
+    /// The earlier / later of two events' positions by time.
+    pub fn time_index_min(&self, a: usize, b: usize) -> usize {
+        if self.time(a) <= self.time(b) { a } else { b }
+    }
+
+    pub fn time_index_max(&self, a: usize, b: usize) -> usize {
+        if self.time(a) <= self.time(b) { b } else { a }
     }
 
     pub fn exit_codes(&self, container: &str) -> Vec<i32> {

@@ -175,3 +175,268 @@ async fn kill_waits_at_least_two_seconds_after_term() {
         "{took:?}"
     );
 }
+
+fn hooks_pod(name: &str, grace: u32, env: &str, lifecycle: &str, dir: &std::path::Path) -> String {
+    format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {{ name: {name} }}
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: {grace}
+  volumes: [ {{ name: v, hostPath: {{ path: "{dir}" }} }} ]
+  containers:
+  - name: c
+    image: "{{term}}"
+    args: [on-term, "0", "50", sleep, "100000"]
+    env: {env}
+    volumeMounts: [ {{ name: v, mountPath: /probe }} ]
+    lifecycle: {lifecycle}
+"#,
+        dir = dir.display()
+    )
+}
+
+fn probe_dir(node: &TestNode) -> std::path::PathBuf {
+    let dir = node.dir.path().join("probe");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// preStop runs before TERM; TERM follows as soon as it returns.
+#[tokio::test]
+async fn pre_stop_runs_before_term() {
+    let node = TestNode::new();
+    let dir = probe_dir(&node);
+    let yaml = hooks_pod(
+        "prestop",
+        30,
+        r#"[ { name: PRE_STOP_MS, value: "300" } ]"#,
+        "{ preStop: { exec: { command: [pre-stop] } } }",
+        &dir,
+    );
+    let pod = running(&node, &yaml).await;
+    pod.delete(None);
+    let t = Timeline::collect(&pod).await;
+    let (pre, kill, exit) = (
+        t.first("c", PreStopHook),
+        t.first("c", Killing),
+        t.first("c", Exited),
+    );
+    assert!(pre < kill && kill < exit, "{t}");
+    let hook = t.between(pre, kill);
+    assert!(
+        hook >= Duration::from_millis(300) && hook < Duration::from_millis(600),
+        "{hook:?}"
+    );
+    assert_eq!(t.exit_codes("c"), [0]);
+    assert_eq!(
+        std::fs::read_to_string(dir.join("hooks.log")).unwrap(),
+        "pre-stop\n"
+    );
+}
+
+/// conformance 43: a preStop that never returns is cut off at the grace period: TERM at g,
+/// KILL at g + 2 s.
+#[tokio::test]
+async fn s43_hanging_pre_stop_gives_kill_at_grace_plus_two() {
+    let node = TestNode::new();
+    let dir = probe_dir(&node);
+    let yaml = format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {{ name: s43 }}
+spec:
+  terminationGracePeriodSeconds: 2
+  volumes: [ {{ name: v, hostPath: {{ path: "{}" }} }} ]
+  containers:
+  - name: c
+    image: "{{term}}"
+    args: [sleep, "100000"]
+    env: [ {{ name: PRE_STOP_MS, value: forever }} ]
+    volumeMounts: [ {{ name: v, mountPath: /probe }} ]
+    lifecycle: {{ preStop: {{ exec: {{ command: [pre-stop] }} }} }}
+"#,
+        dir.display()
+    );
+    let pod = running(&node, &yaml).await;
+    pod.delete(None);
+    let t = Timeline::collect(&pod).await;
+    let deleted = t.pod_positions(Terminating)[0];
+    let term = t.between(deleted, t.first("c", Killing));
+    let kill = t.between(deleted, t.first("c", Exited));
+    assert!(
+        term >= Duration::from_secs(2) && term < Duration::from_millis(2100),
+        "TERM after {term:?}"
+    );
+    assert!(
+        kill >= Duration::from_secs(4) && kill < Duration::from_millis(4100),
+        "KILL after {kill:?}"
+    );
+    assert_eq!(t.exit_codes("c"), [137]);
+}
+
+/// The sleep handler as preStop.
+#[tokio::test]
+async fn sleep_pre_stop() {
+    let node = TestNode::new();
+    let dir = probe_dir(&node);
+    let yaml = hooks_pod(
+        "sleep",
+        30,
+        "[]",
+        "{ preStop: { sleep: { seconds: 1 } } }",
+        &dir,
+    );
+    let pod = running(&node, &yaml).await;
+    pod.delete(None);
+    let t = Timeline::collect(&pod).await;
+    let hook = t.between(t.first("c", PreStopHook), t.first("c", Killing));
+    assert!(
+        hook >= Duration::from_secs(1) && hook < Duration::from_millis(1200),
+        "{hook:?}"
+    );
+}
+
+/// postStart: the container is not Running until the hook returns; a failing hook kills the
+/// container and the restart policy applies.
+#[tokio::test]
+async fn post_start_gates_running_and_failure_kills() {
+    let node = TestNode::new();
+    let dir = probe_dir(&node);
+    let yaml = hooks_pod(
+        "poststart",
+        30,
+        r#"[ { name: POST_START_MS, value: "300" } ]"#,
+        "{ postStart: { exec: { command: [post-start] } } }",
+        &dir,
+    );
+    let pod = node.start(&yaml).await;
+    let waiting = wait_for(&pod, LIMIT, |s| {
+        container(s, "c").state.as_ref().unwrap().waiting.is_some()
+    })
+    .await;
+    assert_eq!(
+        container(&waiting, "c")
+            .state
+            .clone()
+            .unwrap()
+            .waiting
+            .unwrap()
+            .reason
+            .as_deref(),
+        Some("ContainerCreating")
+    );
+    wait_for(&pod, LIMIT, |s| {
+        container(s, "c").state.as_ref().unwrap().running.is_some()
+    })
+    .await;
+    pod.delete(None);
+    let t = Timeline::collect(&pod).await;
+    let (created, hook, started) = (
+        t.first("c", Created),
+        t.first("c", PostStartHook),
+        t.first("c", Started),
+    );
+    assert!(created < hook && hook < started, "{t}");
+    assert!(t.between(created, started) >= Duration::from_millis(300));
+
+    let yaml = hooks_pod(
+        "poststartfails",
+        30,
+        r#"[ { name: POST_START_FAIL, value: "1" } ]"#,
+        "{ postStart: { exec: { command: [post-start] } } }",
+        &dir,
+    );
+    let pod = node.start(&yaml).await;
+    let status = tokio::time::timeout(LIMIT, pod.wait()).await.unwrap();
+    pod.delete(None);
+    let t = Timeline::collect(&pod).await;
+    assert!(
+        t.first("c", FailedPostStartHook) < t.first("c", Killing),
+        "{t}"
+    );
+    assert_eq!(t.count("c", Started), 0, "{t}");
+    assert!(
+        t.0[t.first("c", Killing)]
+            .message
+            .contains("FailedPostStartHook")
+    );
+    assert_eq!(
+        status.phase.as_deref(),
+        Some("Succeeded"),
+        "the guest handled TERM and exited 0"
+    );
+}
+
+/// Sidecars' preStop hooks all start together at the beginning of shutdown; TERM still goes in
+/// reverse order.
+#[tokio::test]
+async fn sidecar_pre_stops_start_together() {
+    let node = TestNode::new();
+    let dir = probe_dir(&node);
+    let sidecar = |name: &str| {
+        format!(
+            r#"  - name: {name}
+    image: "{{term}}"
+    restartPolicy: Always
+    args: [on-term, "0", "100", sleep, "100000"]
+    env: [ {{ name: PRE_STOP_MS, value: "200" }} ]
+    volumeMounts: [ {{ name: v, mountPath: /probe }} ]
+    lifecycle: {{ preStop: {{ exec: {{ command: [pre-stop] }} }} }}
+"#
+        )
+    };
+    let yaml = format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {{ name: sidecars }}
+spec:
+  restartPolicy: Never
+  volumes: [ {{ name: v, hostPath: {{ path: "{}" }} }} ]
+  initContainers:
+{}{}  containers:
+  - {{ name: r1, image: "{{p1}}", args: [sleep, "100"] }}
+"#,
+        dir.display(),
+        sidecar("s1"),
+        sidecar("s2")
+    );
+    let (t, status) = node.run(&yaml, LIMIT).await;
+    let r1 = t.first("r1", Exited);
+    let (p1, p2) = (t.first("s1", PreStopHook), t.first("s2", PreStopHook));
+    assert!(r1 < p1 && r1 < p2, "{t}");
+    assert!(
+        t.between(t.time_index_min(p1, p2), t.time_index_max(p1, p2)) < Duration::from_millis(20),
+        "{t}"
+    );
+    assert!(
+        t.first("s2", Exited) < t.first("s1", Killing),
+        "reverse order:\n{t}"
+    );
+    assert_eq!(status.phase.as_deref(), Some("Succeeded"));
+}
+
+/// A component that imports `wasmpod:pod/termination` gets TERM through its pollable and
+/// through `requested`.
+#[tokio::test]
+async fn component_receives_term() {
+    let node = TestNode::new();
+    for (name, args) in [
+        ("pollable", r#"[wait-term-pollable]"#),
+        ("requested", r#"[on-term, "3", "0", sleep, "100000"]"#),
+    ] {
+        let pod = running(&node, &yaml(name, 30, "{probed}", args)).await;
+        pod.delete(None);
+        let t = Timeline::collect(&pod).await;
+        let code = if name == "pollable" { 0 } else { 1 };
+        assert_eq!(t.exit_codes("c"), [code], "{name}\n{t}");
+        let took = t.between(t.first("c", Killing), t.first("c", Exited));
+        assert!(took < Duration::from_millis(100), "{name}: {took:?}");
+        let log = wasmpod_tests::read(&pod.log_file("c", 0));
+        assert!(log.contains("got TERM"), "{log}");
+    }
+}

@@ -12,7 +12,9 @@ use std::sync::Arc;
 
 use wasmtime::component::ResourceTable;
 use wasmtime::{ResourceLimiter, Store, UpdateDeadline};
+use wasmtime_wasi::cli::StdoutStream;
 use wasmtime_wasi::p1::WasiP1Ctx;
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{FsPerms, I32Exit, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use crate::engine::Image;
@@ -85,15 +87,15 @@ pub(crate) struct Preopen {
     pub(crate) read_only: bool,
 }
 
-/// Everything one container instance starts from.
-pub(crate) struct Launch {
+/// Everything a container's instances are made from: its image, argv, environment, mounts and
+/// limits. The main instance runs the entry point; probes and hooks run in fresh instances made
+/// from the same sandbox (Kubernetes' exec semantics: same volumes and env, not the same memory).
+pub(crate) struct Sandbox {
     pub(crate) image: Arc<Image>,
     pub(crate) argv: Vec<String>,
     pub(crate) env: Vec<(String, String)>,
     pub(crate) preopens: Vec<Preopen>,
     pub(crate) working_dir: Option<String>,
-    pub(crate) stdout: OutputSink,
-    pub(crate) stderr: OutputSink,
     pub(crate) memory_limit: usize,
     pub(crate) term: TermSignal,
 }
@@ -125,11 +127,40 @@ impl Exit {
     }
 }
 
-impl Launch {
-    fn wasi(&self) -> std::io::Result<WasiCtxBuilder> {
+/// The most output of an exec handler kept for its result message.
+const EXEC_OUTPUT: usize = 1024;
+
+/// What a handler's `exec.command[0]` resolves to in a preview1 module, besides its own name.
+fn p1_export(name: &str) -> &str {
+    match name {
+        "liveness" => "wasmpod_probe_liveness",
+        "readiness" => "wasmpod_probe_readiness",
+        "startup" => "wasmpod_probe_startup",
+        "post-start" | "post_start" => "wasmpod_post_start",
+        "pre-stop" | "pre_stop" => "wasmpod_pre_stop",
+        other => other,
+    }
+}
+
+/// The interface of a component export a handler name resolves to.
+fn p2_interface(name: &str) -> Option<&'static str> {
+    match name {
+        "liveness" | "readiness" | "startup" => Some("wasmpod:pod/probes@0.1.0"),
+        "post-start" | "pre-stop" => Some("wasmpod:pod/hooks@0.1.0"),
+        _ => None,
+    }
+}
+
+impl Sandbox {
+    fn wasi(
+        &self,
+        argv: &[String],
+        stdout: impl StdoutStream + 'static,
+        stderr: impl StdoutStream + 'static,
+    ) -> std::io::Result<WasiCtxBuilder> {
         let mut b = WasiCtxBuilder::new();
-        b.args(&self.argv).envs(&self.env);
-        b.stdout(self.stdout.clone()).stderr(self.stderr.clone());
+        b.args(argv).envs(&self.env);
+        b.stdout(stdout).stderr(stderr);
         for p in &self.preopens {
             let perms = if p.read_only {
                 FsPerms::ReadOnly
@@ -150,31 +181,37 @@ impl Launch {
         Ok(b)
     }
 
-    /// Runs the instance to its end and reports how it ended.
-    pub(crate) async fn run(self) -> Exit {
-        let mut wasi = match self.wasi() {
-            Ok(b) => b,
-            Err(e) => {
-                return Exit {
-                    code: 128,
-                    oom: false,
-                    message: Some(e.to_string()),
-                };
-            }
-        };
-        let limiter = MemoryLimiter {
+    fn limiter(&self) -> MemoryLimiter {
+        MemoryLimiter {
             limit: self.memory_limit,
             hit: false,
-        };
-        let term = self.term.clone();
+        }
+    }
+
+    /// Runs the container's entry point to its end and reports how it ended.
+    pub(crate) async fn run(&self, stdout: OutputSink, stderr: OutputSink) -> Exit {
+        match self.wasi(&self.argv, stdout, stderr) {
+            Ok(wasi) => self.run_entry(wasi).await,
+            Err(e) => Exit {
+                code: 128,
+                oom: false,
+                message: Some(e.to_string()),
+            },
+        }
+    }
+
+    async fn run_entry(&self, mut wasi: WasiCtxBuilder) -> Exit {
+        let (term, limiter) = (self.term.clone(), self.limiter());
         match &*self.image {
             Image::Module { pre, .. } => {
-                let state = P1State {
-                    wasi: wasi.build_p1(),
-                    term,
-                    limiter,
-                };
-                let mut store = Store::new(pre.module().engine(), state);
+                let mut store = Store::new(
+                    pre.module().engine(),
+                    P1State {
+                        wasi: wasi.build_p1(),
+                        term,
+                        limiter,
+                    },
+                );
                 prepare(&mut store, |s| &mut s.limiter);
                 let result = async {
                     let instance = pre.instantiate_async(&mut store).await?;
@@ -203,6 +240,101 @@ impl Launch {
                     store.data().limiter.hit,
                 )
             }
+        }
+    }
+
+    /// Runs an exec handler in a fresh instance: the export `command[0]` names when the module
+    /// has it, else the entry point with argv = `command`. `Ok` on success; the error says why
+    /// not, with what the handler printed.
+    pub(crate) async fn exec(&self, command: &[String]) -> Result<(), String> {
+        let name = command.first().map(String::as_str).unwrap_or_default();
+        let output = MemoryOutputPipe::new(EXEC_OUTPUT);
+        let mut wasi = self
+            .wasi(command, output.clone(), output.clone())
+            .map_err(|e| e.to_string())?;
+        let with_output = |message: String| {
+            let out = String::from_utf8_lossy(&output.contents())
+                .trim()
+                .to_owned();
+            if out.is_empty() {
+                message
+            } else {
+                format!("{message}: {out}")
+            }
+        };
+        let (term, limiter) = (self.term.clone(), self.limiter());
+        let called = match &*self.image {
+            Image::Module { pre, .. } => {
+                let export = p1_export(name);
+                let Some(wasmtime::ExternType::Func(_)) = pre.module().get_export(export) else {
+                    return self.exec_entry(wasi, with_output).await;
+                };
+                let mut store = Store::new(
+                    pre.module().engine(),
+                    P1State {
+                        wasi: wasi.build_p1(),
+                        term,
+                        limiter,
+                    },
+                );
+                prepare(&mut store, |s| &mut s.limiter);
+                let result = async {
+                    let instance = pre.instantiate_async(&mut store).await?;
+                    let f = instance.get_typed_func::<(), i32>(&mut store, export)?;
+                    f.call_async(&mut store, ()).await
+                }
+                .await;
+                result.map(|code| {
+                    if code == 0 {
+                        Ok(())
+                    } else {
+                        Err(format!("{export} returned {code}"))
+                    }
+                })
+            }
+            Image::Component { instance: pre, .. } => {
+                let component = pre.component();
+                let index = p2_interface(name)
+                    .and_then(|i| component.get_export_index(None, i))
+                    .and_then(|i| component.get_export_index(Some(&i), name));
+                let Some(index) = index else {
+                    return self.exec_entry(wasi, with_output).await;
+                };
+                let state = P2State {
+                    ctx: wasi.build(),
+                    table: ResourceTable::new(),
+                    term,
+                    limiter,
+                };
+                let mut store = Store::new(pre.engine(), state);
+                prepare(&mut store, |s| &mut s.limiter);
+                let result = async {
+                    let instance = pre.instantiate_async(&mut store).await?;
+                    let f =
+                        instance.get_typed_func::<(), (Result<(), String>,)>(&mut store, &index)?;
+                    f.call_async(&mut store, ()).await
+                }
+                .await;
+                result.map(|(r,)| r)
+            }
+        };
+        match called {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(message)) => Err(with_output(message)),
+            Err(e) => Err(with_output(format!("{name} trapped: {}", e.root_cause()))),
+        }
+    }
+
+    async fn exec_entry(
+        &self,
+        wasi: WasiCtxBuilder,
+        with_output: impl Fn(String) -> String,
+    ) -> Result<(), String> {
+        let exit = self.run_entry(wasi).await;
+        match (exit.code, exit.message) {
+            (0, _) => Ok(()),
+            (code, None) => Err(with_output(format!("command exited with {code}"))),
+            (code, Some(m)) => Err(with_output(format!("command exited with {code} ({m})"))),
         }
     }
 }

@@ -27,6 +27,8 @@ pub(crate) enum Image {
     },
     Component {
         pre: CommandPre<P2State>,
+        /// The same component, for calling exports other than `wasi:cli/run`.
+        instance: wasmtime::component::InstancePre<P2State>,
         handles_term: bool,
     },
 }
@@ -228,12 +230,16 @@ impl Engine {
                 let handles_term = ty
                     .imports(&self.wasmtime)
                     .any(|(name, _)| name.starts_with(crate::container::TERM_INTERFACE));
-                let pre = self.p2.instantiate_pre(&component).map_err(link_err)?;
-                let pre = CommandPre::new(pre).map_err(|e| LoadError::Link {
+                let instance = self.p2.instantiate_pre(&component).map_err(link_err)?;
+                let pre = CommandPre::new(instance.clone()).map_err(|e| LoadError::Link {
                     path: path.to_owned(),
                     message: format!("the component does not export `wasi:cli/run`: {e:#}"),
                 })?;
-                Image::Component { pre, handles_term }
+                Image::Component {
+                    pre,
+                    instance,
+                    handles_term,
+                }
             }
         };
         Ok((image, pull))

@@ -101,6 +101,33 @@ pub(crate) struct ContainerSpec {
     pub env: Vec<(String, String)>,
     pub mounts: Vec<Mount>,
     pub working_dir: Option<String>,
+    pub startup: Option<Probe>,
+    pub liveness: Option<Probe>,
+    pub readiness: Option<Probe>,
+    pub post_start: Option<Handler>,
+    pub pre_stop: Option<Handler>,
+}
+
+/// What a probe or a lifecycle hook does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Handler {
+    /// Call the export `command[0]` in a fresh instance, or run the entry point with argv = command.
+    Exec(Vec<String>),
+    /// Wait (hooks only).
+    Sleep(Duration),
+}
+
+/// A probe with the kubelet's defaults applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Probe {
+    pub handler: Handler,
+    pub initial_delay: Duration,
+    pub period: Duration,
+    pub timeout: Duration,
+    pub success_threshold: u32,
+    pub failure_threshold: u32,
+    /// Grace period for a kill this probe causes (liveness and startup only).
+    pub grace: Option<Duration>,
 }
 
 #[derive(Debug, Clone)]
@@ -526,15 +553,160 @@ fn convert_container(
             read_only: m.read_only.unwrap_or(false),
         });
     }
+    let is_regular_init = role == Role::Init;
+    let mut probe = |field: &str, p: &Option<k8s::Probe>, threshold_one: bool| {
+        let p = p.as_ref()?;
+        let at = format!("{path}.{field}");
+        if is_regular_init {
+            errors.push(FieldError::new(
+                at,
+                "not supported by init containers (only sidecars may have probes)",
+            ));
+            return None;
+        }
+        convert_probe(&at, p, threshold_one, errors)
+    };
+    let startup = probe("startupProbe", &c.startup_probe, true);
+    let liveness = probe("livenessProbe", &c.liveness_probe, true);
+    let readiness = probe("readinessProbe", &c.readiness_probe, false);
+    let mut hook = |field: &str, h: Option<&k8s::LifecycleHandler>| {
+        let h = h?;
+        let at = format!("{path}.lifecycle.{field}");
+        if is_regular_init {
+            errors.push(FieldError::new(
+                at,
+                "not supported by init containers (only sidecars may have hooks)",
+            ));
+            return None;
+        }
+        match (&h.exec, &h.sleep) {
+            (Some(exec), None) => exec_handler(&format!("{at}.exec"), exec, errors),
+            (None, Some(sleep)) if sleep.seconds >= 0 => {
+                Some(Handler::Sleep(Duration::from_secs(sleep.seconds as u64)))
+            }
+            (None, Some(sleep)) => {
+                errors.push(FieldError::new(
+                    format!("{at}.sleep.seconds"),
+                    format!("invalid value {}: must be >= 0", sleep.seconds),
+                ));
+                None
+            }
+            (None, None) => {
+                errors.push(FieldError::new(
+                    at,
+                    "must specify a handler type (exec or sleep)",
+                ));
+                None
+            }
+            (Some(_), Some(_)) => {
+                errors.push(FieldError::new(
+                    at,
+                    "may not specify more than one handler type",
+                ));
+                None
+            }
+        }
+    };
+    let lifecycle = c.lifecycle.as_ref();
+    let post_start = hook("postStart", lifecycle.and_then(|l| l.post_start.as_ref()));
+    let pre_stop = hook("preStop", lifecycle.and_then(|l| l.pre_stop.as_ref()));
     Some(ContainerSpec {
         name: c.name.clone(),
         field: path.to_owned(),
+        startup,
+        liveness,
+        readiness,
+        post_start,
+        pre_stop,
         role,
         image,
         argv,
         env,
         mounts,
         working_dir: c.working_dir.clone(),
+    })
+}
+
+fn exec_handler(
+    path: &str,
+    exec: &k8s::ExecAction,
+    errors: &mut Vec<FieldError>,
+) -> Option<Handler> {
+    match exec.command.as_deref() {
+        Some([first, ..]) if !first.is_empty() => {
+            Some(Handler::Exec(exec.command.clone().unwrap_or_default()))
+        }
+        _ => {
+            errors.push(FieldError::new(
+                format!("{path}.command"),
+                "required value: the export or argv to run",
+            ));
+            None
+        }
+    }
+}
+
+fn convert_probe(
+    path: &str,
+    p: &k8s::Probe,
+    threshold_one: bool,
+    errors: &mut Vec<FieldError>,
+) -> Option<Probe> {
+    let handler = match &p.exec {
+        Some(exec) => exec_handler(&format!("{path}.exec"), exec, errors)?,
+        None => {
+            errors.push(FieldError::new(path, "must specify a handler type (exec)"));
+            return None;
+        }
+    };
+    let mut seconds = |field: &str, value: Option<i32>, default: i32, min: i32| -> u32 {
+        let v = value.unwrap_or(default);
+        if v < min {
+            errors.push(FieldError::new(
+                format!("{path}.{field}"),
+                format!("invalid value {v}: must be >= {min}"),
+            ));
+            return default as u32;
+        }
+        v as u32
+    };
+    let initial_delay = seconds("initialDelaySeconds", p.initial_delay_seconds, 0, 0);
+    let period = seconds("periodSeconds", p.period_seconds, 10, 1);
+    let timeout = seconds("timeoutSeconds", p.timeout_seconds, 1, 1);
+    let success_threshold = seconds("successThreshold", p.success_threshold, 1, 1);
+    let failure_threshold = seconds("failureThreshold", p.failure_threshold, 3, 1);
+    if threshold_one && success_threshold != 1 {
+        errors.push(FieldError::new(
+            format!("{path}.successThreshold"),
+            format!("invalid value {success_threshold}: must be 1"),
+        ));
+    }
+    let grace = match p.termination_grace_period_seconds {
+        Some(g) if threshold_one && g >= 0 => Some(Duration::from_secs(g as u64)),
+        Some(_) if !threshold_one => {
+            errors.push(FieldError::new(
+                format!("{path}.terminationGracePeriodSeconds"),
+                "must not be set for readiness probes",
+            ));
+            None
+        }
+        Some(g) => {
+            errors.push(FieldError::new(
+                format!("{path}.terminationGracePeriodSeconds"),
+                format!("invalid value {g}: must be >= 0"),
+            ));
+            None
+        }
+        None => None,
+    };
+    Some(Probe {
+        handler,
+        initial_delay: Duration::from_secs(initial_delay.into()),
+        period: Duration::from_secs(period.into()),
+        timeout: Duration::from_secs(timeout.into()),
+        success_threshold,
+        failure_threshold,
+        grace,
     })
 }
 

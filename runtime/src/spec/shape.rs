@@ -27,6 +27,17 @@ const VOLUME_MOUNT: Shape = Object(&[
     ("mountPath", Scalar),
     ("readOnly", Scalar),
 ]);
+const EXEC: Shape = Object(&[("command", List(&Scalar))]);
+const PROBE: Shape = Object(&[
+    ("exec", EXEC),
+    ("initialDelaySeconds", Scalar),
+    ("periodSeconds", Scalar),
+    ("timeoutSeconds", Scalar),
+    ("successThreshold", Scalar),
+    ("failureThreshold", Scalar),
+    ("terminationGracePeriodSeconds", Scalar),
+]);
+const HANDLER: Shape = Object(&[("exec", EXEC), ("sleep", Object(&[("seconds", Scalar)]))]);
 const CONTAINER: Shape = Object(&[
     ("name", Scalar),
     ("image", Scalar),
@@ -36,6 +47,13 @@ const CONTAINER: Shape = Object(&[
     ("volumeMounts", List(&VOLUME_MOUNT)),
     ("restartPolicy", Scalar),
     ("workingDir", Scalar),
+    ("startupProbe", PROBE),
+    ("livenessProbe", PROBE),
+    ("readinessProbe", PROBE),
+    (
+        "lifecycle",
+        Object(&[("postStart", HANDLER), ("preStop", HANDLER)]),
+    ),
 ]);
 const VOLUME: Shape = Object(&[
     ("name", Scalar),

@@ -8,9 +8,10 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1 as k8s;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tokio::sync::{oneshot, watch};
+use tokio::task::AbortHandle;
 
 use super::backoff::Backoff;
-use crate::container::Exit;
+use crate::container::{Exit, Sandbox};
 use crate::engine::{Image, Pull};
 use crate::spec::{ContainerSpec, Role};
 
@@ -34,15 +35,34 @@ pub(crate) enum State {
     Terminated(Terminated),
 }
 
+/// Where an instance's preStop hook is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HookState {
+    NotRun,
+    Running,
+    Done,
+}
+
 /// The handle of a running instance.
 pub(crate) struct Instance {
     pub id: u64,
-    pub handles_term: bool,
+    pub sandbox: Arc<Sandbox>,
+    pub started: Instant,
     pub term: watch::Sender<bool>,
     pub kill: Option<oneshot::Sender<i32>>,
-    /// When TERM was sent, and when KILL is due.
-    pub stopping: Option<Instant>,
+    /// The postStart hook has returned (or there is none): the container counts as Running.
+    pub post_started: bool,
+    /// Once the container is being stopped (or its preStop hook started early, for sidecars):
+    /// the end of its grace period, and why.
+    pub deadline: Option<Instant>,
+    /// The container was asked to stop: TERM follows its preStop hook.
+    pub stopping: bool,
+    pub stop_reason: Option<String>,
+    pub pre_stop: HookState,
+    pub term_sent: Option<Instant>,
     pub kill_at: Option<Instant>,
+    /// Probe workers and hook runs of this instance, stopped with it.
+    pub tasks: Vec<AbortHandle>,
 }
 
 impl Instance {
@@ -51,6 +71,19 @@ impl Instance {
         if let Some(kill) = self.kill.take() {
             let _ = kill.send(code);
         }
+    }
+
+    /// Stops the probe workers (the pod is terminating, or the instance is gone).
+    pub fn stop_tasks(&mut self) {
+        for task in self.tasks.drain(..) {
+            task.abort();
+        }
+    }
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        self.stop_tasks();
     }
 }
 
@@ -107,6 +140,11 @@ impl Container {
 
     pub fn is_running(&self) -> bool {
         matches!(self.state, State::Running { .. })
+    }
+
+    /// Whether an instance exists (running, or still in its postStart hook).
+    pub fn alive(&self) -> bool {
+        self.instance.is_some()
     }
 
     /// The newest terminated instance: the current state, or the last one while waiting.

@@ -8,6 +8,7 @@
 
 mod backoff;
 mod container;
+mod probe;
 mod status;
 
 use std::path::PathBuf;
@@ -20,10 +21,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tokio::sync::{mpsc, oneshot, watch};
 
 pub use backoff::BackoffOptions;
-use container::{Container, Instance, State, Terminated};
+use container::{Container, HookState, Instance, State, Terminated};
+use probe::{HookKind, ProbeKind};
 use status::Phase;
 
-use crate::container::{EXIT_KILLED, EXIT_TERMINATED, Exit, Launch, Preopen, TermSignal};
+use crate::container::{EXIT_KILLED, EXIT_TERMINATED, Exit, Preopen, Sandbox, TermSignal};
 use crate::engine::{Engine, Image, LoadError, Pull};
 use crate::events::{Event, EventType, Journal, Reason, now_micros};
 use crate::output::{PodOutput, Stream};
@@ -50,8 +52,27 @@ pub(crate) struct Snapshot {
 }
 
 pub(crate) enum Msg {
-    Exited { index: usize, id: u64, exit: Exit },
-    Delete { grace: Option<Duration> },
+    Exited {
+        index: usize,
+        id: u64,
+        exit: Exit,
+    },
+    Delete {
+        grace: Option<Duration>,
+    },
+    Hook {
+        index: usize,
+        id: u64,
+        hook: HookKind,
+        result: Result<(), String>,
+    },
+    Probe {
+        index: usize,
+        id: u64,
+        kind: ProbeKind,
+        failure: Option<String>,
+        verdict: Option<bool>,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,6 +87,7 @@ enum ShutdownCause {
 struct Shutdown {
     cause: ShutdownCause,
     deadline: Instant,
+    /// Asked with a zero grace period: kill without TERM or hooks.
     force: bool,
 }
 
@@ -207,16 +229,37 @@ impl PodTask {
         match msg {
             Msg::Exited { index, id, exit } => self.exited(index, id, exit),
             Msg::Delete { grace } => self.delete(grace),
+            Msg::Hook {
+                index,
+                id,
+                hook,
+                result,
+            } => self.hook_done(index, id, hook, result),
+            Msg::Probe {
+                index,
+                id,
+                kind,
+                failure,
+                verdict,
+            } => self.probed(index, id, kind, failure, verdict),
         }
+    }
+
+    /// The instance `id` of container `index`, if it is still the live one.
+    fn instance(&mut self, index: usize, id: u64) -> Option<&mut Instance> {
+        self.containers[index]
+            .instance
+            .as_mut()
+            .filter(|i| i.id == id)
     }
 
     // ---- transitions -------------------------------------------------------------------------
 
     fn exited(&mut self, index: usize, id: u64, exit: Exit) {
-        let c = &mut self.containers[index];
-        if c.instance.as_ref().map(|i| i.id) != Some(id) {
+        if self.instance(index, id).is_none() {
             return;
         }
+        let c = &mut self.containers[index];
         c.instance = None;
         let started_at = match c.state {
             State::Running { started_at } => started_at,
@@ -253,25 +296,21 @@ impl PodTask {
                 if now + grace < s.deadline {
                     s.deadline = now + grace;
                     s.force |= grace.is_zero();
-                    for c in &mut self.containers {
-                        if let Some(i) = &mut c.instance {
-                            i.kill_at = i.kill_at.map(|k| {
-                                k.min((now + grace).max(i.stopping.unwrap_or(now) + MIN_GRACE))
-                            });
-                            if grace.is_zero() {
-                                i.kill_at = Some(now);
-                            }
+                    let force = s.force;
+                    for i in 0..self.containers.len() {
+                        if self.containers[i]
+                            .instance
+                            .as_ref()
+                            .is_some_and(|inst| inst.deadline.is_some())
+                        {
+                            self.stop(i, grace, force, None);
                         }
                     }
                 }
             }
             None => {
-                self.pod_event(
-                    EventType::Normal,
-                    Reason::Terminating,
-                    format!("Deleting pod with grace period {}s", grace.as_secs()),
-                    None,
-                );
+                let message = format!("Deleting pod with grace period {}s", grace.as_secs());
+                self.pod_event(EventType::Normal, Reason::Terminating, message, None);
                 self.begin_shutdown(ShutdownCause::Deleted, grace);
             }
         }
@@ -286,39 +325,311 @@ impl PodTask {
             deadline: Instant::now() + grace,
             force: grace.is_zero(),
         });
-        for c in &mut self.containers {
+        for i in 0..self.containers.len() {
+            let c = &mut self.containers[i];
             c.retry_at = None;
+            // While the pod terminates, liveness and startup stop and readiness turns false.
+            if let Some(instance) = &mut c.instance {
+                instance.stop_tasks();
+            }
+            if c.ready {
+                c.ready = false;
+                self.container_event(
+                    i,
+                    EventType::Normal,
+                    Reason::NotReady,
+                    "Pod is terminating".into(),
+                    None,
+                );
+            }
         }
     }
 
-    /// Sends TERM to a running container (or stops it at once when it does not handle TERM).
-    fn stop(&mut self, index: usize) {
-        let Some(shutdown) = self.shutdown else {
-            return;
-        };
+    /// Stops a container within `grace`: its preStop hook first (bounded by the grace period),
+    /// then TERM, then KILL when the grace period is over, never sooner than 2 s after TERM.
+    /// `force` kills at once. Called again, it can only shorten the grace period.
+    fn stop(&mut self, index: usize, grace: Duration, force: bool, reason: Option<String>) {
         let now = Instant::now();
+        let has_pre_stop = self.containers[index].spec.pre_stop.is_some();
         let Some(instance) = &mut self.containers[index].instance else {
             return;
         };
-        if instance.stopping.is_some() {
+        let deadline = instance
+            .deadline
+            .map_or(now + grace, |d| d.min(now + grace));
+        instance.deadline = Some(deadline);
+        instance.stopping = true;
+        if reason.is_some() {
+            instance.stop_reason = reason;
+        }
+        if force {
+            instance.kill(EXIT_KILLED);
             return;
         }
-        instance.stopping = Some(now);
-        let grace = shutdown.deadline.saturating_duration_since(now);
-        if shutdown.force {
-            instance.kill(EXIT_KILLED);
-        } else if instance.handles_term {
+        if let Some(sent) = instance.term_sent {
+            instance.kill_at = instance
+                .kill_at
+                .map(|k| k.min(deadline.max(sent + MIN_GRACE)));
+            return;
+        }
+        match instance.pre_stop {
+            HookState::NotRun if has_pre_stop => self.start_pre_stop(index),
+            HookState::Running => {} // TERM follows when it returns, or at the deadline
+            _ => self.send_term(index),
+        }
+    }
+
+    fn start_pre_stop(&mut self, index: usize) {
+        let Some(handler) = self.containers[index].spec.pre_stop.clone() else {
+            return;
+        };
+        let Some(instance) = &mut self.containers[index].instance else {
+            return;
+        };
+        if instance.pre_stop != HookState::NotRun {
+            return;
+        }
+        instance.pre_stop = HookState::Running;
+        let deadline = instance
+            .deadline
+            .unwrap_or_else(|| Instant::now() + self.spec.grace_period);
+        let timeout = deadline.saturating_duration_since(Instant::now());
+        let (sandbox, id, tx) = (instance.sandbox.clone(), instance.id, self.tx.clone());
+        let task = tokio::spawn(async move {
+            let result = probe::run_handler(&handler, &sandbox, timeout).await;
+            let _ = tx.send(Msg::Hook {
+                index,
+                id,
+                hook: HookKind::PreStop,
+                result,
+            });
+        });
+        instance.tasks.push(task.abort_handle());
+        self.container_event(
+            index,
+            EventType::Normal,
+            Reason::PreStopHook,
+            "Running preStop hook".into(),
+            None,
+        );
+    }
+
+    /// Sends TERM (or stops the container at once when it does not handle TERM).
+    fn send_term(&mut self, index: usize) {
+        let now = Instant::now();
+        let handles_term = self.containers[index]
+            .instance
+            .as_ref()
+            .is_some_and(|i| i.sandbox.image.handles_term());
+        let name = self.containers[index].name.clone();
+        let Some(instance) = &mut self.containers[index].instance else {
+            return;
+        };
+        if instance.term_sent.is_some() {
+            return;
+        }
+        instance.term_sent = Some(now);
+        let remaining = instance
+            .deadline
+            .map_or(Duration::ZERO, |d| d.saturating_duration_since(now));
+        if handles_term {
             let _ = instance.term.send(true);
-            instance.kill_at = Some(now + grace.max(MIN_GRACE));
+            instance.kill_at = Some(now + remaining.max(MIN_GRACE));
         } else {
             instance.kill(EXIT_TERMINATED);
         }
+        let why = instance
+            .stop_reason
+            .as_deref()
+            .map(|r| format!(" ({r})"))
+            .unwrap_or_default();
         let message = format!(
-            "Stopping container {} with grace period {}s",
-            self.containers[index].name,
-            whole_seconds(grace)
+            "Stopping container {name}{why} with grace period {}s",
+            whole_seconds(remaining)
         );
         self.container_event(index, EventType::Normal, Reason::Killing, message, None);
+    }
+
+    fn hook_done(&mut self, index: usize, id: u64, hook: HookKind, result: Result<(), String>) {
+        let Some(instance) = self.instance(index, id) else {
+            return;
+        };
+        match hook {
+            HookKind::PreStop => {
+                instance.pre_stop = HookState::Done;
+                let stopping = instance.stopping;
+                if let Err(e) = result {
+                    self.container_event(
+                        index,
+                        EventType::Warning,
+                        Reason::FailedPreStopHook,
+                        format!("PreStopHook failed: {e}"),
+                        None,
+                    );
+                }
+                // A sidecar whose hook started with the shutdown still waits for its turn.
+                if stopping {
+                    self.send_term(index);
+                }
+            }
+            HookKind::PostStart => match result {
+                Ok(()) => {
+                    self.container_event(
+                        index,
+                        EventType::Normal,
+                        Reason::PostStartHook,
+                        "postStart hook succeeded".into(),
+                        None,
+                    );
+                    self.running(index);
+                }
+                Err(e) => {
+                    let message = format!("PostStartHook failed: {e}");
+                    self.container_event(
+                        index,
+                        EventType::Warning,
+                        Reason::FailedPostStartHook,
+                        message,
+                        None,
+                    );
+                    let grace = self.spec.grace_period;
+                    self.stop(
+                        index,
+                        grace,
+                        grace.is_zero(),
+                        Some("FailedPostStartHook".into()),
+                    );
+                }
+            },
+        }
+    }
+
+    fn probed(
+        &mut self,
+        index: usize,
+        id: u64,
+        kind: ProbeKind,
+        failure: Option<String>,
+        verdict: Option<bool>,
+    ) {
+        if self.shutdown.is_some() || self.instance(index, id).is_none() {
+            return;
+        }
+        if let Some(why) = failure {
+            self.container_event(
+                index,
+                EventType::Warning,
+                Reason::Unhealthy,
+                format!("{} probe failed: {why}", kind.name()),
+                None,
+            );
+        }
+        let Some(ok) = verdict else { return };
+        let c = &mut self.containers[index];
+        match (kind, ok) {
+            (ProbeKind::Startup, true) => {
+                c.started = true;
+                self.container_event(
+                    index,
+                    EventType::Normal,
+                    Reason::StartupSucceeded,
+                    "Startup probe succeeded".into(),
+                    None,
+                );
+                self.spawn_probes(index, &[ProbeKind::Liveness, ProbeKind::Readiness]);
+            }
+            (ProbeKind::Readiness, ready) => {
+                c.ready = ready;
+                let reason = if ready {
+                    Reason::Ready
+                } else {
+                    Reason::NotReady
+                };
+                self.container_event(
+                    index,
+                    EventType::Normal,
+                    reason,
+                    format!(
+                        "Readiness probe {}",
+                        if ready { "succeeded" } else { "failed" }
+                    ),
+                    None,
+                );
+            }
+            (_, false) => {
+                let probe = if kind == ProbeKind::Startup {
+                    &c.spec.startup
+                } else {
+                    &c.spec.liveness
+                };
+                let grace = probe
+                    .as_ref()
+                    .and_then(|p| p.grace)
+                    .unwrap_or(self.spec.grace_period);
+                let why = format!(
+                    "failed {} probe, will be restarted",
+                    kind.name().to_lowercase()
+                );
+                self.stop(index, grace, grace.is_zero(), Some(why));
+            }
+            (ProbeKind::Liveness, true) => {}
+        }
+    }
+
+    /// The container counts as Running (its postStart hook, if any, returned): it is started
+    /// and ready unless probes say otherwise, and its probes begin.
+    fn running(&mut self, index: usize) {
+        let c = &mut self.containers[index];
+        let Some(instance) = &mut c.instance else {
+            return;
+        };
+        instance.post_started = true;
+        c.state = State::Running {
+            started_at: Timestamp::now(),
+        };
+        c.started = c.spec.startup.is_none();
+        c.ready = c.started && c.spec.readiness.is_none();
+        let name = c.name.clone();
+        self.container_event(
+            index,
+            EventType::Normal,
+            Reason::Started,
+            format!("Started container {name}"),
+            None,
+        );
+        if self.containers[index].spec.startup.is_some() {
+            self.spawn_probes(index, &[ProbeKind::Startup]);
+        } else {
+            self.spawn_probes(index, &[ProbeKind::Liveness, ProbeKind::Readiness]);
+        }
+    }
+
+    fn spawn_probes(&mut self, index: usize, kinds: &[ProbeKind]) {
+        let c = &mut self.containers[index];
+        let Some(instance) = &mut c.instance else {
+            return;
+        };
+        for &kind in kinds {
+            let probe = match kind {
+                ProbeKind::Startup => &c.spec.startup,
+                ProbeKind::Liveness => &c.spec.liveness,
+                ProbeKind::Readiness => &c.spec.readiness,
+            };
+            let Some(probe) = probe.clone() else { continue };
+            let target = probe::Target {
+                index,
+                id: instance.id,
+                tx: self.tx.clone(),
+            };
+            let task = tokio::spawn(probe::worker(
+                kind,
+                probe,
+                instance.sandbox.clone(),
+                instance.started,
+                target,
+            ));
+            instance.tasks.push(task.abort_handle());
+        }
     }
 
     async fn start(&mut self, index: usize) {
@@ -331,29 +642,25 @@ impl PodTask {
         }
         if let Some(finished) = c.last_exit().map(|t| t.finished) {
             if let Some(until) = c.backoff.wait_until(finished, now, &options) {
-                if let State::Terminated(t) = std::mem::replace(
-                    &mut c.state,
-                    State::Waiting {
-                        reason: "CrashLoopBackOff",
-                        message: None,
-                    },
-                ) {
+                let waiting = State::Waiting {
+                    reason: "CrashLoopBackOff",
+                    message: None,
+                };
+                if let State::Terminated(t) = std::mem::replace(&mut c.state, waiting) {
                     c.last_state = Some(t);
                 }
-                let delay = until - finished;
+                let delay = fmt_duration(until - finished);
                 c.state = State::Waiting {
                     reason: "CrashLoopBackOff",
                     message: Some(format!(
-                        "back-off {} restarting failed container={} pod={pod}",
-                        fmt_duration(delay),
+                        "back-off {delay} restarting failed container={} pod={pod}",
                         c.name
                     )),
                 };
                 c.retry_at = Some(until);
                 let message = format!(
-                    "Back-off restarting failed container {} in pod {pod} (delay {})",
-                    c.name,
-                    fmt_duration(delay)
+                    "Back-off restarting failed container {} in pod {pod} (delay {delay})",
+                    c.name
                 );
                 self.container_event(index, EventType::Warning, Reason::BackOff, message, None);
                 return;
@@ -376,13 +683,11 @@ impl PodTask {
                 c.load_failed_at = Some(now);
                 let until = until.unwrap_or(now + options.initial);
                 c.retry_at = Some(until);
-                if let State::Terminated(t) = std::mem::replace(
-                    &mut c.state,
-                    State::Waiting {
-                        reason: "ImagePullBackOff",
-                        message: Some(e.to_string()),
-                    },
-                ) {
+                let waiting = State::Waiting {
+                    reason: "ImagePullBackOff",
+                    message: Some(e.to_string()),
+                };
+                if let State::Terminated(t) = std::mem::replace(&mut c.state, waiting) {
                     c.last_state = Some(t);
                 }
                 let message = format!(
@@ -409,18 +714,16 @@ impl PodTask {
         if c.runs > 0 {
             c.restart_count += 1;
         }
-        if let State::Terminated(t) = std::mem::replace(
-            &mut c.state,
-            State::Running {
-                started_at: Timestamp::now(),
-            },
-        ) {
+        let creating = State::Waiting {
+            reason: "ContainerCreating",
+            message: None,
+        };
+        if let State::Terminated(t) = std::mem::replace(&mut c.state, creating) {
             c.last_state = Some(t);
         }
         let (term_tx, term_rx) = watch::channel(false);
         let (kill_tx, kill_rx) = oneshot::channel();
-        let handles_term = image.handles_term();
-        let launch = Launch {
+        let sandbox = Arc::new(Sandbox {
             image,
             argv: c.spec.argv.clone(),
             env: c.spec.env.clone(),
@@ -435,23 +738,31 @@ impl PodTask {
                 })
                 .collect(),
             working_dir: c.spec.working_dir.clone(),
-            stdout: self.output.sink(&c.name, c.restart_count, Stream::Stdout),
-            stderr: self.output.sink(&c.name, c.restart_count, Stream::Stderr),
             memory_limit: self.node.memory_limit,
             term: TermSignal(term_rx),
-        };
+        });
+        let stdout = self.output.sink(&c.name, c.restart_count, Stream::Stdout);
+        let stderr = self.output.sink(&c.name, c.restart_count, Stream::Stderr);
         self.instances += 1;
         let id = self.instances;
         c.instance = Some(Instance {
             id,
-            handles_term,
+            sandbox: sandbox.clone(),
+            started: Instant::now(),
             term: term_tx,
             kill: Some(kill_tx),
-            stopping: None,
+            post_started: false,
+            deadline: None,
+            stopping: false,
+            stop_reason: None,
+            pre_stop: HookState::NotRun,
+            term_sent: None,
             kill_at: None,
+            tasks: Vec::new(),
         });
         c.runs += 1;
         let name = c.name.clone();
+        let post_start = c.spec.post_start.clone();
         self.container_event(
             index,
             EventType::Normal,
@@ -460,24 +771,33 @@ impl PodTask {
             None,
         );
         let tx = self.tx.clone();
+        let main = sandbox.clone();
         tokio::spawn(async move {
             let exit = tokio::select! {
-                exit = launch.run() => exit,
+                exit = main.run(stdout, stderr) => exit,
                 code = kill_rx => Exit::code(code.unwrap_or(EXIT_KILLED)),
             };
             let _ = tx.send(Msg::Exited { index, id, exit });
         });
-        // Without probes a container counts as started and ready as soon as it runs.
-        let c = &mut self.containers[index];
-        c.started = true;
-        c.ready = true;
-        self.container_event(
-            index,
-            EventType::Normal,
-            Reason::Started,
-            format!("Started container {name}"),
-            None,
-        );
+        match post_start {
+            // The container is not Running until its postStart hook returns.
+            Some(handler) => {
+                let (tx, timeout) = (self.tx.clone(), self.spec.grace_period.max(MIN_GRACE));
+                let task = tokio::spawn(async move {
+                    let result = probe::run_handler(&handler, &sandbox, timeout).await;
+                    let _ = tx.send(Msg::Hook {
+                        index,
+                        id,
+                        hook: HookKind::PostStart,
+                        result,
+                    });
+                });
+                if let Some(instance) = &mut self.containers[index].instance {
+                    instance.tasks.push(task.abort_handle());
+                }
+            }
+            None => self.running(index),
+        }
     }
 
     async fn load(&self, index: usize) -> Result<(Arc<Image>, Pull), LoadError> {
@@ -497,11 +817,15 @@ impl PodTask {
     /// Decides and applies what should happen now, like the kubelet's `computePodActions`.
     async fn sync(&mut self) {
         let now = Instant::now();
-        for c in &mut self.containers {
-            if let Some(i) = &mut c.instance
-                && i.kill_at.is_some_and(|t| t <= now)
-            {
+        for index in 0..self.containers.len() {
+            let Some(i) = &mut self.containers[index].instance else {
+                continue;
+            };
+            if i.kill_at.is_some_and(|t| t <= now) {
                 i.kill(EXIT_KILLED);
+            } else if i.stopping && i.term_sent.is_none() && i.deadline.is_some_and(|d| d <= now) {
+                // a preStop hook that outlived the grace period: TERM now, KILL 2 s later
+                self.send_term(index);
             }
         }
         if self.shutdown.is_none()
@@ -602,29 +926,46 @@ impl PodTask {
             .iter()
             .filter(|c| c.role() == Role::Regular)
             .all(|c| {
-                !c.is_running()
+                !c.alive()
                     && c.last_exit()
                         .is_some_and(|t| !restarts(policy, t.exit.code))
             })
     }
 
-    /// Stops containers during shutdown: regular (and init) containers first, all at once; then
-    /// sidecars one by one in reverse order, each once every later one has exited.
+    /// Stops containers during shutdown: the sidecars' preStop hooks all start at once; regular
+    /// (and init) containers are stopped together; then the sidecars one by one in reverse
+    /// order, each once every later one has exited, all within the pod's grace period.
     fn stop_containers(&mut self) {
-        let mut others_running = false;
+        let Some(shutdown) = self.shutdown else {
+            return;
+        };
+        let now = Instant::now();
+        let remaining = shutdown.deadline.saturating_duration_since(now);
         for i in 0..self.containers.len() {
-            if self.containers[i].role() != Role::Sidecar && self.containers[i].is_running() {
-                others_running = true;
-                self.stop(i);
+            let c = &mut self.containers[i];
+            if c.role() == Role::Sidecar && c.spec.pre_stop.is_some() && !shutdown.force {
+                if let Some(instance) = &mut c.instance
+                    && instance.deadline.is_none()
+                {
+                    instance.deadline = Some(shutdown.deadline);
+                }
+                self.start_pre_stop(i);
             }
         }
-        let deadline_passed = self.shutdown.is_some_and(|s| Instant::now() >= s.deadline);
-        if others_running && !deadline_passed {
+        let mut others_alive = false;
+        for i in 0..self.containers.len() {
+            if self.containers[i].role() != Role::Sidecar && self.containers[i].alive() {
+                others_alive = true;
+                self.stop(i, remaining, shutdown.force, None);
+            }
+        }
+        let deadline_passed = now >= shutdown.deadline;
+        if others_alive && !deadline_passed {
             return;
         }
         for i in (0..self.containers.len()).rev() {
-            if self.containers[i].role() == Role::Sidecar && self.containers[i].is_running() {
-                self.stop(i);
+            if self.containers[i].role() == Role::Sidecar && self.containers[i].alive() {
+                self.stop(i, remaining, shutdown.force, None);
                 if !deadline_passed {
                     break;
                 }
@@ -633,7 +974,7 @@ impl PodTask {
     }
 
     fn finished(&self) -> bool {
-        self.shutdown.is_some() && self.containers.iter().all(|c| c.instance.is_none())
+        self.shutdown.is_some() && self.containers.iter().all(|c| !c.alive())
     }
 
     fn next_deadline(&self) -> Option<Instant> {
@@ -645,7 +986,10 @@ impl PodTask {
         };
         for c in &self.containers {
             consider(c.retry_at);
-            consider(c.instance.as_ref().and_then(|i| i.kill_at));
+            if let Some(i) = &c.instance {
+                consider(i.kill_at);
+                consider(i.deadline.filter(|_| i.stopping && i.term_sent.is_none()));
+            }
         }
         match self.shutdown {
             Some(s) => consider(Some(s.deadline)),

@@ -133,7 +133,7 @@ fn fail(message: &str) -> ! {
 }
 
 #[inline(never)]
-fn spin() -> ! {
+pub(crate) fn spin() -> ! {
     let mut x: u64 = 0;
     loop {
         x = std::hint::black_box(x.wrapping_add(1));
@@ -145,4 +145,79 @@ fn trap() -> ! {
     core::arch::wasm32::unreachable();
     #[cfg(not(target_family = "wasm"))]
     std::process::abort()
+}
+
+/// Probe and hook handlers driven by files, shared by the preview1 exports and the preview2
+/// `probed` component. `$PROBE_DIR` (default `/probe`) holds the files:
+/// - probe KIND succeeds while `$PROBE_DIR/KIND` exists; `KIND.hang` makes it never return;
+/// - each hook appends its name to `$PROBE_DIR/hooks.log` and then waits `$PRE_STOP_MS` or
+///   `$POST_START_MS` (`forever` never returns); `$POST_START_FAIL` makes postStart fail.
+pub mod handlers {
+    use std::time::Duration;
+
+    fn dir() -> String {
+        std::env::var("PROBE_DIR").unwrap_or_else(|_| "/probe".into())
+    }
+
+    pub fn probe(kind: &str) -> Result<(), String> {
+        let dir = dir();
+        if std::fs::metadata(format!("{dir}/{kind}.hang")).is_ok() {
+            super::spin();
+        }
+        match std::fs::metadata(format!("{dir}/{kind}")) {
+            Ok(_) => Ok(()),
+            Err(e) => Err(format!("{dir}/{kind}: {e}")),
+        }
+    }
+
+    pub fn hook(name: &str, wait_var: &str) -> Result<(), String> {
+        super::append(&format!("{}/hooks.log", dir()), name);
+        match std::env::var(wait_var).as_deref() {
+            Ok("forever") => loop {
+                std::thread::sleep(Duration::from_secs(3600));
+            },
+            Ok(ms) => std::thread::sleep(Duration::from_millis(ms.parse().unwrap_or(0))),
+            Err(_) => {}
+        }
+        if name == "post-start" && std::env::var("POST_START_FAIL").is_ok() {
+            return Err("POST_START_FAIL is set".into());
+        }
+        Ok(())
+    }
+}
+
+/// Defines the preview1 exports `wasmpod_probe_*`, `wasmpod_post_start`, `wasmpod_pre_stop`.
+#[macro_export]
+macro_rules! p1_exports {
+    () => {
+        fn __code(r: Result<(), String>) -> i32 {
+            match r {
+                Ok(()) => 0,
+                Err(e) => {
+                    eprintln!("{e}");
+                    1
+                }
+            }
+        }
+        #[unsafe(no_mangle)]
+        pub extern "C" fn wasmpod_probe_liveness() -> i32 {
+            __code($crate::handlers::probe("liveness"))
+        }
+        #[unsafe(no_mangle)]
+        pub extern "C" fn wasmpod_probe_readiness() -> i32 {
+            __code($crate::handlers::probe("readiness"))
+        }
+        #[unsafe(no_mangle)]
+        pub extern "C" fn wasmpod_probe_startup() -> i32 {
+            __code($crate::handlers::probe("startup"))
+        }
+        #[unsafe(no_mangle)]
+        pub extern "C" fn wasmpod_post_start() -> i32 {
+            __code($crate::handlers::hook("post-start", "POST_START_MS"))
+        }
+        #[unsafe(no_mangle)]
+        pub extern "C" fn wasmpod_pre_stop() -> i32 {
+            __code($crate::handlers::hook("pre-stop", "PRE_STOP_MS"))
+        }
+    };
 }

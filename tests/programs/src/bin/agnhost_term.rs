@@ -1,4 +1,6 @@
 //! The scriptable guest with the preview1 termination import: it keeps its grace period.
+wasmpod_test_programs::p1_exports!();
+
 #[link(wasm_import_module = "wasmpod")]
 unsafe extern "C" {
     fn termination_requested() -> i32;
