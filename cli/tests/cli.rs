@@ -360,6 +360,71 @@ spec:
     assert_eq!(events[pos("Exited")]["exitCode"], 143);
 }
 
+/// A second Ctrl-C (SIGTERM) forces the deletion: a guest that ignores TERM is killed at once
+/// instead of at the end of its grace period.
+#[cfg(unix)]
+#[test]
+fn second_signal_forces() {
+    let dir = Dir::new();
+    let pod = dir.write(
+        "pod.yaml",
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: { name: stubborn }
+spec:
+  terminationGracePeriodSeconds: 60
+  containers:
+  - { name: c, image: "{term}", args: [print, started, sleep, "100000"] }
+"#,
+    );
+    let st = dir.path("status.json");
+    let mut child = dir
+        .wasmpod()
+        .args([
+            "run",
+            "--state-dir",
+            dir.path("state").to_str().unwrap(),
+            "--cache-dir",
+        ])
+        .arg(wasmpod_tests::shared_cache())
+        .args(["--status", st.to_str().unwrap()])
+        .arg(&pod)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+    let kill = || {
+        Command::new("kill")
+            .arg("-TERM")
+            .arg(child.id().to_string())
+            .status()
+            .unwrap()
+    };
+    let sent = Instant::now();
+    kill();
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        std::fs::metadata(&st).is_err(),
+        "still in its grace period after the first signal"
+    );
+    kill();
+    let status = child.wait().unwrap();
+    assert!(
+        sent.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        sent.elapsed()
+    );
+    assert_eq!(status.code(), Some(1));
+    let status: Value = serde_json::from_str(&std::fs::read_to_string(&st).unwrap()).unwrap();
+    assert_eq!(
+        status["containerStatuses"][0]["state"]["terminated"]["exitCode"],
+        137
+    );
+}
+
 #[test]
 fn validate_accepts_a_good_pod() {
     let dir = Dir::new();

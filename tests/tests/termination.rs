@@ -440,3 +440,42 @@ async fn component_receives_term() {
         assert!(log.contains("got TERM"), "{log}");
     }
 }
+
+/// A pod deleted while still initialising does not wait for sidecars that never started.
+#[tokio::test]
+async fn deleted_while_initialising() {
+    let node = TestNode::new();
+    let pod = node
+        .start(
+            r#"
+apiVersion: v1
+kind: Pod
+metadata: { name: initialising }
+spec:
+  initContainers:
+  - { name: i1, image: "{p1}", args: [sleep, "100000"] }
+  - { name: s1, image: "{term}", restartPolicy: Always, args: [sleep, "100000"] }
+  containers:
+  - { name: r1, image: "{p1}", args: [sleep, "100000"] }
+"#,
+        )
+        .await;
+    wait_for(&pod, LIMIT, |s| {
+        container(s, "i1").state.as_ref().unwrap().running.is_some()
+    })
+    .await;
+    let asked = std::time::Instant::now();
+    pod.delete(None);
+    let t = Timeline::collect(&pod).await;
+    assert!(
+        asked.elapsed() < Duration::from_millis(200),
+        "{:?}",
+        asked.elapsed()
+    );
+    assert_eq!(t.exit_codes("i1"), [143]);
+    assert_eq!(
+        t.count("s1", Started) + t.count("s1", Killing) + t.count("r1", Started),
+        0,
+        "{t}"
+    );
+}

@@ -17,7 +17,7 @@ use crate::container::{P1State, P2State};
 use cache::CompileCache;
 
 /// How often the epoch advances: the longest a guest runs before yielding to the scheduler.
-pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(5);
+pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(1);
 
 /// A loaded container image: a pre-linked module or component, shared by every pod that runs it.
 pub(crate) enum Image {

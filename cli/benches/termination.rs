@@ -1,0 +1,134 @@
+//! Termination latency: TERM -> exit for a guest that does not handle TERM (default action) and
+//! for one that exits on TERM, and grace deadline -> exit for a guest that ignores TERM (KILL
+//! through epoch interruption), while computing and while blocked in a host call.
+//!
+//! `cargo bench -p wasmpod-cli --bench termination` prints p50/p99 and writes
+//! `target/wasmpod-bench/termination.json`.
+
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use serde_json::json;
+use wasmpod::{Event, Node, NodeOptions, PodHandle, PodOptions, PodSpec, Reason};
+
+const PODS: usize = 200;
+
+fn time(e: &Event) -> SystemTime {
+    let t: wasmpod::k8s_openapi::jiff::Timestamp = e.time.parse().unwrap();
+    SystemTime::from(t)
+}
+
+fn yaml(name: &str, grace: u32, image: &str, args: &str) -> String {
+    wasmpod_tests::fill(&format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{ name: {name} }}\nspec:\n  terminationGracePeriodSeconds: {grace}\n  containers:\n  - {{ name: c, image: \"{image}\", args: {args} }}\n"
+    ))
+}
+
+/// Starts `n` pods, deletes them all once running, and returns for each the time from TERM
+/// (`Killing`) plus `offset` to `Exited`.
+async fn measure(node: &Node, dir: &Path, n: usize, yaml: &str, offset: Duration) -> Vec<Duration> {
+    let spec = PodSpec::from_yaml(yaml, dir).unwrap();
+    let mut pods: Vec<PodHandle> = Vec::new();
+    for _ in 0..n {
+        let pod = node
+            .create_pod(spec.clone(), PodOptions::default())
+            .await
+            .unwrap();
+        pod.wait_until(|s| {
+            s.container_statuses
+                .iter()
+                .flatten()
+                .all(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
+        })
+        .await;
+        pods.push(pod);
+    }
+    for pod in &pods {
+        pod.delete(None);
+    }
+    let mut samples = Vec::new();
+    for pod in pods {
+        let mut events = pod.events();
+        let (mut term, mut exit) = (None, None);
+        while let Some(e) = events.next().await {
+            match e.reason {
+                Reason::Killing => term = Some(time(&e)),
+                Reason::Exited => exit = Some(time(&e)),
+                _ => {}
+            }
+        }
+        let due = term.unwrap() + offset;
+        samples.push(
+            exit.unwrap()
+                .duration_since(due)
+                .unwrap_or_else(|e| panic!("exited {:?} before its deadline", e.duration())),
+        );
+    }
+    samples.sort();
+    samples
+}
+
+fn pct(s: &[Duration], p: f64) -> Duration {
+    s[((s.len() - 1) as f64 * p).round() as usize]
+}
+
+#[tokio::main]
+async fn main() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::new(
+        NodeOptions::default()
+            .state_dir(dir.path().join("state"))
+            .cache_dir(Some(wasmpod_tests::shared_cache())),
+    )
+    .unwrap();
+    let cases = [
+        (
+            "TERM -> exit, default action",
+            yaml("plain", 30, "{p1}", r#"[sleep, "100000"]"#),
+            Duration::ZERO,
+        ),
+        (
+            "TERM -> exit, guest waits on TERM",
+            yaml("handler", 30, "{probed}", "[wait-term-pollable]"),
+            Duration::ZERO,
+        ),
+        (
+            "deadline -> exit, busy guest",
+            yaml("busy", 2, "{term}", "[loop]"),
+            Duration::from_secs(2),
+        ),
+        (
+            "deadline -> exit, blocked guest",
+            yaml("blocked", 2, "{term}", r#"[sleep, "100000"]"#),
+            Duration::from_secs(2),
+        ),
+    ];
+    let mut results = serde_json::Map::new();
+    println!("{:<36} {:>6} {:>12} {:>12}", "measure", "n", "p50", "p99");
+    for (name, yaml, offset) in cases {
+        // busy guests share two cores: fewer of them at once
+        let pods = std::env::var("BENCH_PODS")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(PODS);
+        let n = if name.contains("busy") {
+            pods.min(20)
+        } else {
+            pods
+        };
+        let s = measure(&node, dir.path(), n, &yaml, offset).await;
+        println!(
+            "{name:<36} {n:>6} {:>12?} {:>12?}",
+            pct(&s, 0.5),
+            pct(&s, 0.99)
+        );
+        results.insert(name.into(), json!({ "n": n, "p50_us": pct(&s, 0.5).as_secs_f64() * 1e6, "p99_us": pct(&s, 0.99).as_secs_f64() * 1e6 }));
+    }
+    let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/wasmpod-bench");
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::write(
+        out.join("termination.json"),
+        serde_json::to_string_pretty(&results).unwrap(),
+    )
+    .unwrap();
+}
