@@ -154,6 +154,7 @@ pub(crate) struct Volume {
 ///
 /// Made from Pod YAML with [`PodSpec::from_yaml`] or [`PodSpec::from_file`], or from a
 /// Kubernetes [`Pod`](k8s_openapi::api::core::v1::Pod) value with [`PodSpec::from_pod`].
+/// Validation reports every problem at once, each with its field path:
 ///
 /// ```
 /// let yaml = r#"
@@ -162,10 +163,11 @@ pub(crate) struct Volume {
 /// metadata: { name: hello }
 /// spec:
 ///   containers:
-///   - { name: main, image: hello.wasm }
+///   - { name: main, image: hello.wasm, securityContext: { privileged: true } }
 /// "#;
-/// let spec = wasmpod::PodSpec::from_yaml(yaml, "/srv/pods".as_ref()).unwrap();
-/// assert_eq!(spec.name(), "hello");
+/// let err = wasmpod::PodSpec::from_yaml(yaml, "/nonexistent".as_ref()).unwrap_err();
+/// let paths: Vec<&str> = err.errors.iter().map(|e| e.path.as_str()).collect();
+/// assert_eq!(paths, ["spec.containers[0].securityContext", "spec.containers[0].image"]);
 /// ```
 #[derive(Debug, Clone)]
 pub struct PodSpec {
