@@ -48,12 +48,43 @@ impl Dir {
         cmd.output().unwrap()
     }
 
+    /// Starts `wasmpod run` on `pod` and returns it once the first line of output arrived.
+    #[cfg(unix)]
+    fn spawn(&self, pod: &Path, extra: &[&str]) -> (std::process::Child, String) {
+        let mut child = self
+            .wasmpod()
+            .arg("run")
+            .arg("--state-dir")
+            .arg(self.path("state"))
+            .arg("--cache-dir")
+            .arg(wasmpod_tests::shared_cache())
+            .args(extra)
+            .arg(pod)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+        (child, line)
+    }
+
     /// Pods started under the state dir (a pod that never started leaves none).
     fn pods_started(&self) -> usize {
         std::fs::read_dir(self.path("state").join("pods"))
             .map(|d| d.count())
             .unwrap_or(0)
     }
+}
+
+#[cfg(unix)]
+fn sigterm(child: &std::process::Child) {
+    let status = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status()
+        .unwrap();
+    assert!(status.success());
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -315,30 +346,10 @@ spec:
 "#,
     );
     let ev = dir.path("events.jsonl");
-    let mut child = dir
-        .wasmpod()
-        .args([
-            "run",
-            "--state-dir",
-            dir.path("state").to_str().unwrap(),
-            "--cache-dir",
-        ])
-        .arg(wasmpod_tests::shared_cache())
-        .args(["--events", ev.to_str().unwrap()])
-        .arg(&pod)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+    let (mut child, line) = dir.spawn(&pod, &["--events", ev.to_str().unwrap()]);
     assert_eq!(line.trim(), "[c] started");
     let sent = Instant::now();
-    Command::new("kill")
-        .arg("-TERM")
-        .arg(child.id().to_string())
-        .status()
-        .unwrap();
+    sigterm(&child);
     let status = child.wait().unwrap();
     assert!(
         sent.elapsed() < Duration::from_secs(2),
@@ -379,30 +390,9 @@ spec:
 "#,
     );
     let st = dir.path("status.json");
-    let mut child = dir
-        .wasmpod()
-        .args([
-            "run",
-            "--state-dir",
-            dir.path("state").to_str().unwrap(),
-            "--cache-dir",
-        ])
-        .arg(wasmpod_tests::shared_cache())
-        .args(["--status", st.to_str().unwrap()])
-        .arg(&pod)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
-    let kill = || {
-        Command::new("kill")
-            .arg("-TERM")
-            .arg(child.id().to_string())
-            .status()
-            .unwrap()
-    };
+    let (mut child, line) = dir.spawn(&pod, &["--status", st.to_str().unwrap()]);
+    assert_eq!(line.trim(), "[c] started");
+    let kill = || sigterm(&child);
     let sent = Instant::now();
     kill();
     std::thread::sleep(Duration::from_millis(200));

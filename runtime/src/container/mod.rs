@@ -188,6 +188,31 @@ impl Sandbox {
         }
     }
 
+    /// A fresh store for one instance of a preview1 module.
+    fn p1_store(&self, engine: &wasmtime::Engine, wasi: &mut WasiCtxBuilder) -> Store<P1State> {
+        let state = P1State {
+            wasi: wasi.build_p1(),
+            term: self.term.clone(),
+            limiter: self.limiter(),
+        };
+        let mut store = Store::new(engine, state);
+        prepare(&mut store, |s| &mut s.limiter);
+        store
+    }
+
+    /// A fresh store for one instance of a component.
+    fn p2_store(&self, engine: &wasmtime::Engine, wasi: &mut WasiCtxBuilder) -> Store<P2State> {
+        let state = P2State {
+            ctx: wasi.build(),
+            table: ResourceTable::new(),
+            term: self.term.clone(),
+            limiter: self.limiter(),
+        };
+        let mut store = Store::new(engine, state);
+        prepare(&mut store, |s| &mut s.limiter);
+        store
+    }
+
     /// Runs the container's entry point to its end and reports how it ended.
     pub(crate) async fn run(&self, stdout: OutputSink, stderr: OutputSink) -> Exit {
         match self.wasi(&self.argv, stdout, stderr) {
@@ -201,18 +226,9 @@ impl Sandbox {
     }
 
     async fn run_entry(&self, mut wasi: WasiCtxBuilder) -> Exit {
-        let (term, limiter) = (self.term.clone(), self.limiter());
         match &*self.image {
             Image::Module { pre, .. } => {
-                let mut store = Store::new(
-                    pre.module().engine(),
-                    P1State {
-                        wasi: wasi.build_p1(),
-                        term,
-                        limiter,
-                    },
-                );
-                prepare(&mut store, |s| &mut s.limiter);
+                let mut store = self.p1_store(pre.module().engine(), &mut wasi);
                 let result = async {
                     let instance = pre.instantiate_async(&mut store).await?;
                     let start = instance.get_typed_func::<(), ()>(&mut store, "_start")?;
@@ -222,14 +238,7 @@ impl Sandbox {
                 exit_of(result.map(|()| 0), store.data().limiter.hit)
             }
             Image::Component { pre, .. } => {
-                let state = P2State {
-                    ctx: wasi.build(),
-                    table: ResourceTable::new(),
-                    term,
-                    limiter,
-                };
-                let mut store = Store::new(pre.engine(), state);
-                prepare(&mut store, |s| &mut s.limiter);
+                let mut store = self.p2_store(pre.engine(), &mut wasi);
                 let result = async {
                     let command = pre.instantiate_async(&mut store).await?;
                     command.wasi_cli_run().call_run(&mut store).await
@@ -262,22 +271,13 @@ impl Sandbox {
                 format!("{message}: {out}")
             }
         };
-        let (term, limiter) = (self.term.clone(), self.limiter());
         let called = match &*self.image {
             Image::Module { pre, .. } => {
                 let export = p1_export(name);
                 let Some(wasmtime::ExternType::Func(_)) = pre.module().get_export(export) else {
                     return self.exec_entry(wasi, with_output).await;
                 };
-                let mut store = Store::new(
-                    pre.module().engine(),
-                    P1State {
-                        wasi: wasi.build_p1(),
-                        term,
-                        limiter,
-                    },
-                );
-                prepare(&mut store, |s| &mut s.limiter);
+                let mut store = self.p1_store(pre.module().engine(), &mut wasi);
                 let result = async {
                     let instance = pre.instantiate_async(&mut store).await?;
                     let f = instance.get_typed_func::<(), i32>(&mut store, export)?;
@@ -300,14 +300,7 @@ impl Sandbox {
                 let Some(index) = index else {
                     return self.exec_entry(wasi, with_output).await;
                 };
-                let state = P2State {
-                    ctx: wasi.build(),
-                    table: ResourceTable::new(),
-                    term,
-                    limiter,
-                };
-                let mut store = Store::new(pre.engine(), state);
-                prepare(&mut store, |s| &mut s.limiter);
+                let mut store = self.p2_store(pre.engine(), &mut wasi);
                 let result = async {
                     let instance = pre.instantiate_async(&mut store).await?;
                     let f =
