@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::PodStatus;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::engine::{Engine, Image, LoadError, Pull};
 use crate::events::{EventStream, Journal};
@@ -261,6 +261,28 @@ impl PodHandle {
             Ok(s) => s.status.clone(),
             Err(_) => self.status(),
         }
+    }
+
+    /// Runs `command` in a fresh instance of the running `container`, as an exec probe or hook
+    /// does (`kubectl exec`): the export `command[0]` names when the module has it (`liveness`,
+    /// `readiness`, `startup`, `post-start`, `pre-stop` name the `wasmpod:pod` exports), else
+    /// the entry point with argv = `command`. The instance shares the container's volumes and
+    /// environment, not its memory. `Err` says why it failed, with what it printed.
+    pub async fn exec(&self, container: &str, command: &[&str]) -> Result<(), String> {
+        let (reply, answer) = oneshot::channel();
+        let command = command.iter().map(|s| s.to_string()).collect();
+        let msg = Msg::Exec {
+            container: container.to_owned(),
+            command,
+            reply,
+        };
+        self.inner
+            .tx
+            .send(msg)
+            .map_err(|_| format!("pod {} is gone", self.name()))?;
+        answer
+            .await
+            .map_err(|_| format!("pod {} is gone", self.name()))?
     }
 
     /// Deletes the pod: its containers are stopped gracefully within `grace` (the pod's

@@ -496,3 +496,66 @@ spec:
         "{err}"
     );
 }
+
+/// `PodHandle::exec` runs a handler in a fresh instance of a running container, like `kubectl
+/// exec`: exports by name, or the entry point with argv.
+#[tokio::test]
+async fn exec_in_a_running_container() {
+    let (node, dir) = node();
+    std::fs::write(dir.join("readiness"), "").unwrap();
+    let yaml = with_probe_dir(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: { name: exec }
+spec:
+  volumes: [ { name: v, hostPath: { path: "{probe}" } } ]
+  containers:
+  - { name: p1, image: "{p1}", args: [sleep, "100000"], volumeMounts: [ { name: v, mountPath: /probe } ] }
+  - { name: p2, image: "{probed}", args: [sleep, "100000"], volumeMounts: [ { name: v, mountPath: /probe } ] }
+"#,
+        &dir,
+    );
+    let pod = node.start(&yaml).await;
+    wait_for(&pod, LIMIT, |s| condition(s, "ContainersReady").0 == "True").await;
+    for c in ["p1", "p2"] {
+        assert_eq!(pod.exec(c, &["readiness"]).await, Ok(()), "{c}");
+        let err = pod.exec(c, &["liveness"]).await.unwrap_err();
+        assert!(err.contains("/probe/liveness"), "{c}: {err}");
+        assert_eq!(
+            pod.exec(c, &["agnhost", "write", "/probe/from-exec", c])
+                .await,
+            Ok(())
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.join("from-exec")).unwrap(),
+            format!("{c}\n")
+        );
+        let err = pod
+            .exec(c, &["agnhost", "print", "nope", "exit", "3"])
+            .await
+            .unwrap_err();
+        // Rust's wasip2 std exits through `wasi:cli/exit.exit(err)`: any failure is 1
+        let code = if c == "p1" { 3 } else { 1 };
+        assert_eq!(err, format!("command exited with {code}: nope"), "{c}");
+    }
+    assert!(
+        pod.exec("nosuch", &["readiness"])
+            .await
+            .unwrap_err()
+            .contains("no container named")
+    );
+    assert_eq!(
+        container(&pod.status(), "p1").restart_count,
+        0,
+        "exec does not touch the container"
+    );
+    pod.delete(Some(Duration::ZERO));
+    pod.deleted().await;
+    assert!(
+        pod.exec("p1", &["readiness"])
+            .await
+            .unwrap_err()
+            .contains("is gone")
+    );
+}

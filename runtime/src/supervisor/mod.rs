@@ -73,6 +73,12 @@ pub(crate) enum Msg {
         failure: Option<String>,
         verdict: Option<bool>,
     },
+    /// Run `command` in a fresh instance of the named container (`kubectl exec`).
+    Exec {
+        container: String,
+        command: Vec<String>,
+        reply: oneshot::Sender<Result<(), String>>,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -242,6 +248,11 @@ impl PodTask {
                 failure,
                 verdict,
             } => self.probed(index, id, kind, failure, verdict),
+            Msg::Exec {
+                container,
+                command,
+                reply,
+            } => self.exec(&container, command, reply),
         }
     }
 
@@ -573,6 +584,33 @@ impl PodTask {
                 self.stop(index, grace, grace.is_zero(), Some(why));
             }
             (ProbeKind::Liveness, true) => {}
+        }
+    }
+
+    /// Runs `command` like an exec probe, in a fresh instance of a running container, off the
+    /// supervisor's task; the answer goes to `reply`.
+    fn exec(
+        &mut self,
+        container: &str,
+        command: Vec<String>,
+        reply: oneshot::Sender<Result<(), String>>,
+    ) {
+        let sandbox = match self.containers.iter().find(|c| &*c.name == container) {
+            None => Err(format!("no container named {container:?}")),
+            Some(c) => match &c.instance {
+                Some(i) if c.is_running() => Ok(i.sandbox.clone()),
+                _ => Err(format!("container {container:?} is not running")),
+            },
+        };
+        match sandbox {
+            Ok(sandbox) => {
+                tokio::spawn(async move {
+                    let _ = reply.send(sandbox.exec(&command).await);
+                });
+            }
+            Err(e) => {
+                let _ = reply.send(Err(e));
+            }
         }
     }
 

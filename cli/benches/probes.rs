@@ -1,0 +1,133 @@
+//! Probe cost: one exported-function probe call (fresh instance + call, through
+//! `PodHandle::exec`) for a preview1 module and a component, p50/p99; and the CPU that N
+//! containers (default 1,000; `BENCH_PODS`) each probed once a second cost the node.
+//!
+//! `cargo bench -p wasmpod-cli --bench probes`; writes `target/wasmpod-bench/probes.json`.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use wasmpod::{Node, NodeOptions, PodOptions, PodSpec};
+
+fn pct(s: &[Duration], p: f64) -> Duration {
+    s[((s.len() - 1) as f64 * p).round() as usize]
+}
+
+/// CPU time (user + system) this process used so far, from /proc (Linux).
+fn cpu_time() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(Duration::from_millis(ticks * 10)) // USER_HZ is 100 on Linux
+}
+
+fn pod(name: &str, image: &str, probe_dir: &Path, readiness: bool) -> String {
+    let probe = if readiness {
+        "\n    readinessProbe: { exec: { command: [readiness] }, periodSeconds: 1 }"
+    } else {
+        ""
+    };
+    wasmpod_tests::fill(&format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {{ name: {name} }}
+spec:
+  volumes: [ {{ name: v, hostPath: {{ path: "{}" }} }} ]
+  containers:
+  - name: c
+    image: "{image}"
+    args: [sleep, "100000000"]
+    volumeMounts: [ {{ name: v, mountPath: /probe }} ]{probe}
+"#,
+        probe_dir.display()
+    ))
+}
+
+#[tokio::main]
+async fn main() {
+    let dir = tempfile::tempdir().unwrap();
+    let probe_dir = dir.path().join("probe");
+    std::fs::create_dir(&probe_dir).unwrap();
+    std::fs::write(probe_dir.join("readiness"), "").unwrap();
+    let node = Node::new(
+        NodeOptions::default()
+            .state_dir(dir.path().join("state"))
+            .cache_dir(Some(wasmpod_tests::shared_cache())),
+    )
+    .unwrap();
+    let mut results = serde_json::Map::new();
+    println!("{:<44} {:>12} {:>12}", "measure", "p50", "p99");
+    for (kind, image) in [("preview1 module", "{p1}"), ("component", "{probed}")] {
+        let spec = PodSpec::from_yaml(&pod("one", image, &probe_dir, false), dir.path()).unwrap();
+        let handle = node.create_pod(spec, PodOptions::default()).await.unwrap();
+        handle
+            .wait_until(|s| s.container_statuses.iter().flatten().all(|c| c.ready))
+            .await;
+        let mut samples = Vec::new();
+        for i in 0..1100 {
+            let t0 = Instant::now();
+            handle.exec("c", &["readiness"]).await.unwrap();
+            if i >= 100 {
+                samples.push(t0.elapsed());
+            }
+        }
+        samples.sort();
+        let name = format!("exported-function probe, {kind}");
+        println!(
+            "{name:<44} {:>12?} {:>12?}",
+            pct(&samples, 0.5),
+            pct(&samples, 0.99)
+        );
+        results.insert(name, json!({ "n": samples.len(), "p50_us": pct(&samples, 0.5).as_secs_f64() * 1e6, "p99_us": pct(&samples, 0.99).as_secs_f64() * 1e6 }));
+        handle.delete(Some(Duration::ZERO));
+        handle.deleted().await;
+    }
+
+    let n: usize = std::env::var("BENCH_PODS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1000);
+    let spec = PodSpec::from_yaml(&pod("probed", "{p1}", &probe_dir, true), dir.path()).unwrap();
+    let mut pods = Vec::new();
+    for _ in 0..n {
+        pods.push(
+            node.create_pod(spec.clone(), PodOptions::default())
+                .await
+                .unwrap(),
+        );
+    }
+    for pod in &pods {
+        pod.wait_until(|s| s.container_statuses.iter().flatten().all(|c| c.ready))
+            .await;
+    }
+    let window = Duration::from_secs(10);
+    if let Some(before) = cpu_time() {
+        tokio::time::sleep(window).await;
+        let used = cpu_time().unwrap() - before;
+        let cores = used.as_secs_f64() / window.as_secs_f64();
+        println!(
+            "{n} containers probed once a second: {:.1}% of one core ({:.0} µs CPU per probe)",
+            cores * 100.0,
+            used.as_secs_f64() * 1e6 / (n as f64 * window.as_secs_f64())
+        );
+        results.insert(
+            "probed_once_a_second".into(),
+            json!({ "containers": n, "cpu_cores": cores }),
+        );
+    }
+    for pod in &pods {
+        pod.delete(Some(Duration::ZERO));
+    }
+    for pod in &pods {
+        pod.deleted().await;
+    }
+    let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/wasmpod-bench");
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::write(
+        out.join("probes.json"),
+        serde_json::to_string_pretty(&results).unwrap(),
+    )
+    .unwrap();
+}
