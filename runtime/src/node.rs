@@ -160,6 +160,10 @@ impl Node {
     async fn preload(&self, spec: &PodSpec) -> Result<Vec<(Arc<Image>, Pull)>, Error> {
         let mut images = Vec::new();
         for (field, path) in spec.images() {
+            if let Some(image) = self.context.engine.loaded(path) {
+                images.push((image, Pull::Present));
+                continue;
+            }
             let (context, file) = (self.context.clone(), path.to_owned());
             let loaded = tokio::task::spawn_blocking(move || context.engine.load(&file))
                 .await

@@ -96,6 +96,17 @@ struct FileKey {
     modified: Option<SystemTime>,
 }
 
+impl FileKey {
+    fn of(path: &Path) -> std::io::Result<FileKey> {
+        let meta = std::fs::metadata(path)?;
+        Ok(FileKey {
+            path: path.to_owned(),
+            len: meta.len(),
+            modified: meta.modified().ok(),
+        })
+    }
+}
+
 pub(crate) struct Engine {
     pub(crate) wasmtime: wasmtime::Engine,
     cache: CompileCache,
@@ -147,17 +158,21 @@ impl Engine {
 
     /// Loads the image at `path`: from memory when this process has it, else from the compile
     /// cache, else by compiling. Blocking; call from a blocking context.
+    /// The image at `path` if this process has it loaded and the file is unchanged: one `stat`,
+    /// cheap enough for the async runtime's threads.
+    pub(crate) fn loaded(&self, path: &Path) -> Option<Arc<Image>> {
+        let key = FileKey::of(path).ok()?;
+        self.loaded.lock().unwrap().get(&key).cloned()
+    }
+
+    /// Loads the image at `path`: from memory when this process has it, else from the compile
+    /// cache, else by compiling. Blocking; call from a blocking context.
     pub(crate) fn load(&self, path: &Path) -> Result<(Arc<Image>, Pull), LoadError> {
         let read_err = |e: std::io::Error| LoadError::Read {
             path: path.to_owned(),
             message: e.to_string(),
         };
-        let meta = std::fs::metadata(path).map_err(read_err)?;
-        let key = FileKey {
-            path: path.to_owned(),
-            len: meta.len(),
-            modified: meta.modified().ok(),
-        };
+        let key = FileKey::of(path).map_err(read_err)?;
         if let Some(image) = self.loaded.lock().unwrap().get(&key) {
             return Ok((image.clone(), Pull::Present));
         }

@@ -840,6 +840,9 @@ impl PodTask {
 
     async fn load(&self, index: usize) -> Result<(Arc<Image>, Pull), LoadError> {
         let path = self.containers[index].spec.image.clone();
+        if let Some(image) = self.node.engine.loaded(&path) {
+            return Ok((image, Pull::Present));
+        }
         let node = self.node.clone();
         match tokio::task::spawn_blocking(move || node.engine.load(&path)).await {
             Ok(result) => result,
