@@ -139,11 +139,13 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         }
     };
     let printer = tokio::spawn(async move {
+        // Write errors (a closed pipe: `wasmpod run pod.yaml | head`) are ignored: the pod runs
+        // on and its output stays in the log files.
         while let Some(out) = output.recv().await {
-            match out.stream {
-                Stream::Stdout => println!("[{}] {}", out.container, out.line),
-                Stream::Stderr => eprintln!("[{}] {}", out.container, out.line),
-            }
+            let _ = match out.stream {
+                Stream::Stdout => writeln!(std::io::stdout(), "[{}] {}", out.container, out.line),
+                Stream::Stderr => writeln!(std::io::stderr(), "[{}] {}", out.container, out.line),
+            };
         }
     });
     let events = match &args.events {

@@ -210,3 +210,77 @@ spec:
     let t = Timeline::collect(&pod).await;
     assert_eq!(t.exit_codes("c"), [1, 1, 0]);
 }
+
+/// `resources.limits.memory` caps a container's memory: past it the container is OOMKilled (137)
+/// while its neighbour without a limit allocates the same freely. Requests make the pod
+/// Burstable; a pod without resources is BestEffort.
+#[tokio::test]
+async fn memory_limit_per_container_and_qos() {
+    let node = TestNode::new();
+    let (t, status) = node
+        .run(
+            r#"
+apiVersion: v1
+kind: Pod
+metadata: { name: limits }
+spec:
+  restartPolicy: Never
+  containers:
+  - { name: capped, image: "{p1}", args: [alloc, "100"], resources: { limits: { memory: 32Mi } } }
+  - { name: free, image: "{p2}", args: [alloc, "100"], resources: { requests: { memory: 16Mi, cpu: 100m } } }
+"#,
+            LIMIT,
+        )
+        .await;
+    assert_eq!(t.exit_codes("capped"), [137], "{t}");
+    assert_eq!(
+        container(&status, "capped")
+            .state
+            .clone()
+            .unwrap()
+            .terminated
+            .unwrap()
+            .reason
+            .as_deref(),
+        Some("OOMKilled")
+    );
+    assert_eq!(t.exit_codes("free"), [0], "{t}");
+    assert_eq!(status.qos_class.as_deref(), Some("Burstable"));
+
+    let (_, status) = node
+        .run(&one("besteffort", "{p1}", "[exit, \"0\"]"), LIMIT)
+        .await;
+    assert_eq!(status.qos_class.as_deref(), Some("BestEffort"));
+}
+
+/// Resource errors name their field; CPU limits are not enforced yet and so are rejected.
+#[test]
+fn invalid_resources_are_rejected() {
+    let node = TestNode::new();
+    let err = wasmpod::PodSpec::from_yaml(
+        &wasmpod_tests::fill(
+            r#"
+apiVersion: v1
+kind: Pod
+metadata: { name: bad }
+spec:
+  containers:
+  - { name: a, image: "{p1}", resources: { limits: { memory: 12XB } } }
+  - { name: b, image: "{p1}", resources: { limits: { memory: 1Mi }, requests: { memory: 2Mi } } }
+  - { name: c, image: "{p1}", resources: { limits: { cpu: "1" } } }
+"#,
+        ),
+        node.dir.path(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("spec.containers[0].resources.limits.memory: invalid quantity \"12XB\""),
+        "{err}"
+    );
+    assert!(err.contains("spec.containers[1].resources.requests.memory: must be less than or equal to the memory limit"), "{err}");
+    assert!(
+        err.contains("spec.containers[2].resources.limits.cpu: not supported by wasmpod"),
+        "{err}"
+    );
+}

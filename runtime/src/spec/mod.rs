@@ -1,6 +1,7 @@
 //! Pod specifications: Kubernetes Pod YAML parsed into the real Kubernetes types, then validated
 //! into wasmpod's own model, which holds only what wasmpod honours.
 
+mod quantity;
 mod shape;
 
 use std::fmt;
@@ -106,6 +107,22 @@ pub(crate) struct ContainerSpec {
     pub readiness: Option<Probe>,
     pub post_start: Option<Handler>,
     pub pre_stop: Option<Handler>,
+    pub resources: Resources,
+}
+
+/// A container's resources: the memory limit is enforced on its linear memories; requests are
+/// recorded for the node's admission and the QoS class.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Resources {
+    pub memory_limit: Option<u64>,
+    pub memory_request: Option<u64>,
+    pub cpu_request_milli: Option<u64>,
+}
+
+impl Resources {
+    fn is_empty(&self) -> bool {
+        *self == Resources::default()
+    }
 }
 
 /// What a probe or a lifecycle hook does.
@@ -275,6 +292,15 @@ impl PodSpec {
         self.containers
             .iter()
             .map(|c| (format!("{}.image", c.field), c.image.as_path()))
+    }
+
+    /// The pod's QoS class. Without CPU limits (not supported yet) no pod is `Guaranteed`.
+    pub(crate) fn qos_class(&self) -> &'static str {
+        if self.containers.iter().all(|c| c.resources.is_empty()) {
+            "BestEffort"
+        } else {
+            "Burstable"
+        }
     }
 
     pub(crate) fn has_init(&self) -> bool {
@@ -612,6 +638,7 @@ fn convert_container(
     let lifecycle = c.lifecycle.as_ref();
     let post_start = hook("postStart", lifecycle.and_then(|l| l.post_start.as_ref()));
     let pre_stop = hook("preStop", lifecycle.and_then(|l| l.pre_stop.as_ref()));
+    let resources = convert_resources(path, c.resources.as_ref(), errors);
     Some(ContainerSpec {
         name: c.name.clone(),
         field: path.to_owned(),
@@ -620,6 +647,7 @@ fn convert_container(
         readiness,
         post_start,
         pre_stop,
+        resources,
         role,
         image,
         argv,
@@ -627,6 +655,44 @@ fn convert_container(
         mounts,
         working_dir: c.working_dir.clone(),
     })
+}
+
+fn convert_resources(
+    path: &str,
+    r: Option<&k8s::ResourceRequirements>,
+    errors: &mut Vec<FieldError>,
+) -> Resources {
+    let Some(r) = r else {
+        return Resources::default();
+    };
+    let mut quantity = |map: &Option<
+        std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+    >,
+                        kind: &str,
+                        key: &str,
+                        scale: f64| {
+        let q = map.as_ref()?.get(key)?;
+        quantity::parse(&q.0, scale)
+            .map_err(|e| errors.push(FieldError::new(format!("{path}.resources.{kind}.{key}"), e)))
+            .ok()
+    };
+    let memory_limit = quantity(&r.limits, "limits", "memory", 1.0);
+    // As the API server defaults it: a limit without a request is also the request.
+    let memory_request = quantity(&r.requests, "requests", "memory", 1.0).or(memory_limit);
+    let cpu_request_milli = quantity(&r.requests, "requests", "cpu", 1000.0);
+    if let (Some(request), Some(limit)) = (memory_request, memory_limit)
+        && request > limit
+    {
+        errors.push(FieldError::new(
+            format!("{path}.resources.requests.memory"),
+            "must be less than or equal to the memory limit",
+        ));
+    }
+    Resources {
+        memory_limit,
+        memory_request,
+        cpu_request_milli,
+    }
 }
 
 fn exec_handler(

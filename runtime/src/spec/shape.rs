@@ -54,6 +54,13 @@ const CONTAINER: Shape = Object(&[
         "lifecycle",
         Object(&[("postStart", HANDLER), ("preStop", HANDLER)]),
     ),
+    (
+        "resources",
+        Object(&[
+            ("limits", Object(&[("memory", Scalar)])),
+            ("requests", Object(&[("memory", Scalar), ("cpu", Scalar)])),
+        ]),
+    ),
 ]);
 const VOLUME: Shape = Object(&[
     ("name", Scalar),

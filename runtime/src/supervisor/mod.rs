@@ -776,7 +776,13 @@ impl PodTask {
                 })
                 .collect(),
             working_dir: c.spec.working_dir.clone(),
-            memory_limit: self.node.memory_limit,
+            memory_limit: c
+                .spec
+                .resources
+                .memory_limit
+                .map_or(self.node.memory_limit, |limit| {
+                    usize::try_from(limit).unwrap_or(usize::MAX)
+                }),
             term: TermSignal(term_rx),
         });
         let stdout = self.output.sink(&c.name, c.restart_count, Stream::Stdout);
@@ -1161,7 +1167,7 @@ impl PodTask {
             init_container_statuses: statuses(true),
             container_statuses: statuses(false),
             start_time: time(self.start_time),
-            qos_class: Some("BestEffort".into()),
+            qos_class: Some(self.spec.qos_class().into()),
             reason: self.failure.as_ref().map(|f| f.0.into()),
             message: self.failure.as_ref().map(|f| f.1.clone()),
             ..Default::default()
