@@ -212,8 +212,8 @@ spec:
 }
 
 /// `resources.limits.memory` caps a container's memory: past it the container is OOMKilled (137)
-/// while its neighbour without a limit allocates the same freely. Requests make the pod
-/// Burstable; a pod without resources is BestEffort.
+/// while its neighbour without a limit allocates the same freely. QoS classes: requests alone
+/// make the pod Burstable, none BestEffort, equal limits and requests for both Guaranteed.
 #[tokio::test]
 async fn memory_limit_per_container_and_qos() {
     let node = TestNode::new();
@@ -251,9 +251,21 @@ spec:
         .run(&one("besteffort", "{p1}", "[exit, \"0\"]"), LIMIT)
         .await;
     assert_eq!(status.qos_class.as_deref(), Some("BestEffort"));
+
+    let guaranteed = r#"
+apiVersion: v1
+kind: Pod
+metadata: { name: guaranteed }
+spec:
+  restartPolicy: Never
+  containers:
+  - { name: c, image: "{p1}", args: [exit, "0"], resources: { limits: { memory: 64Mi, cpu: 200m } } }
+"#;
+    let (_, status) = node.run(guaranteed, LIMIT).await;
+    assert_eq!(status.qos_class.as_deref(), Some("Guaranteed"));
 }
 
-/// Resource errors name their field; CPU limits are not enforced yet and so are rejected.
+/// Resource errors name their field.
 #[test]
 fn invalid_resources_are_rejected() {
     let node = TestNode::new();
@@ -267,7 +279,7 @@ spec:
   containers:
   - { name: a, image: "{p1}", resources: { limits: { memory: 12XB } } }
   - { name: b, image: "{p1}", resources: { limits: { memory: 1Mi }, requests: { memory: 2Mi } } }
-  - { name: c, image: "{p1}", resources: { limits: { cpu: "1" } } }
+  - { name: c, image: "{p1}", resources: { limits: { cpu: 500m }, requests: { cpu: "1" } } }
 "#,
         ),
         node.dir.path(),
@@ -280,7 +292,9 @@ spec:
     );
     assert!(err.contains("spec.containers[1].resources.requests.memory: must be less than or equal to the memory limit"), "{err}");
     assert!(
-        err.contains("spec.containers[2].resources.limits.cpu: not supported by wasmpod"),
+        err.contains(
+            "spec.containers[2].resources.requests.cpu: must be less than or equal to the cpu limit"
+        ),
         "{err}"
     );
 }

@@ -9,6 +9,7 @@ mod term;
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use wasmtime::component::ResourceTable;
 use wasmtime::{ResourceLimiter, Store, UpdateDeadline};
@@ -97,6 +98,8 @@ pub(crate) struct Sandbox {
     pub(crate) preopens: Vec<Preopen>,
     pub(crate) working_dir: Option<String>,
     pub(crate) memory_limit: usize,
+    /// The CPU limit as a share of one core, below 1.
+    pub(crate) cpu_share: Option<f64>,
     pub(crate) term: TermSignal,
 }
 
@@ -196,7 +199,7 @@ impl Sandbox {
             limiter: self.limiter(),
         };
         let mut store = Store::new(engine, state);
-        prepare(&mut store, |s| &mut s.limiter);
+        prepare(&mut store, |s| &mut s.limiter, self.cpu_share);
         store
     }
 
@@ -209,7 +212,7 @@ impl Sandbox {
             limiter: self.limiter(),
         };
         let mut store = Store::new(engine, state);
-        prepare(&mut store, |s| &mut s.limiter);
+        prepare(&mut store, |s| &mut s.limiter, self.cpu_share);
         store
     }
 
@@ -332,18 +335,58 @@ impl Sandbox {
     }
 }
 
-fn prepare<T: 'static>(store: &mut Store<T>, limiter: fn(&mut T) -> &mut MemoryLimiter) {
+fn prepare<T: 'static>(
+    store: &mut Store<T>,
+    limiter: fn(&mut T) -> &mut MemoryLimiter,
+    cpu_share: Option<f64>,
+) {
     store.limiter(move |s| limiter(s) as &mut dyn ResourceLimiter);
-    // Yield at every epoch tick through tokio's `yield_now`, which lets the runtime poll its
-    // timers and I/O before the guest runs again: a busy guest cannot delay a kill deadline,
-    // a probe or a neighbour's wake-up by more than one tick.
+    // At every epoch tick the guest yields through tokio's `yield_now`, which lets the runtime
+    // poll its timers and I/O before the guest runs again: a busy guest cannot delay a kill
+    // deadline, a probe or a neighbour's wake-up by more than one tick.
+    //
+    // A guest with a CPU limit (a share f of one core) owes ran × (1 − f) / f of idle time for
+    // every slice it runs; it pays once the debt reaches THROTTLE_PAUSE, and time overslept is
+    // credited back, so that over a few pauses it uses f of a core.
+    let throttle = Arc::new(std::sync::Mutex::new(Throttle {
+        resumed: std::time::Instant::now(),
+        debt: 0.0,
+    }));
     store.set_epoch_deadline(1);
-    store.epoch_deadline_callback(|_| {
-        Ok(UpdateDeadline::YieldCustom(
-            1,
-            Box::pin(tokio::task::yield_now()),
-        ))
+    store.epoch_deadline_callback(move |_| {
+        let pause = {
+            let mut t = throttle.lock().unwrap();
+            if let Some(f) = cpu_share {
+                t.debt += t.resumed.elapsed().as_secs_f64() * (1.0 - f) / f;
+            }
+            (t.debt >= THROTTLE_PAUSE.as_secs_f64()).then(|| Duration::from_secs_f64(t.debt))
+        };
+        let throttle = throttle.clone();
+        let slice = async move {
+            let start = std::time::Instant::now();
+            match pause {
+                Some(pause) => tokio::time::sleep(pause).await,
+                None => tokio::task::yield_now().await,
+            }
+            let mut t = throttle.lock().unwrap();
+            if pause.is_some() {
+                t.debt =
+                    (t.debt - start.elapsed().as_secs_f64()).max(-THROTTLE_PAUSE.as_secs_f64());
+            }
+            t.resumed = std::time::Instant::now();
+        };
+        Ok(UpdateDeadline::YieldCustom(1, Box::pin(slice)))
     });
+}
+
+/// The shortest pause of a CPU-limited guest; shorter ones would be mostly timer rounding.
+const THROTTLE_PAUSE: Duration = Duration::from_millis(10);
+
+/// CPU accounting of a CPU-limited guest: when it last resumed, and the idle time it owes
+/// (seconds; negative when it overslept).
+struct Throttle {
+    resumed: std::time::Instant,
+    debt: f64,
 }
 
 fn exit_of(result: wasmtime::Result<i32>, oom: bool) -> Exit {

@@ -116,12 +116,29 @@ pub(crate) struct ContainerSpec {
 pub(crate) struct Resources {
     pub memory_limit: Option<u64>,
     pub memory_request: Option<u64>,
+    pub cpu_limit_milli: Option<u64>,
     pub cpu_request_milli: Option<u64>,
 }
 
 impl Resources {
     fn is_empty(&self) -> bool {
         *self == Resources::default()
+    }
+
+    /// Limits and requests set for both CPU and memory, and equal.
+    fn guaranteed(&self) -> bool {
+        self.memory_limit.is_some()
+            && self.cpu_limit_milli.is_some()
+            && self.memory_limit == self.memory_request
+            && self.cpu_limit_milli == self.cpu_request_milli
+    }
+
+    /// The CPU limit as the share of one core the guest may use; `None` when it is not limited
+    /// (a guest runs on one thread, so a limit of a whole core or more changes nothing).
+    pub(crate) fn cpu_share(&self) -> Option<f64> {
+        self.cpu_limit_milli
+            .filter(|&m| m < 1000)
+            .map(|m| m.max(1) as f64 / 1000.0)
     }
 }
 
@@ -294,10 +311,12 @@ impl PodSpec {
             .map(|c| (format!("{}.image", c.field), c.image.as_path()))
     }
 
-    /// The pod's QoS class. Without CPU limits (not supported yet) no pod is `Guaranteed`.
+    /// The pod's QoS class, as Kubernetes computes it.
     pub(crate) fn qos_class(&self) -> &'static str {
         if self.containers.iter().all(|c| c.resources.is_empty()) {
             "BestEffort"
+        } else if self.containers.iter().all(|c| c.resources.guaranteed()) {
+            "Guaranteed"
         } else {
             "Burstable"
         }
@@ -677,9 +696,18 @@ fn convert_resources(
             .ok()
     };
     let memory_limit = quantity(&r.limits, "limits", "memory", 1.0);
-    // As the API server defaults it: a limit without a request is also the request.
+    let cpu_limit_milli = quantity(&r.limits, "limits", "cpu", 1000.0);
+    // As the API server defaults them: a limit without a request is also the request.
     let memory_request = quantity(&r.requests, "requests", "memory", 1.0).or(memory_limit);
-    let cpu_request_milli = quantity(&r.requests, "requests", "cpu", 1000.0);
+    let cpu_request_milli = quantity(&r.requests, "requests", "cpu", 1000.0).or(cpu_limit_milli);
+    if let (Some(request), Some(limit)) = (cpu_request_milli, cpu_limit_milli)
+        && request > limit
+    {
+        errors.push(FieldError::new(
+            format!("{path}.resources.requests.cpu"),
+            "must be less than or equal to the cpu limit",
+        ));
+    }
     if let (Some(request), Some(limit)) = (memory_request, memory_limit)
         && request > limit
     {
@@ -691,6 +719,7 @@ fn convert_resources(
     Resources {
         memory_limit,
         memory_request,
+        cpu_limit_milli,
         cpu_request_milli,
     }
 }

@@ -57,7 +57,7 @@ const CONTAINER: Shape = Object(&[
     (
         "resources",
         Object(&[
-            ("limits", Object(&[("memory", Scalar)])),
+            ("limits", Object(&[("memory", Scalar), ("cpu", Scalar)])),
             ("requests", Object(&[("memory", Scalar), ("cpu", Scalar)])),
         ]),
     ),

@@ -783,6 +783,7 @@ impl PodTask {
                 .map_or(self.node.memory_limit, |limit| {
                     usize::try_from(limit).unwrap_or(usize::MAX)
                 }),
+            cpu_share: c.spec.resources.cpu_share(),
             term: TermSignal(term_rx),
         });
         let stdout = self.output.sink(&c.name, c.restart_count, Stream::Stdout);
