@@ -1,24 +1,10 @@
 //! CPU limits: the share of a core a spinning guest uses under `resources.limits.cpu`, measured
 //! from this process's CPU time over 5 s per limit, less the idle node's own (Linux). Writes `target/wasmpod-bench/cpu.json`.
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 use wasmpod::{Node, NodeOptions, PodOptions, PodSpec};
-
-fn cpu_time() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .unwrap()
-        .1
-        .split_whitespace()
-        .collect();
-    Duration::from_millis(
-        (fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()) * 10,
-    )
-}
 
 #[tokio::main]
 async fn main() {
@@ -31,9 +17,9 @@ async fn main() {
     .unwrap();
     let mut results = serde_json::Map::new();
     // The node's own cost with no pod (epoch ticker, runtime), subtracted from each measurement.
-    let (cpu, wall) = (cpu_time(), Instant::now());
+    let (cpu, wall) = (wasmpod_tests::cpu_time(), Instant::now());
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let idle = (cpu_time() - cpu).as_secs_f64() / wall.elapsed().as_secs_f64();
+    let idle = (wasmpod_tests::cpu_time() - cpu).as_secs_f64() / wall.elapsed().as_secs_f64();
     println!("idle node: {idle:.4} of a core");
     results.insert("idle_node_cores".into(), json!(idle));
     println!(
@@ -63,9 +49,10 @@ async fn main() {
             .await
             .unwrap();
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let (cpu, wall) = (cpu_time(), Instant::now());
+        let (cpu, wall) = (wasmpod_tests::cpu_time(), Instant::now());
         tokio::time::sleep(Duration::from_secs(5)).await;
-        let measured = (cpu_time() - cpu).as_secs_f64() / wall.elapsed().as_secs_f64() - idle;
+        let measured =
+            (wasmpod_tests::cpu_time() - cpu).as_secs_f64() / wall.elapsed().as_secs_f64() - idle;
         let error = (measured - expected) / expected * 100.0;
         println!("{limit:<10} {expected:>10.3} {measured:>10.3} {error:>+7.1}%");
         results.insert(
@@ -75,11 +62,5 @@ async fn main() {
         pod.delete(Some(Duration::ZERO));
         pod.deleted().await;
     }
-    let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/wasmpod-bench");
-    std::fs::create_dir_all(&out).unwrap();
-    std::fs::write(
-        out.join("cpu.json"),
-        serde_json::to_string_pretty(&results).unwrap(),
-    )
-    .unwrap();
+    wasmpod_tests::save_bench("cpu", &serde_json::Value::Object(results));
 }

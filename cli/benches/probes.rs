@@ -14,14 +14,6 @@ fn pct(s: &[Duration], p: f64) -> Duration {
     s[((s.len() - 1) as f64 * p).round() as usize]
 }
 
-/// CPU time (user + system) this process used so far, from /proc (Linux).
-fn cpu_time() -> Option<Duration> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-    Some(Duration::from_millis(ticks * 10)) // USER_HZ is 100 on Linux
-}
-
 fn pod(name: &str, image: &str, probe_dir: &Path, readiness: bool) -> String {
     let probe = if readiness {
         "\n    readinessProbe: { exec: { command: [readiness] }, periodSeconds: 1 }"
@@ -103,9 +95,10 @@ async fn main() {
             .await;
     }
     let window = Duration::from_secs(10);
-    if let Some(before) = cpu_time() {
+    {
+        let before = wasmpod_tests::cpu_time();
         tokio::time::sleep(window).await;
-        let used = cpu_time().unwrap() - before;
+        let used = wasmpod_tests::cpu_time() - before;
         let cores = used.as_secs_f64() / window.as_secs_f64();
         println!(
             "{n} containers probed once a second: {:.1}% of one core ({:.0} µs CPU per probe)",
@@ -123,11 +116,5 @@ async fn main() {
     for pod in &pods {
         pod.deleted().await;
     }
-    let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/wasmpod-bench");
-    std::fs::create_dir_all(&out).unwrap();
-    std::fs::write(
-        out.join("probes.json"),
-        serde_json::to_string_pretty(&results).unwrap(),
-    )
-    .unwrap();
+    wasmpod_tests::save_bench("probes", &serde_json::Value::Object(results));
 }

@@ -72,13 +72,7 @@ fn main() {
     }
     println!("overhead ratio (create->exit / bare, p50): {ratio:.2}");
     compare_with_baseline(&results);
-    let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/wasmpod-bench");
-    std::fs::create_dir_all(&out).unwrap();
-    std::fs::write(
-        out.join("startup.json"),
-        serde_json::to_string_pretty(&results).unwrap(),
-    )
-    .unwrap();
+    wasmpod_tests::save_bench("startup", &results);
 }
 
 /// Pod create -> first container Started, and create -> every container stopped.

@@ -124,11 +124,5 @@ async fn main() {
         );
         results.insert(name.into(), json!({ "n": n, "p50_us": pct(&s, 0.5).as_secs_f64() * 1e6, "p99_us": pct(&s, 0.99).as_secs_f64() * 1e6 }));
     }
-    let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/wasmpod-bench");
-    std::fs::create_dir_all(&out).unwrap();
-    std::fs::write(
-        out.join("termination.json"),
-        serde_json::to_string_pretty(&results).unwrap(),
-    )
-    .unwrap();
+    wasmpod_tests::save_bench("termination", &serde_json::Value::Object(results));
 }

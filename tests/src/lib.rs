@@ -258,6 +258,60 @@ pub fn container<'a>(status: &'a PodStatus, name: &str) -> &'a ContainerStatus {
         .unwrap_or_else(|| panic!("no status for container {name}"))
 }
 
+/// The reason container `name` is waiting, if it is.
+pub fn waiting_reason(status: &PodStatus, name: &str) -> Option<String> {
+    container(status, name)
+        .state
+        .as_ref()?
+        .waiting
+        .as_ref()?
+        .reason
+        .clone()
+}
+
+/// Whether container `name` is running.
+pub fn is_running(status: &PodStatus, name: &str) -> bool {
+    container(status, name)
+        .state
+        .as_ref()
+        .is_some_and(|s| s.running.is_some())
+}
+
+/// How container `name` terminated; panics if it has not.
+pub fn terminated(
+    status: &PodStatus,
+    name: &str,
+) -> wasmpod::k8s_openapi::api::core::v1::ContainerStateTerminated {
+    let state = container(status, name).state.clone();
+    state
+        .and_then(|s| s.terminated)
+        .unwrap_or_else(|| panic!("{name} has not terminated: {status:#?}"))
+}
+
+/// CPU time (user + system) this process has used so far, from /proc (Linux).
+pub fn cpu_time() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .expect("stat format")
+        .1
+        .split_whitespace()
+        .collect();
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    Duration::from_millis(ticks * 10) // USER_HZ is 100 on Linux
+}
+
+/// Writes a benchmark's results to `target/wasmpod-bench/<name>.json`.
+pub fn save_bench(name: &str, results: &serde_json::Value) {
+    let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/wasmpod-bench");
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::write(
+        out.join(format!("{name}.json")),
+        serde_json::to_string_pretty(results).unwrap(),
+    )
+    .unwrap();
+}
+
 /// The condition `kind` of a pod status: (status, reason, message).
 pub fn condition(status: &PodStatus, kind: &str) -> (String, Option<String>, Option<String>) {
     let c = status

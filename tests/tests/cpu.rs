@@ -3,20 +3,7 @@
 
 use std::time::Duration;
 
-use wasmpod_tests::{TestNode, container, wait_for};
-
-/// CPU time (user + system) this process has used, from /proc (Linux).
-fn cpu_time() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .unwrap()
-        .1
-        .split_whitespace()
-        .collect();
-    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
-    Duration::from_millis(ticks * 10)
-}
+use wasmpod_tests::{TestNode, is_running, wait_for};
 
 async fn share_of(node: &TestNode, limit: &str) -> f64 {
     let resources = if limit.is_empty() {
@@ -28,14 +15,11 @@ async fn share_of(node: &TestNode, limit: &str) -> f64 {
         "apiVersion: v1\nkind: Pod\nmetadata: {{ name: spin }}\nspec:\n  containers:\n  - {{ name: c, image: \"{{p1}}\", args: [loop]{resources} }}\n"
     );
     let pod = node.start(&yaml).await;
-    wait_for(&pod, Duration::from_secs(10), |s| {
-        container(s, "c").state.as_ref().unwrap().running.is_some()
-    })
-    .await;
+    wait_for(&pod, Duration::from_secs(10), |s| is_running(s, "c")).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let (cpu, wall) = (cpu_time(), std::time::Instant::now());
+    let (cpu, wall) = (wasmpod_tests::cpu_time(), std::time::Instant::now());
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let share = (cpu_time() - cpu).as_secs_f64() / wall.elapsed().as_secs_f64();
+    let share = (wasmpod_tests::cpu_time() - cpu).as_secs_f64() / wall.elapsed().as_secs_f64();
     pod.delete(Some(Duration::ZERO));
     pod.deleted().await;
     share

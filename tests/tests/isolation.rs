@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use wasmpod::Reason::*;
-use wasmpod_tests::{TestNode, Timeline, container, read, wait_for};
+use wasmpod_tests::{TestNode, Timeline, container, is_running, read, terminated, wait_for};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -29,12 +29,7 @@ async fn trap_is_exit_134() {
     for image in ["{p1}", "{p2}"] {
         let (t, status) = node.run(&one("trap", image, "[trap]"), LIMIT).await;
         assert_eq!(t.exit_codes("c"), [134]);
-        let term = container(&status, "c")
-            .state
-            .clone()
-            .unwrap()
-            .terminated
-            .unwrap();
+        let term = terminated(&status, "c");
         assert_eq!(
             (term.exit_code, term.reason.as_deref()),
             (134, Some("Error"))
@@ -76,12 +71,7 @@ async fn memory_hog_is_oom_killed_alone() {
         .run(&one("hog", "{p1}", r#"[alloc, "1000"]"#), LIMIT)
         .await;
     assert_eq!(t.exit_codes("c"), [137], "{t}");
-    let term = container(&status, "c")
-        .state
-        .clone()
-        .unwrap()
-        .terminated
-        .unwrap();
+    let term = terminated(&status, "c");
     assert_eq!(term.reason.as_deref(), Some("OOMKilled"));
     assert_eq!(t.0[t.first("c", Exited)].message, "OOMKilled");
     let calm = tokio::time::timeout(LIMIT, neighbour.wait()).await.unwrap();
@@ -122,10 +112,7 @@ async fn futures_start(node: &TestNode, n: usize) -> Vec<wasmpod::PodHandle> {
         let pod = node
             .start(&one(&format!("spin{i}"), "{p1}", "[loop]"))
             .await;
-        wait_for(&pod, LIMIT, |s| {
-            container(s, "c").state.as_ref().unwrap().running.is_some()
-        })
-        .await;
+        wait_for(&pod, LIMIT, |s| is_running(s, "c")).await;
         pods.push(pod);
     }
     pods
@@ -234,14 +221,7 @@ spec:
         .await;
     assert_eq!(t.exit_codes("capped"), [137], "{t}");
     assert_eq!(
-        container(&status, "capped")
-            .state
-            .clone()
-            .unwrap()
-            .terminated
-            .unwrap()
-            .reason
-            .as_deref(),
+        terminated(&status, "capped").reason.as_deref(),
         Some("OOMKilled")
     );
     assert_eq!(t.exit_codes("free"), [0], "{t}");

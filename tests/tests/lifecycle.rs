@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use wasmpod::Reason::*;
-use wasmpod_tests::{TestNode, condition, container, wait_for};
+use wasmpod_tests::{TestNode, condition, container, is_running, wait_for, waiting_reason};
 
 const LIMIT: Duration = Duration::from_secs(20);
 
@@ -72,16 +72,8 @@ spec:
     assert_eq!(t.exit_codes("i1"), [1]);
     assert_eq!(t.count("r1", Started), 0, "{t}");
     assert_eq!(status.phase.as_deref(), Some("Failed"));
-    let r1 = container(&status, "r1");
     assert_eq!(
-        r1.state
-            .as_ref()
-            .unwrap()
-            .waiting
-            .as_ref()
-            .unwrap()
-            .reason
-            .as_deref(),
+        waiting_reason(&status, "r1").as_deref(),
         Some("PodInitializing")
     );
     let (s, reason, message) = condition(&status, "Initialized");
@@ -125,17 +117,9 @@ spec:
     assert!(!initialized_seen.get());
     assert_eq!(status.phase.as_deref(), Some("Pending"));
     for name in ["init2", "run1"] {
-        let c = container(&status, name);
-        assert_eq!(c.restart_count, 0);
+        assert_eq!(container(&status, name).restart_count, 0);
         assert_eq!(
-            c.state
-                .as_ref()
-                .unwrap()
-                .waiting
-                .as_ref()
-                .unwrap()
-                .reason
-                .as_deref(),
+            waiting_reason(&status, name).as_deref(),
             Some("PodInitializing")
         );
     }
@@ -620,19 +604,10 @@ spec:
 "#,
         )
         .await;
-    wait_for(&pod, LIMIT, |s| {
-        container(s, "a").state.as_ref().unwrap().running.is_some()
-    })
-    .await;
+    wait_for(&pod, LIMIT, |s| is_running(s, "a")).await;
     std::fs::write(&image, b"this is not wasm any more").unwrap();
     let s = wait_for(&pod, LIMIT, |s| {
-        container(s, "a")
-            .state
-            .as_ref()
-            .unwrap()
-            .waiting
-            .as_ref()
-            .is_some_and(|w| w.reason.as_deref() == Some("ImagePullBackOff"))
+        waiting_reason(s, "a").as_deref() == Some("ImagePullBackOff")
     })
     .await;
     let w = container(&s, "a").state.clone().unwrap().waiting.unwrap();

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use wasmpod::Reason::*;
-use wasmpod_tests::{TestNode, Timeline, container, wait_for};
+use wasmpod_tests::{TestNode, Timeline, container, is_running, wait_for, waiting_reason};
 
 const LIMIT: Duration = Duration::from_secs(20);
 
@@ -25,10 +25,7 @@ spec:
 
 async fn running(node: &TestNode, yaml: &str) -> wasmpod::PodHandle {
     let pod = node.start(yaml).await;
-    wait_for(&pod, LIMIT, |s| {
-        container(s, "c").state.as_ref().unwrap().running.is_some()
-    })
-    .await;
+    wait_for(&pod, LIMIT, |s| is_running(s, "c")).await;
     pod
 }
 
@@ -314,25 +311,12 @@ async fn post_start_gates_running_and_failure_kills() {
         &dir,
     );
     let pod = node.start(&yaml).await;
-    let waiting = wait_for(&pod, LIMIT, |s| {
-        container(s, "c").state.as_ref().unwrap().waiting.is_some()
-    })
-    .await;
+    let waiting = wait_for(&pod, LIMIT, |s| waiting_reason(s, "c").is_some()).await;
     assert_eq!(
-        container(&waiting, "c")
-            .state
-            .clone()
-            .unwrap()
-            .waiting
-            .unwrap()
-            .reason
-            .as_deref(),
+        waiting_reason(&waiting, "c").as_deref(),
         Some("ContainerCreating")
     );
-    wait_for(&pod, LIMIT, |s| {
-        container(s, "c").state.as_ref().unwrap().running.is_some()
-    })
-    .await;
+    wait_for(&pod, LIMIT, |s| is_running(s, "c")).await;
     pod.delete(None);
     let t = Timeline::collect(&pod).await;
     let (created, hook, started) = (
@@ -460,10 +444,7 @@ spec:
 "#,
         )
         .await;
-    wait_for(&pod, LIMIT, |s| {
-        container(s, "i1").state.as_ref().unwrap().running.is_some()
-    })
-    .await;
+    wait_for(&pod, LIMIT, |s| is_running(s, "i1")).await;
     let asked = std::time::Instant::now();
     pod.delete(None);
     let t = Timeline::collect(&pod).await;

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use wasmpod::Reason::*;
-use wasmpod_tests::{TestNode, Timeline, container, read};
+use wasmpod_tests::{TestNode, Timeline, read, terminated};
 
 const LIMIT: Duration = Duration::from_secs(20);
 
@@ -68,32 +68,14 @@ spec:
     let pod = node.start(&yaml).await;
     let status = tokio::time::timeout(LIMIT, pod.wait()).await.unwrap();
     assert_eq!(read(&host.join("out")), "written\n");
-    assert_eq!(
-        container(&status, "writer")
-            .state
-            .clone()
-            .unwrap()
-            .terminated
-            .unwrap()
-            .exit_code,
-        0
-    );
+    assert_eq!(terminated(&status, "writer").exit_code, 0);
     let reader = read(&pod.log_file("reader", 0));
     assert!(reader.contains("stdout F from the host"), "{reader}");
     assert!(
         reader.contains("stderr F agnhost: write /etc/app/nope:"),
         "{reader}"
     );
-    assert_eq!(
-        container(&status, "reader")
-            .state
-            .clone()
-            .unwrap()
-            .terminated
-            .unwrap()
-            .exit_code,
-        2
-    );
+    assert_eq!(terminated(&status, "reader").exit_code, 2);
     assert!(!host.join("nope").exists());
     pod.delete(None);
     let t = Timeline::collect(&pod).await;
