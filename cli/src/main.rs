@@ -184,8 +184,11 @@ fn open_output(path: &Path) -> anyhow::Result<Box<dyn Write + Send>> {
 async fn write_events(pod: PodHandle, mut out: Box<dyn Write + Send>) -> std::io::Result<()> {
     let mut events = pod.events();
     while let Some(event) = events.next().await {
-        serde_json::to_writer(&mut out, &event)?;
-        out.write_all(b"\n")?;
+        // One write per line: with `--events -` container output shares stdout, and a line
+        // written in pieces could be split by one of theirs.
+        let mut line = serde_json::to_vec(&event)?;
+        line.push(b'\n');
+        out.write_all(&line)?;
         out.flush()?;
     }
     Ok(())

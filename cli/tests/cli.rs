@@ -269,7 +269,14 @@ spec:
     let stdout = text(&out.stdout);
     let json_lines = stdout.lines().filter(|l| l.starts_with('{')).count();
     assert!(json_lines >= 6, "{stdout}");
-    assert!(stdout.lines().any(|l| l == "[c] hi"));
+    assert!(stdout.lines().any(|l| l == "[c] hi"), "{stdout}");
+    // events and output share stdout, line by line, never within a line
+    for line in stdout.lines() {
+        assert!(
+            line == "[c] hi" || serde_json::from_str::<Value>(line).is_ok(),
+            "mixed line: {line}"
+        );
+    }
 }
 
 /// The second run of a module takes it from the compile cache; the `Pulled` event says which.
