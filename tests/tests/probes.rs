@@ -129,9 +129,19 @@ spec:
     );
     let s1 = t.between(t.first("s1", Started), t.first("s1", Ready));
     assert!(s1 >= Duration::from_secs(2), "s1 ready after {s1:?}");
-    // the pod was Ready only once the sidecar was
-    let phases_ready_before_s1 = t.first("r1", Ready) < t.first("s1", Ready);
-    assert!(phases_ready_before_s1, "{t}");
+    // r1 was ready first, yet the pod turned Ready only once the sidecar was
+    assert!(t.first("r1", Ready) < t.first("s1", Ready), "{t}");
+    let pod_ready = ready
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "Ready")
+        .unwrap();
+    let pod_ready = std::time::SystemTime::from(pod_ready.last_transition_time.as_ref().unwrap().0);
+    assert!(
+        pod_ready >= t.time(t.first("s1", Ready)),
+        "pod Ready before the sidecar was:\n{t}"
+    );
 }
 
 /// conformance 30: an exec liveness probe that starts failing restarts the container; one that

@@ -50,8 +50,6 @@ pub(crate) struct Instance {
     pub started: Instant,
     pub term: watch::Sender<bool>,
     pub kill: Option<oneshot::Sender<i32>>,
-    /// The postStart hook has returned (or there is none): the container counts as Running.
-    pub post_started: bool,
     /// Once the container is being stopped (or its preStop hook started early, for sidecars):
     /// the end of its grace period, and why.
     pub deadline: Option<Instant>,

@@ -618,10 +618,9 @@ impl PodTask {
     /// and ready unless probes say otherwise, and its probes begin.
     fn running(&mut self, index: usize) {
         let c = &mut self.containers[index];
-        let Some(instance) = &mut c.instance else {
+        if c.instance.is_none() {
             return;
-        };
-        instance.post_started = true;
+        }
         c.state = State::Running {
             started_at: Timestamp::now(),
         };
@@ -796,7 +795,6 @@ impl PodTask {
             started: Instant::now(),
             term: term_tx,
             kill: Some(kill_tx),
-            post_started: false,
             deadline: None,
             stopping: false,
             stop_reason: None,
@@ -1105,9 +1103,7 @@ impl PodTask {
             .map(String::as_str)
             .collect();
         let ready = if !containers_ready.status {
-            Condition {
-                ..containers_ready.clone()
-            }
+            containers_ready.clone()
         } else if !gates_missing.is_empty() {
             cond(
                 false,
