@@ -29,6 +29,7 @@
 mod container;
 mod engine;
 mod events;
+mod network;
 mod node;
 mod output;
 mod spec;
@@ -36,6 +37,7 @@ mod supervisor;
 
 pub use engine::LoadError;
 pub use events::{Event, EventStream, EventType, Reason};
+pub use network::Egress;
 pub use node::{Error, Node, NodeOptions, PodHandle, PodOptions};
 pub use output::{OutputLine, Stream};
 pub use spec::{FieldError, InvalidPod, PodSpec};

@@ -1,5 +1,6 @@
 //! The node: one wasmtime engine and the pods running on it.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,9 +10,11 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::engine::{Engine, Image, LoadError, Pull};
 use crate::events::{EventStream, Journal};
+use crate::network::publish::{PortMapping, publish};
+use crate::network::{Egress, NodeNetwork};
 use crate::output::OutputLine;
 use crate::spec::PodSpec;
-use crate::supervisor::{BackoffOptions, Msg, NodeContext, PodTask, Snapshot};
+use crate::supervisor::{BackoffOptions, Msg, NodeContext, PodSetup, PodTask, Snapshot};
 
 /// Why a node or a pod could not be created.
 #[derive(Debug, thiserror::Error)]
@@ -28,6 +31,16 @@ pub enum Error {
         /// Why.
         #[source]
         source: LoadError,
+    },
+    /// A published port cannot be opened on the host (taken, or an address the host lacks).
+    #[error("{what}: {source}")]
+    Publish {
+        /// The field or option and the host address, e.g.
+        /// `spec.containers[0].ports[0].hostPort: cannot listen on 127.0.0.1:8080`.
+        what: String,
+        /// The operating system's reason.
+        #[source]
+        source: std::io::Error,
     },
     /// A file or directory of the node's state could not be made.
     #[error("{}: {source}", path.display())]
@@ -52,6 +65,8 @@ pub struct NodeOptions {
     pub backoff: BackoffOptions,
     /// The most linear memory one container instance may use, in bytes.
     pub memory_limit: u64,
+    /// Whether pods may reach addresses outside the node's pod network.
+    pub egress: Egress,
 }
 
 impl Default for NodeOptions {
@@ -64,6 +79,7 @@ impl Default for NodeOptions {
             cache_dir: dirs::cache_dir().map(|d| d.join("wasmpod")),
             backoff: BackoffOptions::default(),
             memory_limit: 1 << 30,
+            egress: Egress::Allow,
         }
     }
 }
@@ -87,6 +103,12 @@ impl NodeOptions {
         self
     }
 
+    /// Sets [`NodeOptions::egress`].
+    pub fn egress(mut self, egress: Egress) -> Self {
+        self.egress = egress;
+        self
+    }
+
     /// Sets [`NodeOptions::backoff`].
     pub fn backoff(mut self, backoff: BackoffOptions) -> Self {
         self.backoff = backoff;
@@ -101,9 +123,18 @@ pub struct PodOptions {
     /// Receives every line the pod's containers write, as they write it. A slow receiver slows
     /// the writers down; nothing is dropped.
     pub output: Option<mpsc::Sender<OutputLine>>,
+    /// Extra published ports (`run --publish`): host address → container port on the pod IP.
+    /// `hostPort` fields of the pod are published too.
+    pub publish: Vec<(SocketAddr, u16)>,
 }
 
 impl PodOptions {
+    /// Publishes `container_port` of the pod on `host` (adds to [`PodOptions::publish`]).
+    pub fn publish(mut self, host: SocketAddr, container_port: u16) -> Self {
+        self.publish.push((host, container_port));
+        self
+    }
+
     /// Sets [`PodOptions::output`].
     pub fn output(mut self, tx: mpsc::Sender<OutputLine>) -> Self {
         self.output = Some(tx);
@@ -143,6 +174,7 @@ impl Node {
         let context = NodeContext {
             engine,
             backoff: options.backoff,
+            network: NodeNetwork::new(options.egress),
             memory_limit: usize::try_from(options.memory_limit).unwrap_or(usize::MAX),
         };
         Ok(Node {
@@ -185,19 +217,40 @@ impl Node {
             .state_dir
             .join("pods")
             .join(format!("{}_{}_{}", spec.namespace, spec.name, uid));
+        let net = self.context.network.create_pod(&spec.hostname);
+        let mut ports: Vec<PortMapping> = spec
+            .host_ports()
+            .filter_map(|(origin, p)| {
+                Some(PortMapping {
+                    host: p.host?,
+                    container_port: p.port,
+                    origin,
+                })
+            })
+            .collect();
+        ports.extend(options.publish.iter().map(|&(host, port)| PortMapping {
+            host,
+            container_port: port,
+            origin: format!("--publish {}:{port}", host.port()),
+        }));
+        let published =
+            publish(&net, &ports).map_err(|(what, source)| Error::Publish { what, source })?;
         let spec = Arc::new(spec);
-        let channels = PodTask::spawn(
-            spec.clone(),
-            self.context.clone(),
-            uid.clone(),
-            pod_dir.clone(),
+        let setup = PodSetup {
+            uid: uid.clone(),
+            pod_dir: pod_dir.clone(),
             images,
-            options.output,
-        )
-        .map_err(|source| Error::Io {
-            path: pod_dir.clone(),
-            source,
-        })?;
+            tap: options.output,
+            net,
+            published,
+        };
+        let channels =
+            PodTask::spawn(spec.clone(), self.context.clone(), setup).map_err(|source| {
+                Error::Io {
+                    path: pod_dir.clone(),
+                    source,
+                }
+            })?;
         Ok(PodHandle {
             inner: Arc::new(PodShared {
                 name: spec.name.clone(),

@@ -19,6 +19,8 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{FsPerms, I32Exit, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use crate::engine::Image;
+use crate::network::PodNetwork;
+use crate::network::wasi::{Sockets, SocketsView};
 use crate::output::OutputSink;
 pub(crate) use term::{
     TERM_INTERFACE, TERM_MODULE, TermSignal, add_p1_termination, add_p2_termination,
@@ -40,6 +42,7 @@ pub(crate) struct P1State {
 pub(crate) struct P2State {
     ctx: WasiCtx,
     pub(crate) table: ResourceTable,
+    net: Arc<PodNetwork>,
     pub(crate) term: TermSignal,
     limiter: MemoryLimiter,
 }
@@ -49,6 +52,15 @@ impl WasiView for P2State {
         WasiCtxView {
             ctx: &mut self.ctx,
             table: &mut self.table,
+        }
+    }
+}
+
+impl SocketsView for P2State {
+    fn sockets(&mut self) -> Sockets<'_> {
+        Sockets {
+            table: &mut self.table,
+            net: &self.net,
         }
     }
 }
@@ -101,6 +113,8 @@ pub(crate) struct Sandbox {
     /// The CPU limit as a share of one core, below 1.
     pub(crate) cpu_share: Option<f64>,
     pub(crate) term: TermSignal,
+    /// The pod's network namespace (components reach it through `wasi:sockets`).
+    pub(crate) net: Arc<PodNetwork>,
 }
 
 /// How a container instance ended.
@@ -208,6 +222,7 @@ impl Sandbox {
         let state = P2State {
             ctx: wasi.build(),
             table: ResourceTable::new(),
+            net: self.net.clone(),
             term: self.term.clone(),
             limiter: self.limiter(),
         };

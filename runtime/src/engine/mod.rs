@@ -134,6 +134,7 @@ impl Engine {
         crate::container::add_p1_termination(&mut p1)?;
         let mut p2 = ComponentLinker::new(&wasmtime);
         wasmtime_wasi::p2::add_to_linker_async(&mut p2)?;
+        crate::network::wasi::add_to_linker(&mut p2)?;
         crate::container::add_p2_termination(&mut p2)?;
 
         let stop_ticker = Arc::new(AtomicBool::new(false));

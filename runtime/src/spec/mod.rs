@@ -102,6 +102,7 @@ pub(crate) struct ContainerSpec {
     pub env: Vec<(String, String)>,
     pub mounts: Vec<Mount>,
     pub working_dir: Option<String>,
+    pub ports: Vec<ContainerPort>,
     pub startup: Option<Probe>,
     pub liveness: Option<Probe>,
     pub readiness: Option<Probe>,
@@ -147,8 +148,30 @@ impl Resources {
 pub(crate) enum Handler {
     /// Call the export `command[0]` in a fresh instance, or run the entry point with argv = command.
     Exec(Vec<String>),
+    /// An HTTP GET to the pod IP; a status of 200-399 is success.
+    HttpGet(HttpGet),
+    /// A TCP connection to this port of the pod IP (probes only).
+    TcpSocket(u16),
     /// Wait (hooks only).
     Sleep(Duration),
+}
+
+/// The request of an `httpGet` handler.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct HttpGet {
+    pub port: u16,
+    pub path: String,
+    pub headers: Vec<(String, String)>,
+}
+
+/// A port a container declares (`ports[]`); published on the host when `host` is set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ContainerPort {
+    pub name: Option<String>,
+    pub port: u16,
+    pub udp: bool,
+    /// `hostIP:hostPort` (`hostIP` defaults to 127.0.0.1).
+    pub host: Option<std::net::SocketAddr>,
 }
 
 /// A probe with the kubelet's defaults applied.
@@ -215,6 +238,8 @@ pub struct PodSpec {
     pub(crate) grace_period: Duration,
     pub(crate) active_deadline: Option<Duration>,
     pub(crate) readiness_gates: Vec<String>,
+    /// `spec.hostname`, or the pod's name.
+    pub(crate) hostname: String,
 }
 
 impl PodSpec {
@@ -320,6 +345,17 @@ impl PodSpec {
         } else {
             "Burstable"
         }
+    }
+
+    /// The container ports published on the host (`hostPort`), with the field of each.
+    pub(crate) fn host_ports(&self) -> impl Iterator<Item = (String, &ContainerPort)> {
+        self.containers.iter().flat_map(|c| {
+            c.ports
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| p.host.is_some())
+                .map(move |(i, p)| (format!("{}.ports[{i}].hostPort", c.field), p))
+        })
     }
 
     pub(crate) fn has_init(&self) -> bool {
@@ -477,7 +513,22 @@ fn convert(pod: &k8s::Pod, base_dir: &Path, errors: &mut Vec<FieldError>) -> Opt
         .map(|g| g.condition_type.clone())
         .collect();
 
+    let hostname = match &spec.hostname {
+        Some(h) => {
+            if let Err(why) = check_label(h) {
+                errors.push(FieldError::new(
+                    "spec.hostname",
+                    format!("invalid value {h:?}: {why}"),
+                ));
+            }
+            h.clone()
+        }
+        None => name.split('.').next().unwrap_or_default().to_owned(),
+    };
+    check_host_ports(&containers, errors);
+
     Some(PodSpec {
+        hostname,
         name,
         namespace,
         uid: meta.uid.clone(),
@@ -600,6 +651,7 @@ fn convert_container(
             read_only: m.read_only.unwrap_or(false),
         });
     }
+    let ports = convert_ports(path, c.ports.as_deref().unwrap_or_default(), errors);
     let is_regular_init = role == Role::Init;
     let mut probe = |field: &str, p: &Option<k8s::Probe>, threshold_one: bool| {
         let p = p.as_ref()?;
@@ -611,7 +663,7 @@ fn convert_container(
             ));
             return None;
         }
-        convert_probe(&at, p, threshold_one, errors)
+        convert_probe(&at, p, threshold_one, &ports, errors)
     };
     let startup = probe("startupProbe", &c.startup_probe, true);
     let liveness = probe("livenessProbe", &c.liveness_probe, true);
@@ -626,33 +678,39 @@ fn convert_container(
             ));
             return None;
         }
-        match (&h.exec, &h.sleep) {
-            (Some(exec), None) => exec_handler(&format!("{at}.exec"), exec, errors),
-            (None, Some(sleep)) if sleep.seconds >= 0 => {
-                Some(Handler::Sleep(Duration::from_secs(sleep.seconds as u64)))
-            }
-            (None, Some(sleep)) => {
-                errors.push(FieldError::new(
-                    format!("{at}.sleep.seconds"),
-                    format!("invalid value {}: must be >= 0", sleep.seconds),
-                ));
-                None
-            }
-            (None, None) => {
+        let kinds = [h.exec.is_some(), h.http_get.is_some(), h.sleep.is_some()];
+        match kinds.iter().filter(|k| **k).count() {
+            0 => {
                 errors.push(FieldError::new(
                     at,
-                    "must specify a handler type (exec or sleep)",
+                    "must specify a handler type (exec, httpGet or sleep)",
                 ));
-                None
+                return None;
             }
-            (Some(_), Some(_)) => {
+            1 => {}
+            _ => {
                 errors.push(FieldError::new(
                     at,
                     "may not specify more than one handler type",
                 ));
-                None
+                return None;
             }
         }
+        if let Some(exec) = &h.exec {
+            return exec_handler(&format!("{at}.exec"), exec, errors);
+        }
+        if let Some(get) = &h.http_get {
+            return http_get(&format!("{at}.httpGet"), get, &ports, errors);
+        }
+        let sleep = h.sleep.as_ref()?;
+        if sleep.seconds < 0 {
+            errors.push(FieldError::new(
+                format!("{at}.sleep.seconds"),
+                format!("invalid value {}: must be >= 0", sleep.seconds),
+            ));
+            return None;
+        }
+        Some(Handler::Sleep(Duration::from_secs(sleep.seconds as u64)))
     };
     let lifecycle = c.lifecycle.as_ref();
     let post_start = hook("postStart", lifecycle.and_then(|l| l.post_start.as_ref()));
@@ -672,6 +730,7 @@ fn convert_container(
         argv,
         env,
         mounts,
+        ports,
         working_dir: c.working_dir.clone(),
     })
 }
@@ -743,18 +802,223 @@ fn exec_handler(
     }
 }
 
+/// `ports[]`: numbers in range, names unique DNS-1123 labels of at most 15 characters, TCP or
+/// UDP.
+fn convert_ports(
+    path: &str,
+    ports: &[k8s::ContainerPort],
+    errors: &mut Vec<FieldError>,
+) -> Vec<ContainerPort> {
+    let mut out: Vec<ContainerPort> = Vec::new();
+    for (i, p) in ports.iter().enumerate() {
+        let at = format!("{path}.ports[{i}]");
+        let number = |field: &str, v: i32, errors: &mut Vec<FieldError>| {
+            u16::try_from(v).ok().filter(|v| *v > 0).or_else(|| {
+                errors.push(FieldError::new(
+                    format!("{at}.{field}"),
+                    format!("invalid value {v}: must be between 1 and 65535"),
+                ));
+                None
+            })
+        };
+        let Some(port) = number("containerPort", p.container_port, errors) else {
+            continue;
+        };
+        let udp = match p.protocol.as_deref() {
+            None | Some("TCP") => false,
+            Some("UDP") => true,
+            Some(other) => {
+                errors.push(FieldError::new(
+                    format!("{at}.protocol"),
+                    format!("unsupported value {other:?}: wasmpod supports TCP and UDP"),
+                ));
+                false
+            }
+        };
+        if let Some(name) = &p.name {
+            if let Err(why) = check_label(name).and_then(|()| {
+                if name.len() > 15 || !name.chars().any(|c| c.is_ascii_lowercase()) {
+                    Err("must be at most 15 characters with at least one letter")
+                } else {
+                    Ok(())
+                }
+            }) {
+                errors.push(FieldError::new(
+                    format!("{at}.name"),
+                    format!("invalid value {name:?}: {why}"),
+                ));
+            }
+            if out.iter().any(|o| o.name.as_ref() == Some(name)) {
+                errors.push(FieldError::new(
+                    format!("{at}.name"),
+                    format!("duplicate value {name:?}"),
+                ));
+            }
+        }
+        let host_ip = match p.host_ip.as_deref() {
+            None | Some("") => std::net::IpAddr::from([127, 0, 0, 1]),
+            Some(ip) => match ip.parse() {
+                Ok(ip) => ip,
+                Err(_) => {
+                    errors.push(FieldError::new(
+                        format!("{at}.hostIP"),
+                        format!("invalid value {ip:?}: must be an IP address"),
+                    ));
+                    continue;
+                }
+            },
+        };
+        let host = match p.host_port {
+            None | Some(0) => None,
+            Some(_) if udp => {
+                errors.push(FieldError::new(
+                    format!("{at}.hostPort"),
+                    "not supported by wasmpod for UDP ports",
+                ));
+                None
+            }
+            Some(hp) => {
+                number("hostPort", hp, errors).map(|hp| std::net::SocketAddr::new(host_ip, hp))
+            }
+        };
+        out.push(ContainerPort {
+            name: p.name.clone(),
+            port,
+            udp,
+            host,
+        });
+    }
+    out
+}
+
+/// Two containers of a pod cannot publish the same host address and port.
+fn check_host_ports(containers: &[ContainerSpec], errors: &mut Vec<FieldError>) {
+    let mut seen: Vec<std::net::SocketAddr> = Vec::new();
+    for c in containers {
+        for (i, p) in c.ports.iter().enumerate() {
+            let Some(host) = p.host else { continue };
+            if seen.contains(&host) {
+                errors.push(FieldError::new(
+                    format!("{}.ports[{i}].hostPort", c.field),
+                    format!("duplicate value {}", host.port()),
+                ));
+            }
+            seen.push(host);
+        }
+    }
+}
+
+/// A probe's or handler's port: a number, or the name of one of the container's ports.
+fn handler_port(
+    at: &str,
+    port: &k8s_openapi::apimachinery::pkg::util::intstr::IntOrString,
+    ports: &[ContainerPort],
+    errors: &mut Vec<FieldError>,
+) -> Option<u16> {
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    let found = match port {
+        IntOrString::Int(n) => u16::try_from(*n).ok().filter(|n| *n > 0),
+        IntOrString::String(name) => match name.parse::<u16>() {
+            Ok(n) if n > 0 => Some(n),
+            _ => ports
+                .iter()
+                .find(|p| p.name.as_deref() == Some(name.as_str()))
+                .map(|p| p.port),
+        },
+    };
+    if found.is_none() {
+        let why = match port {
+            IntOrString::Int(n) => format!("invalid value {n}: must be between 1 and 65535"),
+            IntOrString::String(name) => format!("not found: no container port named {name:?}"),
+        };
+        errors.push(FieldError::new(format!("{at}.port"), why));
+    }
+    found
+}
+
+/// `host` other than the pod IP is not honoured: the handler always targets the pod.
+fn no_host(at: &str, host: &Option<String>, errors: &mut Vec<FieldError>) {
+    if host.as_deref().is_some_and(|h| !h.is_empty()) {
+        errors.push(FieldError::new(
+            format!("{at}.host"),
+            "not supported by wasmpod: probes and hooks always target the pod IP",
+        ));
+    }
+}
+
+fn http_get(
+    at: &str,
+    get: &k8s::HTTPGetAction,
+    ports: &[ContainerPort],
+    errors: &mut Vec<FieldError>,
+) -> Option<Handler> {
+    no_host(at, &get.host, errors);
+    match get.scheme.as_deref() {
+        None | Some("HTTP") => {}
+        Some(other) => errors.push(FieldError::new(
+            format!("{at}.scheme"),
+            format!("unsupported value {other:?}: wasmpod supports HTTP"),
+        )),
+    }
+    let path = get.path.clone().unwrap_or_else(|| "/".into());
+    if !path.starts_with('/') || path.contains(|c: char| c.is_whitespace() || c.is_control()) {
+        errors.push(FieldError::new(
+            format!("{at}.path"),
+            format!("invalid value {path:?}: must be an absolute path without spaces"),
+        ));
+    }
+    let mut headers = Vec::new();
+    for (i, h) in get.http_headers.iter().flatten().enumerate() {
+        let bad = |s: &str| s.contains(['\r', '\n']);
+        if h.name.is_empty() || h.name.contains([':', ' ']) || bad(&h.name) || bad(&h.value) {
+            errors.push(FieldError::new(
+                format!("{at}.httpHeaders[{i}]"),
+                format!("invalid header {:?}", h.name),
+            ));
+        }
+        headers.push((h.name.clone(), h.value.clone()));
+    }
+    let port = handler_port(at, &get.port, ports, errors)?;
+    Some(Handler::HttpGet(HttpGet {
+        port,
+        path,
+        headers,
+    }))
+}
+
 fn convert_probe(
     path: &str,
     p: &k8s::Probe,
     threshold_one: bool,
+    ports: &[ContainerPort],
     errors: &mut Vec<FieldError>,
 ) -> Option<Probe> {
-    let handler = match &p.exec {
-        Some(exec) => exec_handler(&format!("{path}.exec"), exec, errors)?,
-        None => {
-            errors.push(FieldError::new(path, "must specify a handler type (exec)"));
-            return None;
-        }
+    let kinds = [
+        p.exec.is_some(),
+        p.http_get.is_some(),
+        p.tcp_socket.is_some(),
+    ];
+    if kinds.iter().filter(|k| **k).count() > 1 {
+        errors.push(FieldError::new(
+            path,
+            "may not specify more than one handler type",
+        ));
+        return None;
+    }
+    let handler = if let Some(exec) = &p.exec {
+        exec_handler(&format!("{path}.exec"), exec, errors)?
+    } else if let Some(get) = &p.http_get {
+        http_get(&format!("{path}.httpGet"), get, ports, errors)?
+    } else if let Some(tcp) = &p.tcp_socket {
+        let at = format!("{path}.tcpSocket");
+        no_host(&at, &tcp.host, errors);
+        Handler::TcpSocket(handler_port(&at, &tcp.port, ports, errors)?)
+    } else {
+        errors.push(FieldError::new(
+            path,
+            "must specify a handler type (exec, httpGet or tcpSocket)",
+        ));
+        return None;
     };
     let mut seconds = |field: &str, value: Option<i32>, default: i32, min: i32| -> u32 {
         let v = value.unwrap_or(default);

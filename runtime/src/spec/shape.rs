@@ -28,8 +28,25 @@ const VOLUME_MOUNT: Shape = Object(&[
     ("readOnly", Scalar),
 ]);
 const EXEC: Shape = Object(&[("command", List(&Scalar))]);
+const HTTP_GET: Shape = Object(&[
+    ("path", Scalar),
+    ("port", Scalar),
+    ("host", Scalar),
+    ("scheme", Scalar),
+    ("httpHeaders", List(&ENV_VAR)),
+]);
+const TCP_SOCKET: Shape = Object(&[("port", Scalar), ("host", Scalar)]);
+const PORT: Shape = Object(&[
+    ("name", Scalar),
+    ("containerPort", Scalar),
+    ("hostPort", Scalar),
+    ("hostIP", Scalar),
+    ("protocol", Scalar),
+]);
 const PROBE: Shape = Object(&[
     ("exec", EXEC),
+    ("httpGet", HTTP_GET),
+    ("tcpSocket", TCP_SOCKET),
     ("initialDelaySeconds", Scalar),
     ("periodSeconds", Scalar),
     ("timeoutSeconds", Scalar),
@@ -37,7 +54,11 @@ const PROBE: Shape = Object(&[
     ("failureThreshold", Scalar),
     ("terminationGracePeriodSeconds", Scalar),
 ]);
-const HANDLER: Shape = Object(&[("exec", EXEC), ("sleep", Object(&[("seconds", Scalar)]))]);
+const HANDLER: Shape = Object(&[
+    ("exec", EXEC),
+    ("httpGet", HTTP_GET),
+    ("sleep", Object(&[("seconds", Scalar)])),
+]);
 const CONTAINER: Shape = Object(&[
     ("name", Scalar),
     ("image", Scalar),
@@ -47,6 +68,7 @@ const CONTAINER: Shape = Object(&[
     ("volumeMounts", List(&VOLUME_MOUNT)),
     ("restartPolicy", Scalar),
     ("workingDir", Scalar),
+    ("ports", List(&PORT)),
     ("startupProbe", PROBE),
     ("livenessProbe", PROBE),
     ("readinessProbe", PROBE),
@@ -86,6 +108,7 @@ const POD: Shape = Object(&[
             ("containers", List(&CONTAINER)),
             ("initContainers", List(&CONTAINER)),
             ("restartPolicy", Scalar),
+            ("hostname", Scalar),
             ("volumes", List(&VOLUME)),
             ("terminationGracePeriodSeconds", Scalar),
             ("activeDeadlineSeconds", Scalar),

@@ -28,6 +28,8 @@ use status::Phase;
 use crate::container::{EXIT_KILLED, EXIT_TERMINATED, Exit, Preopen, Sandbox, TermSignal};
 use crate::engine::{Engine, Image, LoadError, Pull};
 use crate::events::{Event, EventType, Journal, Reason, now_micros};
+use crate::network::publish::Published;
+use crate::network::{NodeNetwork, PodNetwork};
 use crate::output::{PodOutput, Stream};
 use crate::spec::{PodSpec, RestartPolicy, Role, VolumeSource};
 
@@ -37,6 +39,7 @@ const MIN_GRACE: Duration = Duration::from_secs(2);
 /// What a pod's supervisor needs from its node.
 pub(crate) struct NodeContext {
     pub engine: Engine,
+    pub network: NodeNetwork,
     pub backoff: BackoffOptions,
     pub memory_limit: usize,
 }
@@ -126,6 +129,19 @@ pub(crate) struct PodTask {
     volumes: Vec<PathBuf>,
     pod_dir: PathBuf,
     instances: u64,
+    net: Arc<PodNetwork>,
+    /// The pod's host listeners, closed when the supervisor ends.
+    _published: Published,
+}
+
+/// What a pod is made of besides its spec, prepared by the node.
+pub(crate) struct PodSetup {
+    pub uid: String,
+    pub pod_dir: PathBuf,
+    pub images: Vec<(Arc<Image>, Pull)>,
+    pub tap: Option<mpsc::Sender<crate::OutputLine>>,
+    pub net: Arc<PodNetwork>,
+    pub published: Published,
 }
 
 /// The pieces a caller keeps to talk to a started pod.
@@ -140,11 +156,16 @@ impl PodTask {
     pub(crate) fn spawn(
         spec: Arc<PodSpec>,
         node: Arc<NodeContext>,
-        uid: String,
-        pod_dir: PathBuf,
-        images: Vec<(Arc<Image>, Pull)>,
-        tap: Option<mpsc::Sender<crate::OutputLine>>,
+        setup: PodSetup,
     ) -> std::io::Result<PodChannels> {
+        let PodSetup {
+            uid,
+            pod_dir,
+            images,
+            tap,
+            net,
+            published,
+        } = setup;
         let mut volumes = Vec::new();
         for v in &spec.volumes {
             volumes.push(match &v.source {
@@ -192,6 +213,8 @@ impl PodTask {
             volumes,
             pod_dir,
             instances: 0,
+            net,
+            _published: published,
         };
         task.update_conditions();
         task.publish(false, false);
@@ -784,6 +807,7 @@ impl PodTask {
                 }),
             cpu_share: c.spec.resources.cpu_share(),
             term: TermSignal(term_rx),
+            net: self.net.clone(),
         });
         let stdout = self.output.sink(&c.name, c.restart_count, Stream::Stdout);
         let stderr = self.output.sink(&c.name, c.restart_count, Stream::Stderr);
@@ -1165,6 +1189,10 @@ impl PodTask {
             container_statuses: statuses(false),
             start_time: time(self.start_time),
             qos_class: Some(self.spec.qos_class().into()),
+            pod_ip: Some(self.net.ip().to_string()),
+            pod_ips: Some(vec![k8s::PodIP {
+                ip: self.net.ip().to_string(),
+            }]),
             reason: self.failure.as_ref().map(|f| f.0.into()),
             message: self.failure.as_ref().map(|f| f.1.clone()),
             ..Default::default()

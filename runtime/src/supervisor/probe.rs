@@ -13,6 +13,7 @@ use tokio::sync::mpsc;
 
 use super::Msg;
 use crate::container::Sandbox;
+use crate::network::client;
 use crate::spec::{Handler, Probe};
 
 /// Which probe.
@@ -60,12 +61,19 @@ pub(crate) async fn run_handler(
             tokio::time::sleep((*d).min(timeout)).await;
             Ok(())
         }
-        Handler::Exec(command) => {
-            match tokio::time::timeout(timeout, sandbox.exec(command)).await {
-                Ok(result) => result,
-                Err(_) => Err(format!("timed out after {}s", timeout.as_secs())),
-            }
-        }
+        Handler::Exec(command) => bounded(timeout, sandbox.exec(command)).await,
+        Handler::HttpGet(get) => bounded(timeout, client::http_get(&sandbox.net, get)).await,
+        Handler::TcpSocket(port) => bounded(timeout, client::tcp_check(&sandbox.net, *port)).await,
+    }
+}
+
+async fn bounded(
+    timeout: Duration,
+    run: impl Future<Output = Result<(), String>>,
+) -> Result<(), String> {
+    match tokio::time::timeout(timeout, run).await {
+        Ok(result) => result,
+        Err(_) => Err(format!("timed out after {}s", timeout.as_secs())),
     }
 }
 

@@ -8,7 +8,10 @@
 //! `count PATH` (append a line to PATH and print how many it has), `fail-after PATH N` (exit 1
 //! while PATH has fewer than N lines), `wait-term` (block until TERM is requested; needs the
 //! termination import), `on-term CODE DELAY_MS` (from then on, a TERM seen during `sleep` makes the
-//! guest wait DELAY_MS and exit with CODE; needs the termination import).
+//! guest wait DELAY_MS and exit with CODE; needs the termination import). Network words are in
+//! `net.rs`.
+
+mod net;
 
 use std::io::Write;
 use std::time::Duration;
@@ -20,6 +23,7 @@ pub fn main(term: Option<TermCheck>) {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut words = args.iter().map(String::as_str);
     let mut exit_on_term: Option<(i32, u64)> = None;
+    let mut listeners = Vec::new();
     while let Some(word) = words.next() {
         let mut arg = || words.next().unwrap_or_else(|| panic!("`{word}` needs an argument"));
         match word {
@@ -97,7 +101,11 @@ pub fn main(term: Option<TermCheck>) {
                 let code = arg().parse().expect("on-term CODE DELAY_MS");
                 exit_on_term = Some((code, arg().parse().expect("on-term CODE DELAY_MS")));
             }
-            other => fail(&format!("unknown word {other:?}")),
+            other => {
+                if !net::run(other, &mut arg, &mut listeners) {
+                    fail(&format!("unknown word {other:?}"))
+                }
+            }
         }
     }
 }

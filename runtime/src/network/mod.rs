@@ -1,0 +1,346 @@
+//! The pod network: every pod gets a private, in-memory network namespace.
+//!
+//! A [`PodNetwork`] is what `wasi:sockets` means inside a pod. Its loopback (`127.0.0.1`, `::1`)
+//! and its pod IP are virtual: binding a port registers a listener in the pod's own port table,
+//! connecting to a pod address finds that listener and joins the two ends with in-memory
+//! [`pipe`]s. Two pods therefore never collide on ports, and nothing outside reaches a pod's port
+//! unless it is published ([`publish`]). A pod reaches another pod of the node by its pod IP
+//! (the Kubernetes flat network, in miniature) through the node-wide [`NodeNetwork`]; any other
+//! address leaves the process through real host sockets, if the node's [`Egress`] policy allows.
+//!
+//! [`wasi`] maps `wasi:sockets` onto this model for components; preview1 modules have no sockets.
+
+pub(crate) mod client;
+mod pipe;
+pub(crate) mod publish;
+mod tcp;
+mod udp;
+pub(crate) mod wasi;
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+pub(crate) use pipe::HostStream;
+pub(crate) use tcp::Listener;
+use udp::Inbox;
+
+/// Whether pods may open connections to addresses outside the node's pod network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Egress {
+    /// Outside addresses are reached through the host's sockets, as Kubernetes pods can.
+    #[default]
+    Allow,
+    /// Connections and name lookups beyond the node's pods fail with `access-denied`.
+    Deny,
+}
+
+/// The node's pod IP range: 10.88.0.0/16, pod IPs from 10.88.0.2 up.
+const POD_NET: [u8; 2] = [10, 88];
+
+/// Ports handed out for `bind(port 0)` and the client side of connections (Linux's range).
+const EPHEMERAL: std::ops::RangeInclusive<u16> = 32768..=60999;
+
+/// The node-wide network: allocates pod IPs and routes pod-to-pod traffic.
+#[derive(Clone, Default)]
+pub(crate) struct NodeNetwork(Arc<NodeState>);
+
+#[derive(Default)]
+struct NodeState {
+    egress: Egress,
+    pods: Mutex<Pods>,
+}
+
+#[derive(Default)]
+struct Pods {
+    by_ip: HashMap<Ipv4Addr, Weak<PodNetwork>>,
+    next: u32,
+}
+
+impl NodeNetwork {
+    pub(crate) fn new(egress: Egress) -> NodeNetwork {
+        NodeNetwork(Arc::new(NodeState {
+            egress,
+            pods: Mutex::default(),
+        }))
+    }
+
+    fn pods(&self) -> MutexGuard<'_, Pods> {
+        self.0.pods.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A new pod network with a free pod IP; the IP returns to the pool when it is dropped.
+    pub(crate) fn create_pod(&self, hostname: &str) -> Arc<PodNetwork> {
+        let mut pods = self.pods();
+        pods.by_ip.retain(|_, pod| pod.strong_count() > 0);
+        let ip = loop {
+            let host = 2 + pods.next % (u16::MAX as u32 - 3);
+            pods.next = pods.next.wrapping_add(1);
+            let ip = Ipv4Addr::new(POD_NET[0], POD_NET[1], (host >> 8) as u8, host as u8);
+            if !pods.by_ip.contains_key(&ip) {
+                break ip;
+            }
+        };
+        let pod = Arc::new(PodNetwork {
+            ip,
+            hostname: hostname.to_string(),
+            node: self.clone(),
+            tcp: Mutex::default(),
+            udp: Mutex::default(),
+            next_port: Mutex::new(*EPHEMERAL.start()),
+        });
+        pods.by_ip.insert(ip, Arc::downgrade(&pod));
+        pod
+    }
+
+    fn pod(&self, ip: Ipv4Addr) -> Option<Arc<PodNetwork>> {
+        self.pods().by_ip.get(&ip).and_then(Weak::upgrade)
+    }
+
+    pub(crate) fn egress(&self) -> Egress {
+        self.0.egress
+    }
+}
+
+/// Where an address a pod talks to lives.
+pub(crate) enum Route {
+    /// In this pod or another pod of the node.
+    Pod(Arc<PodNetwork>),
+    /// In the node's pod range, but no pod has it.
+    Unreachable,
+    /// Outside: the host's network.
+    Outside,
+}
+
+/// Is the address one of the node's pod IPs (allocated or not)?
+fn in_pod_range(ip: IpAddr) -> bool {
+    matches!(ip, IpAddr::V4(v4) if v4.octets()[..2] == POD_NET)
+}
+
+/// One pod's network namespace: its IP, its hostname and its port tables.
+pub(crate) struct PodNetwork {
+    ip: Ipv4Addr,
+    hostname: String,
+    node: NodeNetwork,
+    tcp: Mutex<Ports<Option<Arc<Listener>>>>,
+    udp: Mutex<Ports<Arc<Inbox>>>,
+    next_port: Mutex<u16>,
+}
+
+impl PodNetwork {
+    /// The pod's IP, as `status.podIP` shows it.
+    pub(crate) fn ip(&self) -> Ipv4Addr {
+        self.ip
+    }
+
+    pub(crate) fn hostname(&self) -> &str {
+        &self.hostname
+    }
+
+    pub(crate) fn egress(&self) -> Egress {
+        self.node.egress()
+    }
+
+    /// Is `ip` an address of this pod (loopback or the pod IP)?
+    fn is_own(&self, ip: IpAddr) -> bool {
+        ip.is_loopback() || ip == IpAddr::V4(self.ip)
+    }
+
+    /// The address this pod uses as the source when talking to `remote`.
+    fn source_for(&self, remote: IpAddr) -> IpAddr {
+        match remote {
+            IpAddr::V4(v4) if v4.is_loopback() => remote,
+            IpAddr::V4(_) => IpAddr::V4(self.ip),
+            IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::LOCALHOST),
+        }
+    }
+
+    /// Where packets to `ip` go from this pod.
+    fn route(self: &Arc<Self>, ip: IpAddr) -> Route {
+        if self.is_own(ip) {
+            return Route::Pod(self.clone());
+        }
+        match ip {
+            IpAddr::V4(v4) if in_pod_range(ip) => match self.node.pod(v4) {
+                Some(pod) => Route::Pod(pod),
+                None => Route::Unreachable,
+            },
+            _ => Route::Outside,
+        }
+    }
+
+    /// May a socket bind `ip` in this pod?
+    fn bindable(&self, ip: IpAddr) -> bool {
+        ip.is_unspecified() || self.is_own(ip)
+    }
+
+    /// A free ephemeral port in `ports`.
+    fn ephemeral<T>(&self, ports: &Ports<T>) -> Option<u16> {
+        let mut next = self.next_port.lock().unwrap_or_else(|e| e.into_inner());
+        let span = EPHEMERAL.end() - EPHEMERAL.start() + 1;
+        for _ in 0..span {
+            let port = *next;
+            *next = if port == *EPHEMERAL.end() {
+                *EPHEMERAL.start()
+            } else {
+                port + 1
+            };
+            if !ports.0.contains_key(&port) {
+                return Some(port);
+            }
+        }
+        None
+    }
+
+    fn tcp(&self) -> MutexGuard<'_, Ports<Option<Arc<Listener>>>> {
+        self.tcp.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn udp(&self) -> MutexGuard<'_, Ports<Arc<Inbox>>> {
+        self.udp.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The TCP listener that takes connections to `addr` in this pod, if any.
+    fn listener(&self, addr: SocketAddr) -> Option<Arc<Listener>> {
+        self.tcp()
+            .find(addr, |pod_ip| pod_ip == IpAddr::V4(self.ip))
+            .and_then(|l| l.clone())
+    }
+
+    /// Connects the host to `port` on the pod IP (what published ports and network probes do);
+    /// the connection comes from the node's address in the pod range, 10.88.0.1.
+    pub(crate) async fn connect_from_host(&self, port: u16) -> std::io::Result<HostStream> {
+        let to = SocketAddr::new(IpAddr::V4(self.ip), port);
+        let from = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(POD_NET[0], POD_NET[1], 0, 1)), 0);
+        let listener = self
+            .listener(to)
+            .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::ConnectionRefused))?;
+        listener.connect_host(from, to).await
+    }
+}
+
+/// A port table: which addresses are bound on each port.
+struct Ports<T>(HashMap<u16, Vec<(IpAddr, T)>>);
+
+impl<T> Default for Ports<T> {
+    fn default() -> Self {
+        Ports(HashMap::new())
+    }
+}
+
+impl<T> Ports<T> {
+    /// Binds `addr` unless an overlapping address of the same family holds the port.
+    fn bind(&mut self, addr: SocketAddr, item: T) -> bool {
+        let taken = self.0.get(&addr.port()).is_some_and(|bound| {
+            bound.iter().any(|(ip, _)| {
+                ip.is_ipv4() == addr.is_ipv4()
+                    && (ip.is_unspecified() || addr.ip().is_unspecified() || *ip == addr.ip())
+            })
+        });
+        if !taken {
+            self.0
+                .entry(addr.port())
+                .or_default()
+                .push((addr.ip(), item));
+        }
+        !taken
+    }
+
+    fn unbind(&mut self, addr: SocketAddr) {
+        if let Some(bound) = self.0.get_mut(&addr.port()) {
+            bound.retain(|(ip, _)| *ip != addr.ip());
+            if bound.is_empty() {
+                self.0.remove(&addr.port());
+            }
+        }
+    }
+
+    fn get_mut(&mut self, addr: SocketAddr) -> Option<&mut T> {
+        self.0
+            .get_mut(&addr.port())?
+            .iter_mut()
+            .find(|(ip, _)| *ip == addr.ip())
+            .map(|(_, item)| item)
+    }
+
+    /// What receives traffic to `to`: a binding of that exact address, or of the unspecified
+    /// address of its family. `is_pod_ip` tells the pod IP apart from other addresses.
+    fn find(&self, to: SocketAddr, is_pod_ip: impl Fn(IpAddr) -> bool) -> Option<&T> {
+        let bound = self.0.get(&to.port())?;
+        let target = if to.ip().is_loopback() || is_pod_ip(to.ip()) {
+            to.ip()
+        } else {
+            return None;
+        };
+        bound
+            .iter()
+            .find(|(ip, _)| *ip == target)
+            .or_else(|| {
+                bound
+                    .iter()
+                    .find(|(ip, _)| ip.is_unspecified() && ip.is_ipv4() == target.is_ipv4())
+            })
+            .map(|(_, item)| item)
+    }
+}
+
+/// A port bound in a pod, released when dropped.
+pub(crate) struct PortGuard {
+    pod: Arc<PodNetwork>,
+    addr: SocketAddr,
+    udp: bool,
+}
+
+impl PortGuard {
+    pub(crate) fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl Drop for PortGuard {
+    fn drop(&mut self) {
+        if self.udp {
+            self.pod.udp().unbind(self.addr);
+        } else {
+            self.pod.tcp().unbind(self.addr);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pods_get_distinct_ips_and_reuse_freed_ones_later() {
+        let node = NodeNetwork::new(Egress::Allow);
+        let a = node.create_pod("a");
+        let b = node.create_pod("b");
+        assert_ne!(a.ip(), b.ip());
+        assert!(in_pod_range(IpAddr::V4(a.ip())));
+        assert!(matches!(a.route(IpAddr::V4(b.ip())), Route::Pod(p) if p.ip() == b.ip()));
+        let gone = b.ip();
+        drop(b);
+        assert!(matches!(a.route(IpAddr::V4(gone)), Route::Unreachable));
+        assert!(matches!(
+            a.route("1.1.1.1".parse().unwrap()),
+            Route::Outside
+        ));
+    }
+
+    #[test]
+    fn overlapping_binds_conflict_and_distinct_addresses_do_not() {
+        let mut ports = Ports::default();
+        let any: SocketAddr = "0.0.0.0:80".parse().unwrap();
+        let lo: SocketAddr = "127.0.0.1:80".parse().unwrap();
+        let lo6: SocketAddr = "[::1]:80".parse().unwrap();
+        assert!(ports.bind(lo, 1));
+        assert!(!ports.bind(any, 2));
+        assert!(!ports.bind(lo, 3));
+        assert!(ports.bind(lo6, 4));
+        ports.unbind(lo);
+        assert!(ports.bind(any, 5));
+        assert_eq!(ports.find(lo, |_| false), Some(&5));
+        assert_eq!(ports.find("8.8.8.8:80".parse().unwrap(), |_| false), None);
+    }
+}

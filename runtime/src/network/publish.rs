@@ -1,0 +1,75 @@
+//! Published ports: a host listener per `hostPort` (or `run --publish`) that carries each
+//! connection it accepts into the pod's network, to the container port on the pod IP.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Weak};
+
+use tokio::task::JoinHandle;
+
+use super::PodNetwork;
+
+/// One port to publish.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PortMapping {
+    /// Where the host listens.
+    pub(crate) host: SocketAddr,
+    /// The port inside the pod.
+    pub(crate) container_port: u16,
+    /// The field or option it comes from, for errors.
+    pub(crate) origin: String,
+}
+
+/// The running host listeners of a pod; dropping it closes them.
+pub(crate) struct Published(Vec<JoinHandle<()>>);
+
+impl Drop for Published {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
+    }
+}
+
+/// Opens every host listener (all or none) and starts forwarding.
+pub(crate) fn publish(
+    pod: &Arc<PodNetwork>,
+    ports: &[PortMapping],
+) -> Result<Published, (String, std::io::Error)> {
+    let mut listeners = Vec::new();
+    for p in ports {
+        let open = || {
+            let std = std::net::TcpListener::bind(p.host)?;
+            std.set_nonblocking(true)?;
+            tokio::net::TcpListener::from_std(std)
+        };
+        match open() {
+            Ok(l) => listeners.push((l, p.container_port)),
+            Err(e) => return Err((format!("{}: cannot listen on {}", p.origin, p.host), e)),
+        }
+    }
+    let tasks = listeners
+        .into_iter()
+        .map(|(listener, port)| tokio::spawn(forward(listener, Arc::downgrade(pod), port)))
+        .collect();
+    Ok(Published(tasks))
+}
+
+async fn forward(listener: tokio::net::TcpListener, pod: Weak<PodNetwork>, port: u16) {
+    loop {
+        let Ok((mut outside, peer)) = listener.accept().await else {
+            continue;
+        };
+        let Some(pod) = pod.upgrade() else {
+            return;
+        };
+        tokio::spawn(async move {
+            match pod.connect_from_host(port).await {
+                Ok(mut inside) => {
+                    let _ = tokio::io::copy_bidirectional(&mut outside, &mut inside).await;
+                }
+                // Nothing listens in the pod: the host client sees its connection closed.
+                Err(e) => tracing::debug!(%peer, port, "published connection refused: {e}"),
+            }
+        });
+    }
+}

@@ -1,0 +1,642 @@
+//! Virtual TCP: listeners with an accept backlog, connections made of two [`Pipe`]s, and the
+//! `wasi:sockets/tcp` state machine on top (egress connections use host sockets).
+
+use std::collections::VecDeque;
+use std::future::{Future, poll_fn};
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+
+use wasmtime::component::Resource;
+use wasmtime_wasi::p2::{DynInputStream, DynOutputStream, DynPollable, Pollable, subscribe};
+
+use super::pipe::{Pipe, PipeReader, PipeWriter};
+use super::wasi::{
+    ErrorCode, Family, IpAddressFamily, IpSocketAddress, Network, SocketResult, Sockets, tcp,
+};
+use super::{Egress, HostStream, PodNetwork, PortGuard, Route};
+
+/// Linux's default `somaxconn`, the backlog when the guest does not choose one.
+const DEFAULT_BACKLOG: usize = 128;
+
+/// One end of an established virtual connection.
+pub(crate) struct Conn {
+    local: SocketAddr,
+    remote: SocketAddr,
+    reader: PipeReader,
+    writer: PipeWriter,
+    rx: Arc<Pipe>,
+    tx: Arc<Pipe>,
+}
+
+impl Conn {
+    /// The two ends of a new connection from `client` to `server`.
+    fn pair(client: SocketAddr, server: SocketAddr) -> (Conn, Conn) {
+        let (up, up_reader, up_writer) = Pipe::new();
+        let (down, down_reader, down_writer) = Pipe::new();
+        let client_end = Conn {
+            local: client,
+            remote: server,
+            reader: down_reader,
+            writer: up_writer,
+            rx: down.clone(),
+            tx: up.clone(),
+        };
+        let server_end = Conn {
+            local: server,
+            remote: client,
+            reader: up_reader,
+            writer: down_writer,
+            rx: up,
+            tx: down,
+        };
+        (client_end, server_end)
+    }
+}
+
+/// A listening socket's queue of connections not yet accepted.
+pub(crate) struct Listener(Mutex<Queue>);
+
+struct Queue {
+    pending: VecDeque<Conn>,
+    backlog: usize,
+    closed: bool,
+    acceptor: Option<Waker>,
+    /// Connectors waiting for room in a full backlog.
+    connectors: Vec<Waker>,
+}
+
+impl Listener {
+    fn new(backlog: usize) -> Arc<Listener> {
+        Arc::new(Listener(Mutex::new(Queue {
+            pending: VecDeque::new(),
+            backlog,
+            closed: false,
+            acceptor: None,
+            connectors: Vec::new(),
+        })))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn set_backlog(&self, backlog: usize) {
+        let mut q = self.lock();
+        q.backlog = backlog;
+        q.connectors.drain(..).for_each(Waker::wake);
+    }
+
+    /// Queues a connection from `from` to `to` and returns the connector's end. A full backlog
+    /// keeps the connector waiting, as Linux does by not answering its SYN.
+    fn poll_connect(
+        &self,
+        cx: Option<&mut Context<'_>>,
+        from: SocketAddr,
+        to: SocketAddr,
+    ) -> Poll<Result<Conn, ErrorCode>> {
+        let mut q = self.lock();
+        if q.closed {
+            return Poll::Ready(Err(ErrorCode::ConnectionRefused));
+        }
+        if q.pending.len() >= q.backlog {
+            if let Some(cx) = cx {
+                q.connectors.push(cx.waker().clone());
+            }
+            return Poll::Pending;
+        }
+        let (client, server) = Conn::pair(from, to);
+        q.pending.push_back(server);
+        if let Some(w) = q.acceptor.take() {
+            w.wake();
+        }
+        Poll::Ready(Ok(client))
+    }
+
+    /// The host connecting (published ports, probes): waits for room in the backlog.
+    pub(crate) async fn connect_host(
+        &self,
+        from: SocketAddr,
+        to: SocketAddr,
+    ) -> io::Result<HostStream> {
+        match poll_fn(|cx| self.poll_connect(Some(cx), from, to)).await {
+            Ok(conn) => Ok(HostStream {
+                reader: conn.reader,
+                writer: conn.writer,
+            }),
+            Err(_) => Err(io::ErrorKind::ConnectionRefused.into()),
+        }
+    }
+
+    fn try_accept(&self) -> Option<Conn> {
+        let mut q = self.lock();
+        let conn = q.pending.pop_front()?;
+        q.connectors.drain(..).for_each(Waker::wake);
+        Some(conn)
+    }
+
+    fn poll_pending(&self, cx: &mut Context<'_>) -> Poll<()> {
+        let mut q = self.lock();
+        if !q.pending.is_empty() || q.closed {
+            return Poll::Ready(());
+        }
+        q.acceptor = Some(cx.waker().clone());
+        Poll::Pending
+    }
+
+    /// Stops listening: queued connections are dropped (their connectors see the end of the
+    /// stream) and new ones are refused.
+    fn close(&self) {
+        let mut q = self.lock();
+        q.closed = true;
+        q.pending.clear();
+        q.connectors.drain(..).for_each(Waker::wake);
+    }
+}
+
+enum State {
+    /// Unbound, or bound when the socket holds a port.
+    Idle,
+    BindStarted,
+    ListenStarted(Arc<Listener>),
+    Listening(Arc<Listener>),
+    /// Waiting for room in a pod listener's backlog.
+    Connecting {
+        listener: Arc<Listener>,
+        from: SocketAddr,
+        to: SocketAddr,
+    },
+    /// Connecting through the host's network (egress).
+    Dialing(tokio::task::JoinHandle<io::Result<tokio::net::TcpStream>>),
+    ConnectDone(Result<Conn, ErrorCode>),
+    /// Established; the socket keeps the pipes to shut them down.
+    Connected {
+        local: SocketAddr,
+        remote: SocketAddr,
+        rx: Arc<Pipe>,
+        tx: Arc<Pipe>,
+    },
+    Closed,
+}
+
+/// Socket options: stored and reported back; the virtual network has no use for them.
+#[derive(Clone)]
+struct Options {
+    keep_alive: bool,
+    keep_alive_idle: u64,
+    keep_alive_interval: u64,
+    keep_alive_count: u32,
+    hop_limit: u8,
+    receive_buffer: u64,
+    send_buffer: u64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            keep_alive: false,
+            keep_alive_idle: 7_200_000_000_000,
+            keep_alive_interval: 75_000_000_000,
+            keep_alive_count: 9,
+            hop_limit: 64,
+            receive_buffer: super::pipe::CAPACITY as u64,
+            send_buffer: super::pipe::CAPACITY as u64,
+        }
+    }
+}
+
+/// A `wasi:sockets/tcp` socket of a pod.
+pub struct TcpSocket {
+    family: Family,
+    port: Option<PortGuard>,
+    state: State,
+    backlog: usize,
+    options: Options,
+}
+
+impl TcpSocket {
+    pub(crate) fn new(family: Family) -> TcpSocket {
+        TcpSocket {
+            family,
+            port: None,
+            state: State::Idle,
+            backlog: DEFAULT_BACKLOG,
+            options: Options::default(),
+        }
+    }
+}
+
+impl Drop for TcpSocket {
+    fn drop(&mut self) {
+        if let State::Listening(l) | State::ListenStarted(l) = &self.state {
+            l.close();
+        }
+    }
+}
+
+#[wasmtime_wasi::async_trait]
+impl Pollable for TcpSocket {
+    async fn ready(&mut self) {
+        match &mut self.state {
+            State::Listening(l) => poll_fn(|cx| l.poll_pending(cx)).await,
+            State::Connecting { listener, from, to } => {
+                let (from, to) = (*from, *to);
+                let result = poll_fn(|cx| listener.poll_connect(Some(cx), from, to)).await;
+                self.state = State::ConnectDone(result);
+            }
+            State::Dialing(task) => {
+                let result = task.await;
+                self.state = State::ConnectDone(dialed(result));
+            }
+            _ => {}
+        }
+    }
+}
+
+/// An egress connection is relayed through a pipe pair, so the guest sees the same streams
+/// (and the same half-close and backpressure) as inside the pod.
+fn dialed(
+    result: Result<io::Result<tokio::net::TcpStream>, tokio::task::JoinError>,
+) -> Result<Conn, ErrorCode> {
+    let mut stream = match result {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(e)) => return Err(error_code(&e)),
+        Err(_) => return Err(ErrorCode::Unknown),
+    };
+    let (local, remote) = match (stream.local_addr(), stream.peer_addr()) {
+        (Ok(l), Ok(r)) => (l, r),
+        (Err(e), _) | (_, Err(e)) => return Err(error_code(&e)),
+    };
+    let (guest, relay) = Conn::pair(local, remote);
+    let mut relay = HostStream {
+        reader: relay.reader,
+        writer: relay.writer,
+    };
+    tokio::spawn(async move {
+        let _ = tokio::io::copy_bidirectional(&mut stream, &mut relay).await;
+    });
+    Ok(guest)
+}
+
+/// The `wasi:sockets` error for a host socket error.
+pub(crate) fn error_code(e: &io::Error) -> ErrorCode {
+    use io::ErrorKind as K;
+    match e.kind() {
+        K::ConnectionRefused => ErrorCode::ConnectionRefused,
+        K::ConnectionReset => ErrorCode::ConnectionReset,
+        K::ConnectionAborted => ErrorCode::ConnectionAborted,
+        K::TimedOut => ErrorCode::Timeout,
+        K::PermissionDenied => ErrorCode::AccessDenied,
+        K::AddrNotAvailable | K::NetworkUnreachable | K::HostUnreachable => {
+            ErrorCode::RemoteUnreachable
+        }
+        _ => ErrorCode::Unknown,
+    }
+}
+
+impl Sockets<'_> {
+    fn tcp(&mut self, this: &Resource<TcpSocket>) -> SocketResult<&mut TcpSocket> {
+        Ok(self.table.get_mut(this)?)
+    }
+
+    /// Hands a connection to the guest: its streams become children of the socket.
+    fn connected(
+        &mut self,
+        this: &Resource<TcpSocket>,
+        conn: Conn,
+    ) -> SocketResult<(Resource<DynInputStream>, Resource<DynOutputStream>)> {
+        let input: DynInputStream = Box::new(conn.reader);
+        let output: DynOutputStream = Box::new(conn.writer);
+        self.tcp(this)?.state = State::Connected {
+            local: conn.local,
+            remote: conn.remote,
+            rx: conn.rx,
+            tx: conn.tx,
+        };
+        let input = self.table.push_child(input, this)?;
+        let output = self.table.push_child(output, this)?;
+        Ok((input, output))
+    }
+}
+
+impl tcp::Host for Sockets<'_> {}
+
+impl tcp::HostTcpSocket for Sockets<'_> {
+    fn start_bind(
+        &mut self,
+        this: Resource<TcpSocket>,
+        _network: Resource<Network>,
+        local_address: IpSocketAddress,
+    ) -> SocketResult<()> {
+        let net = self.net.clone();
+        let socket = self.tcp(&this)?;
+        let mut addr = SocketAddr::from(local_address);
+        socket.family.check(&addr)?;
+        if !matches!(socket.state, State::Idle) || socket.port.is_some() {
+            return Err(ErrorCode::InvalidState.into());
+        }
+        if !net.bindable(addr.ip()) {
+            return Err(ErrorCode::AddressNotBindable.into());
+        }
+        let mut ports = net.tcp();
+        if addr.port() == 0 {
+            addr.set_port(net.ephemeral(&ports).ok_or(ErrorCode::AddressInUse)?);
+        }
+        if !ports.bind(addr, None) {
+            return Err(ErrorCode::AddressInUse.into());
+        }
+        drop(ports);
+        socket.port = Some(PortGuard {
+            pod: net,
+            addr,
+            udp: false,
+        });
+        socket.state = State::BindStarted;
+        Ok(())
+    }
+
+    fn finish_bind(&mut self, this: Resource<TcpSocket>) -> SocketResult<()> {
+        let socket = self.tcp(&this)?;
+        match socket.state {
+            State::BindStarted => {
+                socket.state = State::Idle;
+                Ok(())
+            }
+            _ => Err(ErrorCode::NotInProgress.into()),
+        }
+    }
+
+    fn start_connect(
+        &mut self,
+        this: Resource<TcpSocket>,
+        _network: Resource<Network>,
+        remote_address: IpSocketAddress,
+    ) -> SocketResult<()> {
+        let net: Arc<PodNetwork> = self.net.clone();
+        let socket = self.tcp(&this)?;
+        let to = SocketAddr::from(remote_address);
+        socket.family.check(&to)?;
+        if to.ip().is_unspecified() || to.port() == 0 {
+            return Err(ErrorCode::InvalidArgument.into());
+        }
+        if !matches!(socket.state, State::Idle) {
+            return Err(ErrorCode::InvalidState.into());
+        }
+        socket.state = match net.route(to.ip()) {
+            Route::Pod(pod) => match pod.listener(to) {
+                None => State::ConnectDone(Err(ErrorCode::ConnectionRefused)),
+                Some(listener) => {
+                    let from = match &socket.port {
+                        Some(p) if !p.addr().ip().is_unspecified() => p.addr(),
+                        Some(p) => SocketAddr::new(net.source_for(to.ip()), p.addr().port()),
+                        None => {
+                            let port = net.ephemeral(&net.tcp()).unwrap_or(0);
+                            SocketAddr::new(net.source_for(to.ip()), port)
+                        }
+                    };
+                    match listener.poll_connect(None, from, to) {
+                        Poll::Ready(result) => State::ConnectDone(result),
+                        Poll::Pending => State::Connecting { listener, from, to },
+                    }
+                }
+            },
+            Route::Unreachable => State::ConnectDone(Err(ErrorCode::RemoteUnreachable)),
+            Route::Outside if net.egress() == Egress::Deny => {
+                return Err(ErrorCode::AccessDenied.into());
+            }
+            Route::Outside => State::Dialing(tokio::spawn(tokio::net::TcpStream::connect(to))),
+        };
+        Ok(())
+    }
+
+    fn finish_connect(
+        &mut self,
+        this: Resource<TcpSocket>,
+    ) -> SocketResult<(Resource<DynInputStream>, Resource<DynOutputStream>)> {
+        let socket = self.tcp(&this)?;
+        let mut cx = Context::from_waker(Waker::noop());
+        match &mut socket.state {
+            State::Connecting { listener, from, to } => {
+                match listener.poll_connect(None, *from, *to) {
+                    Poll::Ready(result) => socket.state = State::ConnectDone(result),
+                    Poll::Pending => return Err(ErrorCode::WouldBlock.into()),
+                }
+            }
+            State::Dialing(task) => match Pin::new(task).poll(&mut cx) {
+                Poll::Ready(result) => socket.state = State::ConnectDone(dialed(result)),
+                Poll::Pending => return Err(ErrorCode::WouldBlock.into()),
+            },
+            State::ConnectDone(_) => {}
+            _ => return Err(ErrorCode::NotInProgress.into()),
+        }
+        match std::mem::replace(&mut socket.state, State::Closed) {
+            State::ConnectDone(Ok(conn)) => self.connected(&this, conn),
+            State::ConnectDone(Err(code)) => Err(code.into()),
+            _ => unreachable!("the state was just set to ConnectDone"),
+        }
+    }
+
+    fn start_listen(&mut self, this: Resource<TcpSocket>) -> SocketResult<()> {
+        let net = self.net.clone();
+        let socket = self.tcp(&this)?;
+        let addr = match (&socket.state, &socket.port) {
+            (State::Idle, Some(port)) => port.addr(),
+            _ => return Err(ErrorCode::InvalidState.into()),
+        };
+        let listener = Listener::new(socket.backlog);
+        if let Some(slot) = net.tcp().get_mut(addr) {
+            *slot = Some(listener.clone());
+        }
+        socket.state = State::ListenStarted(listener);
+        Ok(())
+    }
+
+    fn finish_listen(&mut self, this: Resource<TcpSocket>) -> SocketResult<()> {
+        let socket = self.tcp(&this)?;
+        match std::mem::replace(&mut socket.state, State::Closed) {
+            State::ListenStarted(l) => {
+                socket.state = State::Listening(l);
+                Ok(())
+            }
+            other => {
+                socket.state = other;
+                Err(ErrorCode::NotInProgress.into())
+            }
+        }
+    }
+
+    fn accept(
+        &mut self,
+        this: Resource<TcpSocket>,
+    ) -> SocketResult<(
+        Resource<TcpSocket>,
+        Resource<DynInputStream>,
+        Resource<DynOutputStream>,
+    )> {
+        let socket = self.tcp(&this)?;
+        let State::Listening(listener) = &socket.state else {
+            return Err(ErrorCode::InvalidState.into());
+        };
+        let conn = listener.try_accept().ok_or(ErrorCode::WouldBlock)?;
+        let mut accepted = TcpSocket::new(socket.family);
+        accepted.options = socket.options.clone();
+        let accepted = self.table.push(accepted)?;
+        let (input, output) = self.connected(&accepted, conn)?;
+        Ok((accepted, input, output))
+    }
+
+    fn local_address(&mut self, this: Resource<TcpSocket>) -> SocketResult<IpSocketAddress> {
+        let socket = self.tcp(&this)?;
+        match (&socket.state, &socket.port) {
+            (State::Connected { local, .. }, _) => Ok((*local).into()),
+            (State::BindStarted, _) => Err(ErrorCode::ConcurrencyConflict.into()),
+            (_, Some(port)) => Ok(port.addr().into()),
+            _ => Err(ErrorCode::InvalidState.into()),
+        }
+    }
+
+    fn remote_address(&mut self, this: Resource<TcpSocket>) -> SocketResult<IpSocketAddress> {
+        match &self.tcp(&this)?.state {
+            State::Connected { remote, .. } => Ok((*remote).into()),
+            _ => Err(ErrorCode::InvalidState.into()),
+        }
+    }
+
+    fn is_listening(&mut self, this: Resource<TcpSocket>) -> wasmtime::Result<bool> {
+        Ok(matches!(self.table.get(&this)?.state, State::Listening(_)))
+    }
+
+    fn address_family(&mut self, this: Resource<TcpSocket>) -> wasmtime::Result<IpAddressFamily> {
+        Ok(self.table.get(&this)?.family.into())
+    }
+
+    fn set_listen_backlog_size(
+        &mut self,
+        this: Resource<TcpSocket>,
+        value: u64,
+    ) -> SocketResult<()> {
+        let socket = self.tcp(&this)?;
+        if value == 0 {
+            return Err(ErrorCode::InvalidArgument.into());
+        }
+        let backlog = value.min(4096) as usize;
+        match &socket.state {
+            State::Listening(l) => l.set_backlog(backlog),
+            State::Idle | State::BindStarted => {}
+            _ => return Err(ErrorCode::InvalidState.into()),
+        }
+        socket.backlog = backlog;
+        Ok(())
+    }
+
+    fn keep_alive_enabled(&mut self, this: Resource<TcpSocket>) -> SocketResult<bool> {
+        Ok(self.tcp(&this)?.options.keep_alive)
+    }
+
+    fn set_keep_alive_enabled(
+        &mut self,
+        this: Resource<TcpSocket>,
+        value: bool,
+    ) -> SocketResult<()> {
+        self.tcp(&this)?.options.keep_alive = value;
+        Ok(())
+    }
+
+    fn keep_alive_idle_time(&mut self, this: Resource<TcpSocket>) -> SocketResult<u64> {
+        Ok(self.tcp(&this)?.options.keep_alive_idle)
+    }
+
+    fn set_keep_alive_idle_time(
+        &mut self,
+        this: Resource<TcpSocket>,
+        value: u64,
+    ) -> SocketResult<()> {
+        self.tcp(&this)?.options.keep_alive_idle = positive(value)?;
+        Ok(())
+    }
+
+    fn keep_alive_interval(&mut self, this: Resource<TcpSocket>) -> SocketResult<u64> {
+        Ok(self.tcp(&this)?.options.keep_alive_interval)
+    }
+
+    fn set_keep_alive_interval(
+        &mut self,
+        this: Resource<TcpSocket>,
+        value: u64,
+    ) -> SocketResult<()> {
+        self.tcp(&this)?.options.keep_alive_interval = positive(value)?;
+        Ok(())
+    }
+
+    fn keep_alive_count(&mut self, this: Resource<TcpSocket>) -> SocketResult<u32> {
+        Ok(self.tcp(&this)?.options.keep_alive_count)
+    }
+
+    fn set_keep_alive_count(&mut self, this: Resource<TcpSocket>, value: u32) -> SocketResult<()> {
+        self.tcp(&this)?.options.keep_alive_count = positive(value)?;
+        Ok(())
+    }
+
+    fn hop_limit(&mut self, this: Resource<TcpSocket>) -> SocketResult<u8> {
+        Ok(self.tcp(&this)?.options.hop_limit)
+    }
+
+    fn set_hop_limit(&mut self, this: Resource<TcpSocket>, value: u8) -> SocketResult<()> {
+        self.tcp(&this)?.options.hop_limit = positive(value)?;
+        Ok(())
+    }
+
+    fn receive_buffer_size(&mut self, this: Resource<TcpSocket>) -> SocketResult<u64> {
+        Ok(self.tcp(&this)?.options.receive_buffer)
+    }
+
+    fn set_receive_buffer_size(
+        &mut self,
+        this: Resource<TcpSocket>,
+        value: u64,
+    ) -> SocketResult<()> {
+        self.tcp(&this)?.options.receive_buffer = positive(value)?;
+        Ok(())
+    }
+
+    fn send_buffer_size(&mut self, this: Resource<TcpSocket>) -> SocketResult<u64> {
+        Ok(self.tcp(&this)?.options.send_buffer)
+    }
+
+    fn set_send_buffer_size(&mut self, this: Resource<TcpSocket>, value: u64) -> SocketResult<()> {
+        self.tcp(&this)?.options.send_buffer = positive(value)?;
+        Ok(())
+    }
+
+    fn subscribe(&mut self, this: Resource<TcpSocket>) -> wasmtime::Result<Resource<DynPollable>> {
+        subscribe(self.table, this)
+    }
+
+    fn shutdown(&mut self, this: Resource<TcpSocket>, how: tcp::ShutdownType) -> SocketResult<()> {
+        let State::Connected { rx, tx, .. } = &self.tcp(&this)?.state else {
+            return Err(ErrorCode::InvalidState.into());
+        };
+        if matches!(how, tcp::ShutdownType::Receive | tcp::ShutdownType::Both) {
+            rx.close_read();
+        }
+        if matches!(how, tcp::ShutdownType::Send | tcp::ShutdownType::Both) {
+            tx.close_write();
+        }
+        Ok(())
+    }
+
+    fn drop(&mut self, this: Resource<TcpSocket>) -> wasmtime::Result<()> {
+        self.table.delete(this)?;
+        Ok(())
+    }
+}
+
+/// Zero is not a valid value for the numeric socket options.
+fn positive<T: Default + PartialEq>(value: T) -> SocketResult<T> {
+    if value == T::default() {
+        return Err(ErrorCode::InvalidArgument.into());
+    }
+    Ok(value)
+}

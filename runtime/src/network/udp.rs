@@ -1,0 +1,443 @@
+//! Virtual UDP: each bound socket has an inbox in its pod's port table; sending puts a datagram,
+//! with its sender's address, into the inbox bound to the destination (or drops it, as UDP
+//! does, when nothing is bound or the inbox is full). Datagrams to outside addresses go through a
+//! host socket when egress is allowed.
+
+use std::collections::VecDeque;
+use std::future::poll_fn;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+
+use wasmtime::component::Resource;
+use wasmtime_wasi::p2::{DynPollable, Pollable, subscribe};
+
+use super::wasi::{
+    ErrorCode, Family, IpAddressFamily, IpSocketAddress, Network, SocketError, SocketResult,
+    Sockets, udp,
+};
+use super::{Egress, PodNetwork, PortGuard, Route};
+
+/// The most bytes a socket's inbox holds before new datagrams are dropped.
+const INBOX_BYTES: usize = 256 * 1024;
+/// The largest datagram (IPv4's limit).
+const MAX_DATAGRAM: usize = 65_507;
+/// Datagrams a guest may send per `send` call.
+const SEND_PERMITS: u64 = 64;
+
+/// The datagrams waiting for one bound socket.
+#[derive(Default)]
+pub(crate) struct Inbox(Mutex<InboxState>);
+
+#[derive(Default)]
+struct InboxState {
+    queue: VecDeque<(Vec<u8>, SocketAddr)>,
+    bytes: usize,
+    waker: Option<Waker>,
+}
+
+impl Inbox {
+    fn lock(&self) -> MutexGuard<'_, InboxState> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn deliver(&self, data: Vec<u8>, from: SocketAddr) {
+        let mut s = self.lock();
+        if s.bytes + data.len() > INBOX_BYTES {
+            return;
+        }
+        s.bytes += data.len();
+        s.queue.push_back((data, from));
+        if let Some(w) = s.waker.take() {
+            w.wake();
+        }
+    }
+
+    fn take(&self, max: usize, from: Option<SocketAddr>) -> Vec<udp::IncomingDatagram> {
+        let mut s = self.lock();
+        let mut out = Vec::new();
+        while out.len() < max {
+            let Some((data, remote)) = s.queue.pop_front() else {
+                break;
+            };
+            s.bytes -= data.len();
+            if from.is_none_or(|f| f == remote) {
+                out.push(udp::IncomingDatagram {
+                    data,
+                    remote_address: remote.into(),
+                });
+            }
+        }
+        out
+    }
+
+    fn poll_ready(&self, cx: &mut Context<'_>) -> Poll<()> {
+        let mut s = self.lock();
+        if !s.queue.is_empty() {
+            return Poll::Ready(());
+        }
+        s.waker = Some(cx.waker().clone());
+        Poll::Pending
+    }
+}
+
+/// A `wasi:sockets/udp` socket of a pod.
+pub struct UdpSocket {
+    family: Family,
+    port: Option<PortGuard>,
+    inbox: Arc<Inbox>,
+    remote: Option<SocketAddr>,
+    bind_started: bool,
+    hop_limit: u8,
+    receive_buffer: u64,
+    send_buffer: u64,
+}
+
+impl UdpSocket {
+    pub(crate) fn new(family: Family) -> UdpSocket {
+        UdpSocket {
+            family,
+            port: None,
+            inbox: Arc::default(),
+            remote: None,
+            bind_started: false,
+            hop_limit: 64,
+            receive_buffer: INBOX_BYTES as u64,
+            send_buffer: INBOX_BYTES as u64,
+        }
+    }
+}
+
+#[wasmtime_wasi::async_trait]
+impl Pollable for UdpSocket {
+    async fn ready(&mut self) {}
+}
+
+/// The receiving half of a socket's stream.
+pub struct IncomingDatagrams {
+    inbox: Arc<Inbox>,
+    remote: Option<SocketAddr>,
+}
+
+#[wasmtime_wasi::async_trait]
+impl Pollable for IncomingDatagrams {
+    async fn ready(&mut self) {
+        poll_fn(|cx| self.inbox.poll_ready(cx)).await
+    }
+}
+
+/// The sending half of a socket's stream.
+pub struct OutgoingDatagrams {
+    family: Family,
+    local: SocketAddr,
+    remote: Option<SocketAddr>,
+    inbox: Arc<Inbox>,
+    host: Option<HostUdp>,
+}
+
+#[wasmtime_wasi::async_trait]
+impl Pollable for OutgoingDatagrams {
+    async fn ready(&mut self) {}
+}
+
+/// A host socket for egress datagrams; replies land in the guest socket's inbox.
+struct HostUdp {
+    socket: Arc<tokio::net::UdpSocket>,
+    reader: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for HostUdp {
+    fn drop(&mut self) {
+        self.reader.abort();
+    }
+}
+
+impl HostUdp {
+    fn open(family: Family, inbox: Arc<Inbox>) -> std::io::Result<HostUdp> {
+        let any: SocketAddr = match family {
+            Family::V4 => (Ipv4Addr::UNSPECIFIED, 0).into(),
+            Family::V6 => (Ipv6Addr::UNSPECIFIED, 0).into(),
+        };
+        let std = std::net::UdpSocket::bind(any)?;
+        std.set_nonblocking(true)?;
+        let socket = Arc::new(tokio::net::UdpSocket::from_std(std)?);
+        let rx = socket.clone();
+        let reader = tokio::spawn(async move {
+            let mut buf = vec![0; MAX_DATAGRAM];
+            while let Ok((n, from)) = rx.recv_from(&mut buf).await {
+                inbox.deliver(buf[..n].to_vec(), from);
+            }
+        });
+        Ok(HostUdp { socket, reader })
+    }
+}
+
+impl OutgoingDatagrams {
+    fn send_one(
+        &mut self,
+        net: &Arc<PodNetwork>,
+        datagram: udp::OutgoingDatagram,
+    ) -> SocketResult<()> {
+        let to = match (datagram.remote_address.map(SocketAddr::from), self.remote) {
+            (Some(to), Some(remote)) if to != remote => {
+                return Err(ErrorCode::InvalidArgument.into());
+            }
+            (Some(to), _) | (None, Some(to)) => to,
+            (None, None) => return Err(ErrorCode::InvalidArgument.into()),
+        };
+        self.family.check(&to)?;
+        if to.ip().is_unspecified() || to.port() == 0 {
+            return Err(ErrorCode::InvalidArgument.into());
+        }
+        if datagram.data.len() > MAX_DATAGRAM {
+            return Err(ErrorCode::DatagramTooLarge.into());
+        }
+        match net.route(to.ip()) {
+            Route::Pod(pod) => {
+                let from = if self.local.ip().is_unspecified() {
+                    SocketAddr::new(net.source_for(to.ip()), self.local.port())
+                } else {
+                    self.local
+                };
+                let inbox = pod
+                    .udp()
+                    .find(to, |ip| ip == std::net::IpAddr::V4(pod.ip()))
+                    .cloned();
+                if let Some(inbox) = inbox {
+                    inbox.deliver(datagram.data, from);
+                }
+            }
+            Route::Unreachable => {}
+            Route::Outside if net.egress() == Egress::Deny => {
+                return Err(ErrorCode::AccessDenied.into());
+            }
+            Route::Outside => {
+                if self.host.is_none() {
+                    self.host = Some(HostUdp::open(self.family, self.inbox.clone())?);
+                }
+                if let Some(host) = &self.host {
+                    // A full host buffer drops the datagram, as UDP may.
+                    let _ = host.socket.try_send_to(&datagram.data, to);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Sockets<'_> {
+    fn udp(&mut self, this: &Resource<UdpSocket>) -> SocketResult<&mut UdpSocket> {
+        Ok(self.table.get_mut(this)?)
+    }
+}
+
+impl udp::Host for Sockets<'_> {}
+
+impl udp::HostUdpSocket for Sockets<'_> {
+    fn start_bind(
+        &mut self,
+        this: Resource<UdpSocket>,
+        _network: Resource<Network>,
+        local_address: IpSocketAddress,
+    ) -> SocketResult<()> {
+        let net = self.net.clone();
+        let socket = self.udp(&this)?;
+        let mut addr = SocketAddr::from(local_address);
+        socket.family.check(&addr)?;
+        if socket.port.is_some() || socket.bind_started {
+            return Err(ErrorCode::InvalidState.into());
+        }
+        if !net.bindable(addr.ip()) {
+            return Err(ErrorCode::AddressNotBindable.into());
+        }
+        let mut ports = net.udp();
+        if addr.port() == 0 {
+            addr.set_port(net.ephemeral(&ports).ok_or(ErrorCode::AddressInUse)?);
+        }
+        if !ports.bind(addr, socket.inbox.clone()) {
+            return Err(ErrorCode::AddressInUse.into());
+        }
+        drop(ports);
+        socket.port = Some(PortGuard {
+            pod: net,
+            addr,
+            udp: true,
+        });
+        socket.bind_started = true;
+        Ok(())
+    }
+
+    fn finish_bind(&mut self, this: Resource<UdpSocket>) -> SocketResult<()> {
+        let socket = self.udp(&this)?;
+        if !std::mem::take(&mut socket.bind_started) {
+            return Err(ErrorCode::NotInProgress.into());
+        }
+        Ok(())
+    }
+
+    fn stream(
+        &mut self,
+        this: Resource<UdpSocket>,
+        remote_address: Option<IpSocketAddress>,
+    ) -> SocketResult<(Resource<IncomingDatagrams>, Resource<OutgoingDatagrams>)> {
+        let socket = self.udp(&this)?;
+        let Some(port) = &socket.port else {
+            return Err(ErrorCode::InvalidState.into());
+        };
+        let remote = remote_address.map(SocketAddr::from);
+        if let Some(remote) = &remote {
+            socket.family.check(remote)?;
+            if remote.ip().is_unspecified() || remote.port() == 0 {
+                return Err(ErrorCode::InvalidArgument.into());
+            }
+        }
+        socket.remote = remote;
+        let incoming = IncomingDatagrams {
+            inbox: socket.inbox.clone(),
+            remote,
+        };
+        let outgoing = OutgoingDatagrams {
+            family: socket.family,
+            local: port.addr(),
+            remote,
+            inbox: socket.inbox.clone(),
+            host: None,
+        };
+        let incoming = self.table.push_child(incoming, &this)?;
+        let outgoing = self.table.push_child(outgoing, &this)?;
+        Ok((incoming, outgoing))
+    }
+
+    fn local_address(&mut self, this: Resource<UdpSocket>) -> SocketResult<IpSocketAddress> {
+        match &self.udp(&this)?.port {
+            Some(port) => Ok(port.addr().into()),
+            None => Err(ErrorCode::InvalidState.into()),
+        }
+    }
+
+    fn remote_address(&mut self, this: Resource<UdpSocket>) -> SocketResult<IpSocketAddress> {
+        match self.udp(&this)?.remote {
+            Some(remote) => Ok(remote.into()),
+            None => Err(ErrorCode::InvalidState.into()),
+        }
+    }
+
+    fn address_family(&mut self, this: Resource<UdpSocket>) -> wasmtime::Result<IpAddressFamily> {
+        Ok(self.table.get(&this)?.family.into())
+    }
+
+    fn unicast_hop_limit(&mut self, this: Resource<UdpSocket>) -> SocketResult<u8> {
+        Ok(self.udp(&this)?.hop_limit)
+    }
+
+    fn set_unicast_hop_limit(&mut self, this: Resource<UdpSocket>, value: u8) -> SocketResult<()> {
+        if value == 0 {
+            return Err(ErrorCode::InvalidArgument.into());
+        }
+        self.udp(&this)?.hop_limit = value;
+        Ok(())
+    }
+
+    fn receive_buffer_size(&mut self, this: Resource<UdpSocket>) -> SocketResult<u64> {
+        Ok(self.udp(&this)?.receive_buffer)
+    }
+
+    fn set_receive_buffer_size(
+        &mut self,
+        this: Resource<UdpSocket>,
+        value: u64,
+    ) -> SocketResult<()> {
+        if value == 0 {
+            return Err(ErrorCode::InvalidArgument.into());
+        }
+        self.udp(&this)?.receive_buffer = value;
+        Ok(())
+    }
+
+    fn send_buffer_size(&mut self, this: Resource<UdpSocket>) -> SocketResult<u64> {
+        Ok(self.udp(&this)?.send_buffer)
+    }
+
+    fn set_send_buffer_size(&mut self, this: Resource<UdpSocket>, value: u64) -> SocketResult<()> {
+        if value == 0 {
+            return Err(ErrorCode::InvalidArgument.into());
+        }
+        self.udp(&this)?.send_buffer = value;
+        Ok(())
+    }
+
+    fn subscribe(&mut self, this: Resource<UdpSocket>) -> wasmtime::Result<Resource<DynPollable>> {
+        subscribe(self.table, this)
+    }
+
+    fn drop(&mut self, this: Resource<UdpSocket>) -> wasmtime::Result<()> {
+        self.table.delete(this)?;
+        Ok(())
+    }
+}
+
+impl udp::HostIncomingDatagramStream for Sockets<'_> {
+    fn receive(
+        &mut self,
+        this: Resource<IncomingDatagrams>,
+        max_results: u64,
+    ) -> SocketResult<Vec<udp::IncomingDatagram>> {
+        let stream = self.table.get(&this)?;
+        Ok(stream
+            .inbox
+            .take(max_results.min(1024) as usize, stream.remote))
+    }
+
+    fn subscribe(
+        &mut self,
+        this: Resource<IncomingDatagrams>,
+    ) -> wasmtime::Result<Resource<DynPollable>> {
+        subscribe(self.table, this)
+    }
+
+    fn drop(&mut self, this: Resource<IncomingDatagrams>) -> wasmtime::Result<()> {
+        self.table.delete(this)?;
+        Ok(())
+    }
+}
+
+impl udp::HostOutgoingDatagramStream for Sockets<'_> {
+    fn check_send(&mut self, _this: Resource<OutgoingDatagrams>) -> SocketResult<u64> {
+        Ok(SEND_PERMITS)
+    }
+
+    fn send(
+        &mut self,
+        this: Resource<OutgoingDatagrams>,
+        datagrams: Vec<udp::OutgoingDatagram>,
+    ) -> SocketResult<u64> {
+        if datagrams.len() as u64 > SEND_PERMITS {
+            return Err(SocketError::Trap(wasmtime::Error::msg(
+                "send: more datagrams than check-send permitted",
+            )));
+        }
+        let net = self.net.clone();
+        let stream = self.table.get_mut(&this)?;
+        let mut sent = 0;
+        for datagram in datagrams {
+            match stream.send_one(&net, datagram) {
+                Ok(()) => sent += 1,
+                Err(e) if sent == 0 => return Err(e),
+                Err(_) => break,
+            }
+        }
+        Ok(sent)
+    }
+
+    fn subscribe(
+        &mut self,
+        this: Resource<OutgoingDatagrams>,
+    ) -> wasmtime::Result<Resource<DynPollable>> {
+        subscribe(self.table, this)
+    }
+
+    fn drop(&mut self, this: Resource<OutgoingDatagrams>) -> wasmtime::Result<()> {
+        self.table.delete(this)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,456 @@
+//! The pod network: localhost between a pod's containers, ports private to each pod, pod IPs,
+//! published ports, egress, and the network probes. Guests are real components using Rust's
+//! `std::net`, which goes through `wasi:sockets`.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use wasmpod::{Egress, PodHandle, PodOptions, Reason};
+use wasmpod_tests::{TestNode, Timeline, read, wait_for};
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+/// Waits until the container's log (restart 0) has a line containing `text`; returns the log.
+async fn log_line(pod: &PodHandle, container: &str, text: &str) -> String {
+    let file = pod.log_file(container, 0);
+    let start = Instant::now();
+    loop {
+        let log = std::fs::read_to_string(&file).unwrap_or_default();
+        if log.contains(text) {
+            return log;
+        }
+        assert!(
+            start.elapsed() < LIMIT,
+            "{container} never logged {text:?}; log so far:\n{log}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+async fn succeeded(pod: &PodHandle) {
+    let status = tokio::time::timeout(LIMIT, pod.wait())
+        .await
+        .expect("pod ends");
+    assert_eq!(
+        status.phase.as_deref(),
+        Some("Succeeded"),
+        "{:#?}",
+        status.container_statuses
+    );
+}
+
+/// A server sidecar and a client in one pod talk over localhost, the pod IP and the pod's
+/// hostname; the pod IP is in the status.
+#[tokio::test]
+async fn containers_of_a_pod_meet_on_localhost() {
+    let node = TestNode::new();
+    let pod = node
+        .start(
+            r#"
+apiVersion: v1
+kind: Pod
+metadata: { name: web }
+spec:
+  restartPolicy: Never
+  initContainers:
+  - { name: server, image: "{p2}", restartPolicy: Always, args: [echo-server, "0.0.0.0:8080"] }
+  containers:
+  - name: client
+    image: "{p2}"
+    args: [connect, "localhost:8080", one, connect, "web:8080", two, resolve, localhost]
+"#,
+        )
+        .await;
+    succeeded(&pod).await;
+    let ip = pod.status().pod_ip.expect("status.podIP");
+    assert!(ip.starts_with("10.88."), "{ip}");
+    let log = read(&pod.log_file("client", 0));
+    assert!(log.contains("reply one from 127.0.0.1:8080"), "{log}");
+    assert!(log.contains(&format!("reply two from {ip}:8080")), "{log}");
+    assert!(log.contains("resolved localhost 127.0.0.1,::1"), "{log}");
+}
+
+/// Two pods bind the same port; a second bind in one pod is `address-in-use`; connecting where
+/// nothing listens is refused.
+#[tokio::test]
+async fn ports_are_private_to_each_pod() {
+    let node = TestNode::new();
+    let first = node
+        .start(
+            r#"
+apiVersion: v1
+kind: Pod
+metadata: { name: first }
+spec:
+  containers:
+  - { name: main, image: "{p2}", args: [bind, "0.0.0.0:8080", sleep, "600000"] }
+"#,
+        )
+        .await;
+    log_line(&first, "main", "bound 0.0.0.0:8080").await;
+    let second = node
+        .start(
+            r#"
+apiVersion: v1
+kind: Pod
+metadata: { name: second }
+spec:
+  restartPolicy: Never
+  containers:
+  - name: main
+    image: "{p2}"
+    args: [bind, "0.0.0.0:8080", bind, "127.0.0.1:8080", bind, "127.0.0.1:0", refused, "127.0.0.1:9"]
+"#,
+        )
+        .await;
+    succeeded(&second).await;
+    let log = read(&second.log_file("main", 0));
+    let lines: Vec<&str> = log
+        .lines()
+        .map(|l| l.splitn(4, ' ').nth(3).unwrap())
+        .collect();
+    assert_eq!(lines[0], "bound 0.0.0.0:8080", "{log}");
+    assert_eq!(lines[1], "error AddrInUse", "{log}");
+    assert!(lines[2].starts_with("bound 127.0.0.1:"), "{log}");
+    assert_eq!(lines[3], "error ConnectionRefused", "{log}");
+    first.delete(Some(Duration::ZERO));
+    first.deleted().await;
+}
+
+/// A writer that does not block stops at the connection's buffer while its reader waits, then
+/// everything arrives once the reader reads.
+#[tokio::test]
+async fn a_slow_reader_bounds_a_fast_writer() {
+    let node = TestNode::new();
+    let pod = node
+        .start(
+            r#"
+apiVersion: v1
+kind: Pod
+metadata: { name: pressure }
+spec:
+  restartPolicy: Never
+  volumes: [ { name: shared, emptyDir: {} } ]
+  containers:
+  - { name: reader, image: "{p2}", args: [sink, "0.0.0.0:7000", /shared/go], volumeMounts: [ { name: shared, mountPath: /shared } ] }
+  - { name: writer, image: "{p2}", args: [fill, "localhost:7000", /shared/go], volumeMounts: [ { name: shared, mountPath: /shared } ] }
+"#,
+        )
+        .await;
+    succeeded(&pod).await;
+    let writer = read(&pod.log_file("writer", 0));
+    let number = |log: &str, word: &str| -> usize {
+        let line = log
+            .lines()
+            .find(|l| l.contains(word))
+            .unwrap_or_else(|| panic!("{log}"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    let filled = number(&writer, "filled");
+    assert!(
+        filled > 0 && filled <= 512 * 1024,
+        "a reader that does not read holds back the writer: {filled} bytes buffered"
+    );
+    let sent = number(&writer, "sent");
+    assert_eq!(sent, filled + 4 * 1024 * 1024);
+    assert_eq!(number(&read(&pod.log_file("reader", 0)), "drained"), sent);
+}
+
+/// UDP datagrams arrive with their sender's address and the echo goes back to it.
+#[tokio::test]
+async fn udp_echo() {
+    let node = TestNode::new();
+    let pod = node
+        .start(
+            r#"
+apiVersion: v1
+kind: Pod
+metadata: { name: udp }
+spec:
+  restartPolicy: Never
+  initContainers:
+  - { name: echo, image: "{p2}", restartPolicy: Always, args: [udp-echo, "0.0.0.0:5353"] }
+  containers:
+  - { name: client, image: "{p2}", args: [udp-send, "127.0.0.1:5353", ping] }
+"#,
+        )
+        .await;
+    succeeded(&pod).await;
+    let client = read(&pod.log_file("client", 0));
+    assert!(
+        client.contains("reply ping from 127.0.0.1:5353"),
+        "{client}"
+    );
+    let echo = read(&pod.log_file("echo", 0));
+    assert!(echo.contains("datagram ping from 127.0.0.1:"), "{echo}");
+}
+
+/// Pods of a node reach each other by pod IP; a listener on a pod's loopback is not reachable
+/// from another pod.
+#[tokio::test]
+async fn pods_reach_each_other_by_pod_ip() {
+    let node = TestNode::new();
+    let server = node
+        .start(
+            r#"
+apiVersion: v1
+kind: Pod
+metadata: { name: server }
+spec:
+  containers:
+  - { name: main, image: "{p2}", args: [bind, "127.0.0.1:8081", echo-server, "0.0.0.0:8080"] }
+"#,
+        )
+        .await;
+    log_line(&server, "main", "listening 0.0.0.0:8080").await;
+    let ip = server.status().pod_ip.unwrap();
+    let client = node
+        .start(&format!(
+            r#"
+apiVersion: v1
+kind: Pod
+metadata: {{ name: client }}
+spec:
+  restartPolicy: Never
+  containers:
+  - {{ name: main, image: "{{p2}}", args: [connect, "{ip}:8080", hi, refused, "{ip}:8081"] }}
+"#
+        ))
+        .await;
+    succeeded(&client).await;
+    let client_ip = client.status().pod_ip.unwrap();
+    assert_ne!(client_ip, ip);
+    let log = read(&client.log_file("main", 0));
+    assert!(log.contains(&format!("reply hi from {ip}:8080")), "{log}");
+    assert!(log.contains("error ConnectionRefused"), "{log}");
+    server.delete(Some(Duration::ZERO));
+    server.deleted().await;
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Sends `text` to a published port until the pod's server answers.
+async fn request(addr: SocketAddr, text: &str) -> String {
+    let text = text.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let start = Instant::now();
+        loop {
+            let attempt = (|| {
+                let mut s = TcpStream::connect(addr)?;
+                s.write_all(text.as_bytes())?;
+                s.shutdown(std::net::Shutdown::Write)?;
+                let mut reply = String::new();
+                s.read_to_string(&mut reply)?;
+                Ok::<_, std::io::Error>(reply)
+            })();
+            match attempt {
+                Ok(reply) if !reply.is_empty() => return reply,
+                _ if start.elapsed() < LIMIT => std::thread::sleep(Duration::from_millis(5)),
+                other => panic!("no answer from {addr}: {other:?}"),
+            }
+        }
+    })
+    .await
+    .unwrap()
+}
+
+/// `hostPort` and `PodOptions::publish` carry host connections into the pod; a host port
+/// already taken is an error at start that names the field.
+#[tokio::test]
+async fn published_ports_reach_the_pod_from_the_host() {
+    let node = TestNode::new();
+    let (host_port, extra) = (free_port(), free_port());
+    let yaml = format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {{ name: published }}
+spec:
+  containers:
+  - name: main
+    image: "{{p2}}"
+    args: [echo-server, "0.0.0.0:8080"]
+    ports: [ {{ name: http, containerPort: 8080, hostPort: {host_port} }} ]
+"#
+    );
+    let pod = node
+        .node
+        .create_pod(
+            node.spec(&yaml),
+            PodOptions::default().publish(([127, 0, 0, 1], extra).into(), 8080),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        request(([127, 0, 0, 1], host_port).into(), "via hostPort").await,
+        "via hostPort"
+    );
+    assert_eq!(
+        request(([127, 0, 0, 1], extra).into(), "via publish").await,
+        "via publish"
+    );
+
+    let err = node
+        .node
+        .create_pod(
+            node.spec(&yaml.replace("published", "clash")),
+            PodOptions::default(),
+        )
+        .await
+        .err()
+        .expect("the host port is taken");
+    let message = err.to_string();
+    assert!(
+        message.starts_with(&format!(
+            "spec.containers[0].ports[0].hostPort: cannot listen on 127.0.0.1:{host_port}"
+        )),
+        "{message}"
+    );
+    pod.delete(Some(Duration::ZERO));
+    pod.deleted().await;
+    // The port is free again once the pod is gone.
+    let again = node.start(&yaml).await;
+    assert_eq!(
+        request(([127, 0, 0, 1], host_port).into(), "again").await,
+        "again"
+    );
+    again.delete(Some(Duration::ZERO));
+}
+
+/// An address of this machine that is not loopback (loopback is the pod's own).
+fn host_address() -> std::net::IpAddr {
+    let probe = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+    probe
+        .connect("192.0.2.1:9")
+        .expect("the test machine needs a route for egress tests");
+    probe.local_addr().unwrap().ip()
+}
+
+/// With egress allowed a pod reaches a server on the host through real sockets; with egress
+/// denied the connection fails at once with access-denied, and outside names do not resolve.
+#[tokio::test]
+async fn egress_allowed_and_denied() {
+    let server = TcpListener::bind((host_address(), 0)).unwrap();
+    let addr = server.local_addr().unwrap();
+    let serve = std::thread::spawn(move || {
+        let (mut s, _) = server.accept().unwrap();
+        let mut got = String::new();
+        s.read_to_string(&mut got).unwrap();
+        s.write_all(format!("host got {got}").as_bytes()).unwrap();
+    });
+    let yaml = format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {{ name: egress }}
+spec:
+  restartPolicy: Never
+  containers:
+  - {{ name: main, image: "{{p2}}", args: [connect, "{addr}", out] }}
+"#
+    );
+    let allowed = TestNode::new();
+    let pod = allowed.start(&yaml).await;
+    succeeded(&pod).await;
+    serve.join().unwrap();
+    let log = read(&pod.log_file("main", 0));
+    assert!(
+        log.contains(&format!("reply host got out from {addr}")),
+        "{log}"
+    );
+
+    let denied = TestNode::with(|o| o.egress(Egress::Deny));
+    let pod = denied.start(&yaml).await;
+    let status = tokio::time::timeout(LIMIT, pod.wait()).await.unwrap();
+    assert_eq!(status.phase.as_deref(), Some("Failed"));
+    let log = read(&pod.log_file("main", 0));
+    assert!(log.contains("error PermissionDenied"), "{log}");
+}
+
+/// httpGet and tcpSocket probes go through the pod network to the pod IP: a 200 makes the pod
+/// Ready (with the probe's headers and path seen by the server), a 500 is Unhealthy with the
+/// kubelet's message, a closed port fails tcpSocket.
+#[tokio::test]
+async fn network_probes() {
+    let node = TestNode::new();
+    let pod = node
+        .start(
+            r#"
+apiVersion: v1
+kind: Pod
+metadata: { name: probed }
+spec:
+  containers:
+  - name: ok
+    image: "{p2}"
+    args: [http-server, "0.0.0.0:8080", "200"]
+    ports: [ { name: web, containerPort: 8080 } ]
+    readinessProbe:
+      httpGet: { path: /healthz, port: web, httpHeaders: [ { name: X-Probe, value: "yes" } ] }
+      periodSeconds: 1
+  - name: bad
+    image: "{p2}"
+    args: [http-server, "0.0.0.0:8081", "500"]
+    readinessProbe: { httpGet: { path: /, port: 8081 }, periodSeconds: 1 }
+  - name: tcp
+    image: "{p2}"
+    args: [echo-server, "0.0.0.0:8082"]
+    readinessProbe: { tcpSocket: { port: 8082 }, periodSeconds: 1 }
+  - name: dead
+    image: "{p2}"
+    args: [echo-server, "127.0.0.1:9000"]
+    livenessProbe: { tcpSocket: { port: 9000 }, periodSeconds: 1, failureThreshold: 1 }
+"#,
+        )
+        .await;
+    let ready = |s: &wasmpod::k8s_openapi::api::core::v1::PodStatus, name: &str| {
+        s.container_statuses
+            .iter()
+            .flatten()
+            .any(|c| c.name == name && c.ready)
+    };
+    wait_for(&pod, LIMIT, |s| ready(s, "ok") && ready(s, "tcp")).await;
+    // The first probes may run before the servers listen: look for the failure each case is
+    // about.
+    let message = async |c: &str, needle: &str| {
+        let start = Instant::now();
+        loop {
+            let found = Timeline::so_far(&pod).await.0.into_iter().find(|e| {
+                e.container.as_deref() == Some(c)
+                    && e.reason == Reason::Unhealthy
+                    && e.message.contains(needle)
+            });
+            if let Some(e) = found {
+                return e.message;
+            }
+            assert!(
+                start.elapsed() < LIMIT,
+                "no Unhealthy with {needle:?} for {c}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    let bad = message("bad", "statuscode").await;
+    assert!(
+        bad.contains("HTTP probe failed with statuscode: 500"),
+        "{bad}"
+    );
+    // Port 9000 listens on the pod's loopback only: the kubelet, coming to the pod IP, is
+    // refused and the liveness probe fails.
+    let tcp = message("dead", "Liveness probe failed").await;
+    assert!(tcp.starts_with("Liveness probe failed: dial tcp"), "{tcp}");
+    assert!(tcp.contains("connection refused"), "{tcp}");
+    assert!(!ready(&pod.status(), "bad"));
+    let log = read(&pod.log_file("ok", 0));
+    assert!(log.contains("request GET /healthz HTTP/1.1"), "{log}");
+    assert!(log.contains("header X-Probe: yes"), "{log}");
+    pod.delete(Some(Duration::ZERO));
+    pod.deleted().await;
+}
