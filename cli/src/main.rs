@@ -4,13 +4,14 @@
 //! the pod Succeeded, 1 when it Failed, 2 for bad input (with the errors on stderr).
 
 use std::io::Write;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
-use wasmpod::{BackoffOptions, Node, NodeOptions, PodHandle, PodOptions, PodSpec, Stream};
+use wasmpod::{BackoffOptions, Egress, Node, NodeOptions, PodHandle, PodOptions, PodSpec, Stream};
 
 #[derive(Parser)]
 #[command(
@@ -42,6 +43,10 @@ struct RunArgs {
     /// Write the final PodStatus JSON to FILE.
     #[arg(long, value_name = "FILE")]
     status: Option<PathBuf>,
+    /// Publish a container port of the pod on the host: `HOSTPORT:CONTAINERPORT` listens on
+    /// 127.0.0.1, `IP:HOSTPORT:CONTAINERPORT` on IP. Repeatable.
+    #[arg(long, value_name = "[IP:]HOSTPORT:CONTAINERPORT", value_parser = parse_publish)]
+    publish: Vec<(SocketAddr, u16)>,
     #[command(flatten)]
     node: NodeArgs,
     /// The Pod YAML file.
@@ -66,6 +71,38 @@ struct NodeArgs {
     /// Directory of logs and pod state [default: the user's state dir]
     #[arg(long, value_name = "DIR")]
     state_dir: Option<PathBuf>,
+    /// Whether pods may connect to addresses outside the node's pod network.
+    #[arg(long, value_name = "POLICY", default_value = "allow", value_parser = parse_egress)]
+    egress: Egress,
+}
+
+fn parse_egress(s: &str) -> Result<Egress, String> {
+    match s {
+        "allow" => Ok(Egress::Allow),
+        "deny" => Ok(Egress::Deny),
+        _ => Err("must be allow or deny".into()),
+    }
+}
+
+fn parse_publish(s: &str) -> Result<(SocketAddr, u16), String> {
+    let (host, container) = s
+        .rsplit_once(':')
+        .ok_or("expected HOSTPORT:CONTAINERPORT or IP:HOSTPORT:CONTAINERPORT")?;
+    let port = |p: &str| match p.parse::<u16>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(format!("invalid port {p:?}: must be between 1 and 65535")),
+    };
+    let host = match host.rsplit_once(':') {
+        None => SocketAddr::from(([127, 0, 0, 1], port(host)?)),
+        Some((ip, hp)) => {
+            let ip = ip.trim_start_matches('[').trim_end_matches(']');
+            let ip: IpAddr = ip
+                .parse()
+                .map_err(|_| format!("invalid IP address {ip:?}"))?;
+            SocketAddr::new(ip, port(hp)?)
+        }
+    };
+    Ok((host, port(container)?))
 }
 
 impl NodeArgs {
@@ -81,7 +118,7 @@ impl NodeArgs {
         if let Some(dir) = &self.cache_dir {
             options = options.cache_dir(Some(dir.clone()));
         }
-        options
+        options.egress(self.egress)
     }
 }
 
@@ -128,10 +165,13 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     };
     let node = Node::new(args.node.options())?;
     let (tx, mut output) = tokio::sync::mpsc::channel(1024);
-    let pod = match node
-        .create_pod(spec, PodOptions::default().output(tx))
-        .await
-    {
+    let options = args
+        .publish
+        .iter()
+        .fold(PodOptions::default().output(tx), |o, &(host, port)| {
+            o.publish(host, port)
+        });
+    let pod = match node.create_pod(spec, options).await {
         Ok(pod) => pod,
         Err(e) => {
             eprintln!("{}: {e}", args.pod.display());

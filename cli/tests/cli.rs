@@ -335,6 +335,57 @@ fn compile_cache_is_reused() {
     );
 }
 
+/// `--publish` carries host connections into the pod; a taken host port or a malformed value is
+/// bad input (exit 2) that names the option.
+#[cfg(unix)]
+#[test]
+fn publish_reaches_the_pod_and_a_taken_port_is_an_error() {
+    use std::io::{Read, Write};
+    let dir = Dir::new();
+    let pod = dir.write(
+        "pod.yaml",
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: { name: web }
+spec:
+  containers:
+  - { name: server, image: "{p2}", args: [echo-server, "0.0.0.0:8080"] }
+"#,
+    );
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let out = dir.run(&pod, &["--publish", &format!("{port}:8080")]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "--publish {port}:8080: cannot listen on 127.0.0.1:{port}"
+        )),
+        "{err}"
+    );
+    let out = dir.run(&pod, &["--publish", "80"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("--publish"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    drop(taken);
+    let publish = format!("127.0.0.1:{port}:8080");
+    let (mut child, line) = dir.spawn(&pod, &["--publish", &publish, "--egress", "deny"]);
+    assert_eq!(line.trim(), "[server] listening 0.0.0.0:8080");
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.write_all(b"through the host").unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut reply = String::new();
+    s.read_to_string(&mut reply).unwrap();
+    assert_eq!(reply, "through the host");
+    sigterm(&child);
+    assert_eq!(child.wait().unwrap().code(), Some(1));
+}
+
 /// Ctrl-C (SIGTERM here) deletes the pod gracefully: containers that do not handle TERM stop at
 /// once, and wasmpod exits with the pod's final phase.
 #[cfg(unix)]
@@ -540,13 +591,13 @@ spec:
     image: "{p1}"
     securityContext: { privileged: true }
     imagee: typo
-  - { name: b, image: "{p1}", ports: [ { containerPort: 80 } ] }
+  - { name: b, image: "{p1}", stdin: true }
 "#,
         &[
             "spec.hostNetwork: not supported by wasmpod",
             "spec.containers[0].securityContext: not supported by wasmpod",
             "spec.containers[0].imagee: unknown field",
-            "spec.containers[1].ports: not supported by wasmpod",
+            "spec.containers[1].stdin: not supported by wasmpod",
         ],
     );
 }

@@ -32,6 +32,15 @@ pub enum Error {
         #[source]
         source: LoadError,
     },
+    /// A preview1 module declares ports, but only components have sockets.
+    #[error(
+        "{field}: the container is a WASI preview1 module, which has no sockets; build it as a \
+         component (wasm32-wasip2) to serve ports"
+    )]
+    NoSockets {
+        /// The field declaring the ports, e.g. `spec.containers[0].ports`.
+        field: String,
+    },
     /// A published port cannot be opened on the host (taken, or an address the host lacks).
     #[error("{what}: {source}")]
     Publish {
@@ -209,6 +218,13 @@ impl Node {
     /// cannot be loaded is an error and nothing starts.
     pub async fn create_pod(&self, spec: PodSpec, options: PodOptions) -> Result<PodHandle, Error> {
         let images = self.preload(&spec).await?;
+        for (c, (image, _)) in spec.containers.iter().zip(&images) {
+            if !c.ports.is_empty() && matches!(**image, Image::Module { .. }) {
+                return Err(Error::NoSockets {
+                    field: format!("{}.ports", c.field),
+                });
+            }
+        }
         let uid = spec
             .uid
             .clone()

@@ -454,3 +454,85 @@ spec:
     pod.delete(Some(Duration::ZERO));
     pod.deleted().await;
 }
+
+/// IPv6 loopback works inside the pod, separately from IPv4.
+#[tokio::test]
+async fn ipv6_loopback() {
+    let node = TestNode::new();
+    let pod = node
+        .start(
+            r#"
+apiVersion: v1
+kind: Pod
+metadata: { name: six }
+spec:
+  restartPolicy: Never
+  initContainers:
+  - { name: server, image: "{p2}", restartPolicy: Always, args: [echo-server, "[::]:8080"] }
+  containers:
+  - { name: client, image: "{p2}", args: [connect, "[::1]:8080", six, refused, "127.0.0.1:8080"] }
+"#,
+        )
+        .await;
+    succeeded(&pod).await;
+    let log = read(&pod.log_file("client", 0));
+    assert!(log.contains("reply six from [::1]:8080"), "{log}");
+    assert!(log.contains("error ConnectionRefused"), "{log}");
+}
+
+/// An httpGet preStop hook reaches the container's server before TERM.
+#[tokio::test]
+async fn http_get_hook() {
+    let node = TestNode::new();
+    let pod = node
+        .start(
+            r#"
+apiVersion: v1
+kind: Pod
+metadata: { name: hooked }
+spec:
+  containers:
+  - name: web
+    image: "{p2}"
+    args: [http-server, "0.0.0.0:8080", "200"]
+    lifecycle: { preStop: { httpGet: { path: /shutdown, port: 8080 } } }
+"#,
+        )
+        .await;
+    log_line(&pod, "web", "listening").await;
+    pod.delete(None);
+    let timeline = Timeline::collect(&pod).await;
+    assert!(
+        timeline.count("web", Reason::FailedPreStopHook) == 0,
+        "{timeline}"
+    );
+    let log = read(&pod.log_file("web", 0));
+    assert!(log.contains("request GET /shutdown HTTP/1.1"), "{log}");
+}
+
+/// Preview1 modules have no sockets: declaring ports on one is an error that says so.
+#[tokio::test]
+async fn preview1_modules_cannot_declare_ports() {
+    let node = TestNode::new();
+    let spec = node.spec(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: { name: old }
+spec:
+  containers:
+  - { name: p1, image: "{p1}", ports: [ { containerPort: 80 } ] }
+"#,
+    );
+    let err = node
+        .node
+        .create_pod(spec, PodOptions::default())
+        .await
+        .err()
+        .expect("a p1 module with ports is refused");
+    let message = err.to_string();
+    assert!(
+        message.starts_with("spec.containers[0].ports: the container is a WASI preview1 module"),
+        "{message}"
+    );
+}

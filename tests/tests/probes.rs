@@ -484,7 +484,8 @@ spec:
   - name: c
     image: "{p1}"
     livenessProbe: { exec: { command: [liveness] }, successThreshold: 2 }
-    startupProbe: { httpGet: { port: 80 } }
+    startupProbe: { grpc: { port: 80 } }
+    readinessProbe: { httpGet: { port: web, scheme: HTTPS } }
 "#,
         ),
         node.dir.path(),
@@ -502,7 +503,17 @@ spec:
         "{err}"
     );
     assert!(
-        err.contains("spec.containers[0].startupProbe.httpGet: not supported by wasmpod"),
+        err.contains("spec.containers[0].startupProbe.grpc: not supported by wasmpod"),
+        "{err}"
+    );
+    assert!(
+        err.contains(r#"spec.containers[0].readinessProbe.httpGet.port: not found: no container port named "web""#),
+        "{err}"
+    );
+    assert!(
+        err.contains(
+            r#"spec.containers[0].readinessProbe.httpGet.scheme: unsupported value "HTTPS""#
+        ),
         "{err}"
     );
 }

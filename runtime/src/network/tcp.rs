@@ -640,3 +640,41 @@ fn positive<T: Default + PartialEq>(value: T) -> SocketResult<T> {
     }
     Ok(value)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr(s: &str) -> SocketAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn a_full_backlog_holds_connectors_until_an_accept() {
+        let listener = Listener::new(2);
+        let (from, to) = (addr("127.0.0.1:40000"), addr("127.0.0.1:80"));
+        assert!(listener.poll_connect(None, from, to).is_ready());
+        assert!(listener.poll_connect(None, from, to).is_ready());
+        assert!(listener.poll_connect(None, from, to).is_pending());
+        let accepted = listener.try_accept().expect("a queued connection");
+        assert_eq!((accepted.local, accepted.remote), (to, from));
+        assert!(listener.poll_connect(None, from, to).is_ready());
+    }
+
+    #[test]
+    fn a_closed_listener_refuses_and_drops_its_queue() {
+        let listener = Listener::new(8);
+        let (from, to) = (addr("127.0.0.1:40000"), addr("127.0.0.1:80"));
+        let Poll::Ready(Ok(mut client)) = listener.poll_connect(None, from, to) else {
+            panic!("connects");
+        };
+        listener.close();
+        assert!(matches!(
+            listener.poll_connect(None, from, to),
+            Poll::Ready(Err(ErrorCode::ConnectionRefused))
+        ));
+        // The queued server end is gone: the client reads end-of-stream.
+        use wasmtime_wasi::p2::InputStream;
+        assert!(client.reader.read(1).is_err());
+    }
+}
