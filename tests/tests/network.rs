@@ -536,3 +536,62 @@ spec:
         "{message}"
     );
 }
+
+/// gRPC probes speak the standard health-checking protocol to the pod IP: SERVING is success,
+/// NOT_SERVING fails with the kubelet's message, and the probe's `service` reaches the server.
+#[tokio::test]
+async fn grpc_probes() {
+    let node = TestNode::new();
+    let pod = node
+        .start(
+            r#"
+apiVersion: v1
+kind: Pod
+metadata: { name: grpc }
+spec:
+  containers:
+  - name: serving
+    image: "{p2}"
+    args: [grpc-health, "0.0.0.0:9090", "1"]
+    readinessProbe: { grpc: { port: 9090, service: checkout }, periodSeconds: 1 }
+  - name: failing
+    image: "{p2}"
+    args: [grpc-health, "0.0.0.0:9091", "2"]
+    readinessProbe: { grpc: { port: 9091 }, periodSeconds: 1 }
+"#,
+        )
+        .await;
+    wait_for(&pod, LIMIT, |s| {
+        s.container_statuses
+            .iter()
+            .flatten()
+            .any(|c| c.name == "serving" && c.ready)
+    })
+    .await;
+    let log = log_line(&pod, "serving", "health check").await;
+    assert!(log.contains(r#"health check service="checkout""#), "{log}");
+    let start = Instant::now();
+    let message = loop {
+        let found = Timeline::so_far(&pod).await.0.into_iter().find(|e| {
+            e.container.as_deref() == Some("failing") && e.message.contains("service unhealthy")
+        });
+        if let Some(e) = found {
+            break e.message;
+        }
+        assert!(start.elapsed() < LIMIT, "no NOT_SERVING failure");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert_eq!(
+        message,
+        r#"Readiness probe failed: service unhealthy (responded with "NOT_SERVING")"#
+    );
+    assert!(
+        !pod.status()
+            .container_statuses
+            .iter()
+            .flatten()
+            .any(|c| c.name == "failing" && c.ready)
+    );
+    pod.delete(Some(Duration::ZERO));
+    pod.deleted().await;
+}

@@ -76,6 +76,85 @@ pub(crate) async fn http_get(pod: &PodNetwork, get: &HttpGet) -> Result<(), Stri
     }
 }
 
+/// The gRPC health-checking protocol (`grpc.health.v1.Health/Check`) over HTTP/2 without TLS,
+/// as the kubelet's gRPC probe: success when the server answers `SERVING`.
+pub(crate) async fn grpc_check(pod: &PodNetwork, port: u16, service: &str) -> Result<(), String> {
+    let target = format!("{}:{port}", pod.ip());
+    let stream = pod
+        .connect_from_host(port)
+        .await
+        .map_err(|e| format!("failed to connect service {target:?}: {}", describe(&e)))?;
+    let rpc_error = |e: h2::Error| format!("health rpc to {target:?} failed: {e}");
+    let (client, connection) = h2::client::handshake(stream).await.map_err(rpc_error)?;
+    let connection = tokio::spawn(connection);
+    let result = async {
+        let mut client = client.ready().await.map_err(rpc_error)?;
+        let request = http::Request::post(format!("http://{target}/grpc.health.v1.Health/Check"))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .header("user-agent", "kube-probe/1.33")
+            .body(())
+            .map_err(|e| e.to_string())?;
+        let (response, mut send) = client.send_request(request, false).map_err(rpc_error)?;
+        // HealthCheckRequest { service = 1 }, in a gRPC message frame.
+        let mut message = vec![0x0a];
+        message.extend(varint(service.len() as u64));
+        message.extend(service.as_bytes());
+        let mut frame = vec![0];
+        frame.extend((message.len() as u32).to_be_bytes());
+        frame.extend(message);
+        send.send_data(frame.into(), true).map_err(rpc_error)?;
+        let mut body = response.await.map_err(rpc_error)?.into_body();
+        let mut data = Vec::new();
+        while let Some(chunk) = body.data().await {
+            let chunk = chunk.map_err(rpc_error)?;
+            let _ = body.flow_control().release_capacity(chunk.len());
+            data.extend_from_slice(&chunk);
+        }
+        let trailers = body.trailers().await.map_err(rpc_error)?;
+        let code = trailers
+            .as_ref()
+            .and_then(|t| t.get("grpc-status"))
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("0");
+        if code != "0" {
+            return Err(format!(
+                "health rpc to {target:?} failed: grpc-status {code}"
+            ));
+        }
+        // HealthCheckResponse { status = 1 }: SERVING is 1.
+        let status = match data.get(5..) {
+            Some([0x08, status, ..]) => *status,
+            _ => 0,
+        };
+        match status {
+            1 => Ok(()),
+            other => {
+                let name = ["UNKNOWN", "SERVING", "NOT_SERVING", "SERVICE_UNKNOWN"]
+                    .get(other as usize)
+                    .unwrap_or(&"UNKNOWN");
+                Err(format!("service unhealthy (responded with {name:?})"))
+            }
+        }
+    }
+    .await;
+    connection.abort();
+    result
+}
+
+fn varint(mut n: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let byte = (n & 0x7f) as u8;
+        n >>= 7;
+        if n == 0 {
+            out.push(byte);
+            return out;
+        }
+        out.push(byte | 0x80);
+    }
+}
+
 fn describe(e: &std::io::Error) -> String {
     match e.kind() {
         std::io::ErrorKind::ConnectionRefused => "connection refused".into(),

@@ -152,6 +152,8 @@ pub(crate) enum Handler {
     HttpGet(HttpGet),
     /// A TCP connection to this port of the pod IP (probes only).
     TcpSocket(u16),
+    /// The gRPC health-checking protocol on this port of the pod IP (probes only).
+    Grpc { port: u16, service: String },
     /// Wait (hooks only).
     Sleep(Duration),
 }
@@ -1013,10 +1015,17 @@ fn convert_probe(
         let at = format!("{path}.tcpSocket");
         no_host(&at, &tcp.host, errors);
         Handler::TcpSocket(handler_port(&at, &tcp.port, ports, errors)?)
+    } else if let Some(grpc) = &p.grpc {
+        let at = format!("{path}.grpc");
+        let port = k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(grpc.port);
+        Handler::Grpc {
+            port: handler_port(&at, &port, ports, errors)?,
+            service: grpc.service.clone().unwrap_or_default(),
+        }
     } else {
         errors.push(FieldError::new(
             path,
-            "must specify a handler type (exec, httpGet or tcpSocket)",
+            "must specify a handler type (exec, httpGet, tcpSocket or grpc)",
         ));
         return None;
     };

@@ -47,6 +47,7 @@ const PROBE: Shape = Object(&[
     ("exec", EXEC),
     ("httpGet", HTTP_GET),
     ("tcpSocket", TCP_SOCKET),
+    ("grpc", Object(&[("port", Scalar), ("service", Scalar)])),
     ("initialDelaySeconds", Scalar),
     ("periodSeconds", Scalar),
     ("timeoutSeconds", Scalar),

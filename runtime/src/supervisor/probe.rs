@@ -64,6 +64,9 @@ pub(crate) async fn run_handler(
         Handler::Exec(command) => bounded(timeout, sandbox.exec(command)).await,
         Handler::HttpGet(get) => bounded(timeout, client::http_get(&sandbox.net, get)).await,
         Handler::TcpSocket(port) => bounded(timeout, client::tcp_check(&sandbox.net, *port)).await,
+        Handler::Grpc { port, service } => {
+            bounded(timeout, client::grpc_check(&sandbox.net, *port, service)).await
+        }
     }
 }
 

@@ -6,6 +6,8 @@
 //! until the connection is full, report, create FLAG, then send 4 MiB more), `sink ADDR FLAG`
 //! (accept one connection, wait for FLAG, then read it all), `resolve NAME`,
 //! `blast ADDR MIB` / `count-server ADDR` (throughput), `ping ADDR N` (connection latency).
+//! `grpc-health ADDR STATUS` (a gRPC health server over plain HTTP/2 answering every check with
+//! the numeric serving STATUS: 1 SERVING, 2 NOT_SERVING).
 //! `refused ADDR` connects once and reports. Every other connecting word retries a refused
 //! connection for up to 10 s, so a client may start before its server listens. Failures print
 //! `error <kind>` and exit 3.
@@ -83,6 +85,14 @@ pub fn run<'a>(word: &str, arg: &mut dyn FnMut() -> &'a str, kept: &mut Vec<TcpL
             let mut reply = String::new();
             or_exit("read", s.read_to_string(&mut reply));
             println!("reply {reply} from {}", s.peer_addr().unwrap());
+        }
+        "grpc-health" => {
+            let l = listen(arg());
+            let status: u8 = arg().parse().expect("grpc-health ADDR STATUS");
+            loop {
+                let (s, _) = or_exit("accept", l.accept());
+                grpc_health(s, status);
+            }
         }
         "refused" => match TcpStream::connect(arg()) {
             Ok(s) => println!("connected {}", s.peer_addr().unwrap()),
@@ -234,4 +244,69 @@ pub fn run<'a>(word: &str, arg: &mut dyn FnMut() -> &'a str, kept: &mut Vec<TcpL
         _ => return false,
     }
     true
+}
+
+fn h2_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let mut f = (payload.len() as u32).to_be_bytes()[1..].to_vec();
+    f.extend([kind, flags]);
+    f.extend(stream.to_be_bytes());
+    f.extend(payload);
+    f
+}
+
+/// Serves one HTTP/2 (prior knowledge) connection of `grpc.health.v1.Health/Check` calls: just
+/// enough of the protocol for a health client (no HPACK decoding; the request's headers are
+/// not needed).
+fn grpc_health(mut s: TcpStream, status: u8) {
+    let mut preface = [0; 24];
+    if s.read_exact(&mut preface).is_err() || &preface[..3] != b"PRI" {
+        return;
+    }
+    let _ = s.write_all(&h2_frame(0x4, 0, 0, &[]));
+    let mut body: Vec<u8> = Vec::new();
+    loop {
+        let mut head = [0; 9];
+        if s.read_exact(&mut head).is_err() {
+            return;
+        }
+        let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+        let (kind, flags) = (head[3], head[4]);
+        let stream = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
+        let mut payload = vec![0; len];
+        if s.read_exact(&mut payload).is_err() {
+            return;
+        }
+        let reply = match kind {
+            0x4 if flags & 1 == 0 => h2_frame(0x4, 1, 0, &[]),
+            0x6 if flags & 1 == 0 => h2_frame(0x6, 1, 0, &payload),
+            0x7 => return,
+            0x0 => {
+                body.extend(&payload);
+                if flags & 1 == 0 {
+                    continue;
+                }
+                // HealthCheckRequest { string service = 1 } after the 5-byte message prefix.
+                let service = match body.get(5..) {
+                    Some([0x0a, n, rest @ ..]) => String::from_utf8_lossy(&rest[..*n as usize]).into_owned(),
+                    _ => String::new(),
+                };
+                println!("health check service={service:?}");
+                body.clear();
+                // :status 200 (static index 8); content-type (index 31) application/grpc.
+                let mut headers = vec![0x88, 0x0f, 0x10, 16];
+                headers.extend(b"application/grpc");
+                let mut reply = h2_frame(0x1, 0x4, stream, &headers);
+                reply.extend(h2_frame(0x0, 0, stream, &[0, 0, 0, 0, 2, 0x08, status]));
+                let mut trailers = vec![0x00, 11];
+                trailers.extend(b"grpc-status");
+                trailers.extend([1, b'0']);
+                reply.extend(h2_frame(0x1, 0x5, stream, &trailers));
+                reply
+            }
+            _ => continue,
+        };
+        if s.write_all(&reply).is_err() {
+            return;
+        }
+    }
 }
