@@ -30,6 +30,9 @@ enum Command {
     Run(RunArgs),
     /// Check a Pod YAML file; print `valid` or every error.
     Validate {
+        /// YAML with the ConfigMap and Secret documents the pod uses. Repeatable.
+        #[arg(long, value_name = "FILE")]
+        config: Vec<PathBuf>,
         /// The Pod YAML file.
         pod: PathBuf,
     },
@@ -47,6 +50,9 @@ struct RunArgs {
     /// 127.0.0.1, `IP:HOSTPORT:CONTAINERPORT` on IP. Repeatable.
     #[arg(long, value_name = "[IP:]HOSTPORT:CONTAINERPORT", value_parser = parse_publish)]
     publish: Vec<(SocketAddr, u16)>,
+    /// YAML with the ConfigMap and Secret documents the pod's volumes and env use. Repeatable.
+    #[arg(long, value_name = "FILE")]
+    config: Vec<PathBuf>,
     #[command(flatten)]
     node: NodeArgs,
     /// The Pod YAML file.
@@ -132,7 +138,7 @@ fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     match cli.command {
-        Command::Validate { pod } => match PodSpec::from_file(&pod) {
+        Command::Validate { pod, config } => match PodSpec::from_files(&pod, &config) {
             Ok(_) => {
                 println!("valid");
                 ExitCode::SUCCESS
@@ -156,7 +162,7 @@ fn main() -> ExitCode {
 }
 
 async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let spec = match PodSpec::from_file(&args.pod) {
+    let spec = match PodSpec::from_files(&args.pod, &args.config) {
         Ok(spec) => spec,
         Err(e) => {
             eprintln!("{e}");

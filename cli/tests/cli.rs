@@ -644,3 +644,60 @@ fn rejects_a_component_without_wasi_cli_run() {
         ],
     );
 }
+
+/// `--config FILE` supplies ConfigMaps and Secrets; without it the reference is an error, and a
+/// config file holding something else is an error naming that file.
+#[test]
+fn config_files() {
+    let dir = Dir::new();
+    let pod = dir.write(
+        "pod.yaml",
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: { name: cfg }
+spec:
+  restartPolicy: Never
+  volumes: [ { name: c, configMap: { name: settings } } ]
+  containers:
+  - { name: app, image: "{p1}", args: [cat, /etc/app/mode, env, TOKEN], volumeMounts: [ { name: c, mountPath: /etc/app } ], env: [ { name: TOKEN, valueFrom: { secretKeyRef: { name: api, key: token } } } ] }
+"#,
+    );
+    let config = dir.write(
+        "config.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: { name: settings }\ndata: { mode: fast }\n---\napiVersion: v1\nkind: Secret\nmetadata: { name: api }\nstringData: { token: abc }\n",
+    );
+    let out = dir.wasmpod().arg("validate").arg(&pod).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains(r#"spec.volumes[0].configMap.name: not found: no configmap "settings""#),
+        "{err}"
+    );
+    let out = dir
+        .wasmpod()
+        .args(["validate", "--config"])
+        .arg(&config)
+        .arg(&pod)
+        .output()
+        .unwrap();
+    assert_eq!(text(&out.stdout).trim(), "valid", "{}", text(&out.stderr));
+    let out = dir.run(&pod, &["--config", config.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "[app] fast\n[app] TOKEN=abc\n");
+
+    let wrong = dir.write(
+        "wrong.yaml",
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: { name: d }\n",
+    );
+    let out = dir.run(&pod, &["--config", wrong.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "{}: document 1: expected a v1 ConfigMap or Secret",
+            wrong.display()
+        )),
+        "{err}"
+    );
+}

@@ -34,6 +34,7 @@ mod node;
 mod output;
 mod spec;
 mod supervisor;
+mod volumes;
 
 pub use engine::LoadError;
 pub use events::{Event, EventStream, EventType, Reason};

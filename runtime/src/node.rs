@@ -76,6 +76,8 @@ pub struct NodeOptions {
     pub memory_limit: u64,
     /// Whether pods may reach addresses outside the node's pod network.
     pub egress: Egress,
+    /// The node's name (`spec.nodeName` in the downward API); default the host's name.
+    pub node_name: String,
 }
 
 impl Default for NodeOptions {
@@ -89,6 +91,7 @@ impl Default for NodeOptions {
             backoff: BackoffOptions::default(),
             memory_limit: 1 << 30,
             egress: Egress::Allow,
+            node_name: host_name(),
         }
     }
 }
@@ -112,6 +115,12 @@ impl NodeOptions {
         self
     }
 
+    /// Sets [`NodeOptions::node_name`].
+    pub fn node_name(mut self, name: impl Into<String>) -> Self {
+        self.node_name = name.into();
+        self
+    }
+
     /// Sets [`NodeOptions::egress`].
     pub fn egress(mut self, egress: Egress) -> Self {
         self.egress = egress;
@@ -123,6 +132,16 @@ impl NodeOptions {
         self.backoff = backoff;
         self
     }
+}
+
+/// The machine's host name, or `localhost`.
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .map(|h| h.trim().to_owned())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into())
 }
 
 /// Options for one pod.
@@ -184,6 +203,7 @@ impl Node {
             engine,
             backoff: options.backoff,
             network: NodeNetwork::new(options.egress),
+            node_name: options.node_name,
             memory_limit: usize::try_from(options.memory_limit).unwrap_or(usize::MAX),
         };
         Ok(Node {

@@ -106,6 +106,51 @@ async fn busy_loop_does_not_starve_neighbours() {
     }
 }
 
+/// A latency-sensitive pod next to spinning guests in other pods still meets its probe
+/// deadlines: a 1 s liveness probe (exported function, fresh instance) with
+/// `failureThreshold: 1` never fails over five periods, so the container is never restarted.
+#[tokio::test]
+async fn probes_meet_their_deadlines_next_to_spinners() {
+    let node = TestNode::new();
+    let probe_dir = node.dir.path().join("probe");
+    std::fs::create_dir(&probe_dir).unwrap();
+    std::fs::write(probe_dir.join("liveness"), "").unwrap();
+    std::fs::write(probe_dir.join("readiness"), "").unwrap();
+    let spinners = futures_start(&node, 4).await;
+    let yaml = format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {{ name: sensitive }}
+spec:
+  volumes: [ {{ name: v, hostPath: {{ path: "{}" }} }} ]
+  containers:
+  - name: c
+    image: "{{p1}}"
+    args: [sleep, "600000"]
+    volumeMounts: [ {{ name: v, mountPath: /probe }} ]
+    livenessProbe: {{ exec: {{ command: [liveness] }}, periodSeconds: 1, timeoutSeconds: 1, failureThreshold: 1 }}
+    readinessProbe: {{ exec: {{ command: [readiness] }}, periodSeconds: 1, timeoutSeconds: 1 }}
+"#,
+        probe_dir.display()
+    );
+    let pod = node.start(&yaml).await;
+    wait_for(&pod, LIMIT, |s| {
+        s.container_statuses.iter().flatten().any(|c| c.ready)
+    })
+    .await;
+    // Five liveness periods with both cores busy: any missed deadline would be Unhealthy and,
+    // with a threshold of 1, a restart.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let t = Timeline::so_far(&pod).await;
+    assert_eq!(t.count("c", Unhealthy), 0, "{t}");
+    assert_eq!(pod.status().container_statuses.unwrap()[0].restart_count, 0);
+    pod.delete(Some(Duration::ZERO));
+    for pod in spinners {
+        pod.delete(Some(Duration::ZERO));
+    }
+}
+
 async fn futures_start(node: &TestNode, n: usize) -> Vec<wasmpod::PodHandle> {
     let mut pods = Vec::new();
     for i in 0..n {

@@ -484,7 +484,7 @@ spec:
   - name: c
     image: "{p1}"
     livenessProbe: { exec: { command: [liveness] }, successThreshold: 2 }
-    startupProbe: { grpc: { port: 80 } }
+    startupProbe: { grpc: { port: 80 }, tcpSocket: { port: 80 } }
     readinessProbe: { httpGet: { port: web, scheme: HTTPS } }
 "#,
         ),
@@ -503,7 +503,7 @@ spec:
         "{err}"
     );
     assert!(
-        err.contains("spec.containers[0].startupProbe.grpc: not supported by wasmpod"),
+        err.contains("spec.containers[0].startupProbe: may not specify more than one handler type"),
         "{err}"
     );
     assert!(

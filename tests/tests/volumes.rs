@@ -110,3 +110,238 @@ spec:
     assert_eq!(t.exit_codes("d"), [1], "'..' does not leave the mount");
     assert_eq!(status.phase.as_deref(), Some("Failed"));
 }
+
+/// A symlink inside a volume that points outside it does not lead out, for preview1 and
+/// preview2 alike; neither does a `subPath` through such a symlink (the container fails to
+/// start with the reason).
+#[tokio::test]
+async fn symlinks_do_not_escape_a_mount() {
+    let node = TestNode::new();
+    let outside = node.dir.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    std::fs::write(outside.join("secret"), "not for guests\n").unwrap();
+    let host = node.dir.path().join("vol");
+    std::fs::create_dir(&host).unwrap();
+    std::os::unix::fs::symlink(&outside, host.join("link")).unwrap();
+    std::os::unix::fs::symlink(outside.join("secret"), host.join("file-link")).unwrap();
+    let yaml = format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {{ name: links }}
+spec:
+  restartPolicy: Never
+  volumes: [ {{ name: h, hostPath: {{ path: {host} }} }} ]
+  containers:
+  - {{ name: p1, image: "{{p1}}", args: [cat, /h/link/secret], volumeMounts: [ {{ name: h, mountPath: /h }} ] }}
+  - {{ name: p2, image: "{{p2}}", args: [cat, /h/file-link], volumeMounts: [ {{ name: h, mountPath: /h }} ] }}
+  - {{ name: write, image: "{{p2}}", args: [write, /h/link/planted, x], volumeMounts: [ {{ name: h, mountPath: /h }} ] }}
+  - {{ name: sub, image: "{{p2}}", args: [ls, /s], volumeMounts: [ {{ name: h, mountPath: /s, subPath: link }} ] }}
+"#,
+        host = host.display()
+    );
+    let (t, status) = node.run(&yaml, LIMIT).await;
+    // agnhost exits 2 on a failed file operation (a preview2 guest's std reports it as 1).
+    for c in ["p1", "p2", "write"] {
+        let codes = t.exit_codes(c);
+        assert!(codes == [2] || codes == [1], "{c} must fail: {codes:?}");
+        assert!(read(&node_log(&node, "links", c)).contains("stderr F agnhost: "));
+    }
+    assert!(!outside.join("planted").exists());
+    let sub = terminated(&status, "sub");
+    assert_eq!(sub.exit_code, 128);
+    assert!(
+        sub.message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("leads out of the volume"),
+        "{sub:?}"
+    );
+    for c in ["p1", "p2"] {
+        assert!(!read(&node_log(&node, "links", c)).contains("not for guests"));
+    }
+}
+
+/// The log file of a pod's container that ran on `node` (restart 0).
+fn node_log(node: &TestNode, pod: &str, container: &str) -> std::path::PathBuf {
+    let pods = node.dir.path().join("state/pods");
+    let dir = std::fs::read_dir(pods)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .contains(&format!("_{pod}_"))
+        })
+        .expect("the pod's directory");
+    dir.join("logs").join(container).join("0.log")
+}
+
+/// `subPath` mounts a directory inside the volume (made on demand); nested mount paths each show
+/// their own volume.
+#[tokio::test]
+async fn sub_paths_and_nested_mounts() {
+    let node = TestNode::new();
+    let (t, status) = node
+        .run(
+            r#"
+apiVersion: v1
+kind: Pod
+metadata: { name: nested }
+spec:
+  restartPolicy: Never
+  volumes: [ { name: a, emptyDir: {} }, { name: b, emptyDir: {} } ]
+  initContainers:
+  - name: writer
+    image: "{p2}"
+    args: [write, /data/msg, in-app, write, /data/inner/msg, in-b]
+    volumeMounts:
+    - { name: a, mountPath: /data, subPath: app/config }
+    - { name: b, mountPath: /data/inner }
+  containers:
+  - name: reader
+    image: "{p1}"
+    args: [cat, /all/app/config/msg, ls, /all, ls, /b]
+    volumeMounts: [ { name: a, mountPath: /all }, { name: b, mountPath: /b } ]
+"#,
+            LIMIT,
+        )
+        .await;
+    assert_eq!(status.phase.as_deref(), Some("Succeeded"), "{t}");
+    let log = read(&node_log(&node, "nested", "reader"));
+    assert!(log.contains("stdout F in-app"), "{log}");
+    assert!(log.contains("stdout F ls /all: app"), "{log}");
+    assert!(log.contains("stdout F ls /b: msg"), "{log}");
+}
+
+/// `hostPath` types: `DirectoryOrCreate` and `FileOrCreate` make what is missing at start;
+/// `Directory` and `File` must exist as such; a file cannot be mounted (WASI preopens are
+/// directories).
+#[tokio::test]
+async fn host_path_types() {
+    let node = TestNode::new();
+    let made = node.dir.path().join("made/deep");
+    let file = node.dir.path().join("made-file");
+    let yaml = format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {{ name: types }}
+spec:
+  restartPolicy: Never
+  volumes:
+  - {{ name: d, hostPath: {{ path: {made}, type: DirectoryOrCreate }} }}
+  - {{ name: f, hostPath: {{ path: {file}, type: FileOrCreate }} }}
+  containers:
+  - {{ name: c, image: "{{p1}}", args: [write, /d/x, hi], volumeMounts: [ {{ name: d, mountPath: /d }} ] }}
+"#,
+        made = made.display(),
+        file = file.display()
+    );
+    let (_, status) = node.run(&yaml, LIMIT).await;
+    assert_eq!(status.phase.as_deref(), Some("Succeeded"));
+    assert_eq!(read(&made.join("x")), "hi\n");
+    assert!(file.is_file(), "FileOrCreate made the file");
+
+    let bad = format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {{ name: bad }}
+spec:
+  volumes:
+  - {{ name: a, hostPath: {{ path: {file}, type: Directory }} }}
+  - {{ name: b, hostPath: {{ path: {made}, type: File }} }}
+  - {{ name: c, hostPath: {{ path: {file}, type: File }} }}
+  - {{ name: e, hostPath: {{ path: {made}, type: Socket }} }}
+  containers:
+  - {{ name: c, image: "{{p1}}", volumeMounts: [ {{ name: c, mountPath: /f }} ] }}
+"#,
+        made = made.display(),
+        file = file.display()
+    );
+    let err = wasmpod::PodSpec::from_yaml(&wasmpod_tests::fill(&bad), node.dir.path())
+        .unwrap_err()
+        .to_string();
+    for expected in [
+        "spec.volumes[0].hostPath.path: ".to_owned()
+            + &format!("{} is not a directory", file.display()),
+        "spec.volumes[1].hostPath.path: ".to_owned() + &format!("{} is not a file", made.display()),
+        "spec.volumes[3].hostPath.type: unsupported value \"Socket\"".to_owned(),
+        "spec.containers[0].volumeMounts[0].name: ".to_owned()
+            + &format!(
+                "{} is a file: wasmpod mounts directories only",
+                file.display()
+            ),
+    ] {
+        assert!(err.contains(&expected), "missing {expected:?} in:\n{err}");
+    }
+}
+
+/// `medium: Memory` keeps the volume in RAM (`/dev/shm`) and removes it with the pod.
+#[tokio::test]
+async fn memory_empty_dir() {
+    if !std::path::Path::new("/dev/shm").is_dir() {
+        panic!("this test needs /dev/shm");
+    }
+    let node = TestNode::new();
+    let pod = node
+        .start(
+            r#"
+apiVersion: v1
+kind: Pod
+metadata: { name: ram }
+spec:
+  restartPolicy: Never
+  volumes: [ { name: m, emptyDir: { medium: Memory } } ]
+  containers:
+  - { name: c, image: "{p2}", args: [write, /m/x, in-ram, sleep, "600000"], volumeMounts: [ { name: m, mountPath: /m } ] }
+"#,
+        )
+        .await;
+    let dir = std::path::Path::new("/dev/shm/wasmpod")
+        .join(pod.uid())
+        .join("m");
+    let start = std::time::Instant::now();
+    while !dir.join("x").exists() {
+        assert!(start.elapsed() < LIMIT, "{} never appeared", dir.display());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(read(&dir.join("x")), "in-ram\n");
+    pod.delete(Some(Duration::ZERO));
+    pod.deleted().await;
+    assert!(!dir.exists(), "removed with the pod");
+}
+
+/// An `emptyDir` that grows past its `sizeLimit` gets the pod evicted, as the kubelet does:
+/// phase Failed, reason Evicted, an `Evicted` event, containers killed at once.
+#[tokio::test]
+async fn size_limit_evicts_the_pod() {
+    let node = TestNode::new();
+    let (t, status) = node
+        .run(
+            r#"
+apiVersion: v1
+kind: Pod
+metadata: { name: greedy }
+spec:
+  volumes: [ { name: scratch, emptyDir: { sizeLimit: 1Mi } } ]
+  containers:
+  - { name: c, image: "{p2}", args: [bigfile, /s/a, "512", bigfile, /s/b, "1024", sleep, "600000"], volumeMounts: [ { name: scratch, mountPath: /s } ] }
+"#,
+            LIMIT,
+        )
+        .await;
+    assert_eq!(status.phase.as_deref(), Some("Failed"));
+    assert_eq!(status.reason.as_deref(), Some("Evicted"));
+    let message = status.message.unwrap_or_default();
+    assert!(
+        message.contains(r#"Usage of EmptyDir volume "scratch" exceeds the limit"#),
+        "{message}"
+    );
+    let evicted = t.pod_positions(Evicted);
+    assert_eq!(evicted.len(), 1, "{t}");
+    assert!(evicted[0] < t.last("c", Exited), "{t}");
+    assert_eq!(t.exit_codes("c"), [137]);
+}

@@ -95,7 +95,8 @@ impl ResourceLimiter for MemoryLimiter {
 
 /// A directory the guest sees.
 pub(crate) struct Preopen {
-    pub(crate) host: PathBuf,
+    /// The host directory, or why it cannot be mounted.
+    pub(crate) host: Result<PathBuf, String>,
     pub(crate) guest: String,
     pub(crate) read_only: bool,
 }
@@ -184,10 +185,14 @@ impl Sandbox {
             } else {
                 FsPerms::ReadWrite
             };
-            b.preopened_dir(&p.host, &p.guest, perms).map_err(|e| {
+            let host = p
+                .host
+                .as_ref()
+                .map_err(|e| std::io::Error::other(format!("cannot mount at {}: {e}", p.guest)))?;
+            b.preopened_dir(host, &p.guest, perms).map_err(|e| {
                 std::io::Error::other(format!(
                     "cannot mount {} at {}: {e}",
-                    p.host.display(),
+                    host.display(),
                     p.guest
                 ))
             })?;

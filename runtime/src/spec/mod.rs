@@ -1,6 +1,8 @@
 //! Pod specifications: Kubernetes Pod YAML parsed into the real Kubernetes types, then validated
 //! into wasmpod's own model, which holds only what wasmpod honours.
 
+mod config;
+mod env;
 mod quantity;
 mod shape;
 
@@ -8,8 +10,14 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::api::core::v1 as k8s;
+use serde::Deserialize;
 use serde_json::Value;
+
+use config::{ConfigStore, Kind};
+pub(crate) use env::{EnvValue, PodInfo, resolve as resolve_env};
 
 /// One problem in a Pod document, at a field path such as `spec.containers[1].image`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -99,7 +107,8 @@ pub(crate) struct ContainerSpec {
     /// Absolute path of the .wasm file.
     pub image: PathBuf,
     pub argv: Vec<String>,
-    pub env: Vec<(String, String)>,
+    /// `envFrom` then `env`, in order; resolved (downward API, `$(VAR)`) at each start.
+    pub env: Vec<(String, EnvValue)>,
     pub mounts: Vec<Mount>,
     pub working_dir: Option<String>,
     pub ports: Vec<ContainerPort>,
@@ -195,18 +204,37 @@ pub(crate) struct Mount {
     pub volume: usize,
     pub path: String,
     pub read_only: bool,
+    /// `subPath`: a directory inside the volume (made if missing) mounted instead of its root.
+    pub sub_path: Option<String>,
 }
 
 #[derive(Debug, Clone)]
 pub(crate) enum VolumeSource {
-    EmptyDir,
-    HostPath(PathBuf),
+    EmptyDir {
+        /// `medium: Memory`: kept in RAM (`/dev/shm`) rather than under the state dir.
+        memory: bool,
+        /// `sizeLimit` in bytes: a pod whose volume grows past it is evicted.
+        size_limit: Option<u64>,
+    },
+    /// The host's path, and what to make there at pod start (`DirectoryOrCreate`,
+    /// `FileOrCreate`) if it is missing.
+    HostPath(PathBuf, Option<HostCreate>),
+    /// `configMap` and `secret`: files (relative path, contents) written at pod start and
+    /// mounted read-only.
+    Files(Vec<(String, Vec<u8>)>),
 }
 
 #[derive(Debug, Clone)]
 pub(crate) struct Volume {
     pub name: String,
     pub source: VolumeSource,
+}
+
+/// What a `hostPath` of type `DirectoryOrCreate` or `FileOrCreate` makes when missing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HostCreate {
+    Directory,
+    File,
 }
 
 /// A validated pod, ready to run: every field in it is one wasmpod honours.
@@ -242,53 +270,110 @@ pub struct PodSpec {
     pub(crate) readiness_gates: Vec<String>,
     /// `spec.hostname`, or the pod's name.
     pub(crate) hostname: String,
+    pub(crate) labels: BTreeMap<String, String>,
+    pub(crate) annotations: BTreeMap<String, String>,
 }
 
 impl PodSpec {
     /// Reads and validates the Pod YAML file at `path`; images are resolved against its folder.
+    /// The file may also hold the ConfigMaps and Secrets the pod uses, as further documents.
     pub fn from_file(path: &Path) -> Result<PodSpec, InvalidPod> {
-        let text = std::fs::read_to_string(path).map_err(|e| InvalidPod {
-            file: Some(path.to_owned()),
-            errors: vec![FieldError::new("", format!("cannot read the file: {e}"))],
-        })?;
+        PodSpec::from_files(path, &[])
+    }
+
+    /// Like [`PodSpec::from_file`], with ConfigMap and Secret documents from more files
+    /// (`wasmpod run --config FILE`).
+    pub fn from_files(path: &Path, config: &[PathBuf]) -> Result<PodSpec, InvalidPod> {
+        let read = |path: &Path| {
+            std::fs::read_to_string(path).map_err(|e| InvalidPod {
+                file: Some(path.to_owned()),
+                errors: vec![FieldError::new("", format!("cannot read the file: {e}"))],
+            })
+        };
+        let in_file = |path: &Path| {
+            let path = path.to_owned();
+            move |e: InvalidPod| InvalidPod {
+                file: Some(path),
+                ..e
+            }
+        };
+        let mut store = ConfigStore::default();
+        for file in config {
+            let mut errors = Vec::new();
+            for (i, doc) in documents(&read(file)?)
+                .map_err(in_file(file))?
+                .into_iter()
+                .enumerate()
+            {
+                match kind_of(&doc) {
+                    Some(Kind::ConfigMap | Kind::Secret) if is_v1(&doc) => {
+                        store.add(doc, &format!("document {}", i + 1), &mut errors)
+                    }
+                    _ => errors.push(FieldError::new(
+                        format!("document {}", i + 1),
+                        "expected a v1 ConfigMap or Secret",
+                    )),
+                }
+            }
+            if !errors.is_empty() {
+                return Err(in_file(file)(InvalidPod { file: None, errors }));
+            }
+        }
+        let text = read(path)?;
         let base = path
             .parent()
             .filter(|p| !p.as_os_str().is_empty())
             .unwrap_or(Path::new("."));
         let base = std::path::absolute(base).unwrap_or_else(|_| base.to_owned());
-        PodSpec::from_yaml(&text, &base).map_err(|e| InvalidPod {
-            file: Some(path.to_owned()),
-            ..e
-        })
+        PodSpec::parse(&text, &base, store).map_err(in_file(path))
     }
 
     /// Parses and validates Pod YAML; relative image paths are resolved against `base_dir`.
+    /// Further documents may be the ConfigMaps and Secrets the pod uses.
     pub fn from_yaml(text: &str, base_dir: &Path) -> Result<PodSpec, InvalidPod> {
+        PodSpec::parse(text, base_dir, ConfigStore::default())
+    }
+
+    fn parse(text: &str, base_dir: &Path, mut store: ConfigStore) -> Result<PodSpec, InvalidPod> {
         let invalid = |message: String| InvalidPod {
             file: None,
             errors: vec![FieldError::new("", message)],
         };
-        let input: Value =
-            serde_yaml_ng::from_str(text).map_err(|e| invalid(format!("not valid YAML: {e}")))?;
-        if !input.is_object() {
-            return Err(invalid(
-                "not a Kubernetes object: expected a mapping with apiVersion and kind".into(),
-            ));
-        }
         let mut errors = Vec::new();
-        match (
-            input.get("apiVersion").and_then(Value::as_str),
-            input.get("kind").and_then(Value::as_str),
-        ) {
-            (Some("v1"), Some("Pod")) => {}
-            (api, kind) => {
-                return Err(invalid(format!(
-                    "not a Pod: expected apiVersion v1 and kind Pod, found apiVersion {} and kind {}",
-                    api.unwrap_or("(none)"),
-                    kind.unwrap_or("(none)")
-                )));
+        let mut pod_doc = None;
+        for (i, doc) in documents(text)?.into_iter().enumerate() {
+            if !doc.is_object() {
+                return Err(invalid(
+                    "not a Kubernetes object: expected a mapping with apiVersion and kind".into(),
+                ));
+            }
+            let at = format!("document {}", i + 1);
+            match (
+                is_v1(&doc),
+                kind_of(&doc),
+                doc.get("kind").and_then(Value::as_str),
+            ) {
+                (true, Some(Kind::ConfigMap | Kind::Secret), _) => store.add(doc, &at, &mut errors),
+                (true, None, Some("Pod")) if pod_doc.is_none() => pod_doc = Some(doc),
+                (true, None, Some("Pod")) => {
+                    errors.push(FieldError::new(at, "a file holds one Pod"));
+                }
+                (_, _, kind) => {
+                    return Err(invalid(format!(
+                        "not a Pod: expected apiVersion v1 and kind Pod, found apiVersion {} and kind {}",
+                        doc.get("apiVersion")
+                            .and_then(Value::as_str)
+                            .unwrap_or("(none)"),
+                        kind.unwrap_or("(none)")
+                    )));
+                }
             }
         }
+        let Some(input) = pod_doc else {
+            return Err(invalid(
+                "no Pod document: expected apiVersion v1 and kind Pod".into(),
+            ));
+        };
         if input.pointer("/spec/containers").is_none() {
             errors.push(FieldError::new("spec.containers", "required value"));
         }
@@ -304,7 +389,7 @@ impl PodSpec {
         };
         let typed = serde_json::to_value(&pod).unwrap_or(Value::Null);
         shape::check_pod(&input, &typed, &mut errors);
-        match convert(&pod, base_dir, &mut errors) {
+        match convert(&pod, base_dir, &store, &mut errors) {
             Some(spec) if errors.is_empty() => Ok(spec),
             _ => Err(InvalidPod { file: None, errors }),
         }
@@ -365,7 +450,48 @@ impl PodSpec {
     }
 }
 
-fn convert(pod: &k8s::Pod, base_dir: &Path, errors: &mut Vec<FieldError>) -> Option<PodSpec> {
+/// The YAML documents of a text (empty ones skipped).
+fn documents(text: &str) -> Result<Vec<Value>, InvalidPod> {
+    let mut docs = Vec::new();
+    for doc in serde_yaml_ng::Deserializer::from_str(text) {
+        let value = Value::deserialize(doc).map_err(|e| InvalidPod {
+            file: None,
+            errors: vec![FieldError::new("", format!("not valid YAML: {e}"))],
+        })?;
+        if !value.is_null() {
+            docs.push(value);
+        }
+    }
+    if docs.is_empty() {
+        return Err(InvalidPod {
+            file: None,
+            errors: vec![FieldError::new(
+                "",
+                "not a Kubernetes object: expected a mapping with apiVersion and kind",
+            )],
+        });
+    }
+    Ok(docs)
+}
+
+fn is_v1(doc: &Value) -> bool {
+    doc.get("apiVersion").and_then(Value::as_str) == Some("v1")
+}
+
+fn kind_of(doc: &Value) -> Option<Kind> {
+    match doc.get("kind").and_then(Value::as_str) {
+        Some("ConfigMap") => Some(Kind::ConfigMap),
+        Some("Secret") => Some(Kind::Secret),
+        _ => None,
+    }
+}
+
+fn convert(
+    pod: &k8s::Pod,
+    base_dir: &Path,
+    store: &ConfigStore,
+    errors: &mut Vec<FieldError>,
+) -> Option<PodSpec> {
     let meta = &pod.metadata;
     let name = meta.name.clone().unwrap_or_default();
     if name.is_empty() {
@@ -413,39 +539,76 @@ fn convert(pod: &k8s::Pod, base_dir: &Path, errors: &mut Vec<FieldError>) -> Opt
                 format!("duplicate value {:?}", v.name),
             ));
         }
-        let source = match (&v.empty_dir, &v.host_path) {
-            (Some(_), None) => VolumeSource::EmptyDir,
-            (None, Some(host)) => {
-                match host.type_.as_deref() {
-                    None | Some("") | Some("Directory") => {}
-                    Some(other) => errors.push(FieldError::new(
-                        format!("{path}.hostPath.type"),
-                        format!("unsupported value {other:?}: wasmpod supports Directory"),
-                    )),
-                }
-                let dir = resolve(base_dir, &host.path);
-                if !dir.is_dir() {
-                    errors.push(FieldError::new(
-                        format!("{path}.hostPath.path"),
-                        format!("{} is not a directory", dir.display()),
-                    ));
-                }
-                VolumeSource::HostPath(dir)
-            }
-            (None, None) => {
+        let kinds = [
+            v.empty_dir.is_some(),
+            v.host_path.is_some(),
+            v.config_map.is_some(),
+            v.secret.is_some(),
+        ];
+        match kinds.iter().filter(|k| **k).count() {
+            0 => {
                 errors.push(FieldError::new(
                     path,
-                    "must specify a volume type (emptyDir or hostPath)",
+                    "must specify a volume type (emptyDir, hostPath, configMap or secret)",
                 ));
                 continue;
             }
-            (Some(_), Some(_)) => {
+            1 => {}
+            _ => {
                 errors.push(FieldError::new(
                     path,
                     "may not specify more than one volume type",
                 ));
                 continue;
             }
+        }
+        let source = if let Some(e) = &v.empty_dir {
+            let memory = match e.medium.as_deref() {
+                None | Some("") => false,
+                Some("Memory") => true,
+                Some(other) => {
+                    errors.push(FieldError::new(
+                        format!("{path}.emptyDir.medium"),
+                        format!("unsupported value {other:?}: must be \"\" or Memory"),
+                    ));
+                    false
+                }
+            };
+            let size_limit = e.size_limit.as_ref().and_then(|q| {
+                quantity::parse(&q.0, 1.0)
+                    .map_err(|why| {
+                        errors.push(FieldError::new(format!("{path}.emptyDir.sizeLimit"), why))
+                    })
+                    .ok()
+            });
+            VolumeSource::EmptyDir { memory, size_limit }
+        } else if let Some(host) = &v.host_path {
+            let (target, create) = host_path(&path, host, base_dir, errors);
+            VolumeSource::HostPath(target, create)
+        } else if let Some(cm) = &v.config_map {
+            let files = projected(
+                &format!("{path}.configMap"),
+                Kind::ConfigMap,
+                &cm.name,
+                cm.items.as_deref(),
+                cm.optional,
+                store,
+                errors,
+            );
+            VolumeSource::Files(files)
+        } else {
+            let secret = v.secret.as_ref()?;
+            let name = secret.secret_name.clone().unwrap_or_default();
+            let files = projected(
+                &format!("{path}.secret"),
+                Kind::Secret,
+                &name,
+                secret.items.as_deref(),
+                secret.optional,
+                store,
+                errors,
+            );
+            VolumeSource::Files(files)
         };
         volumes.push(Volume {
             name: v.name.clone(),
@@ -466,7 +629,9 @@ fn convert(pod: &k8s::Pod, base_dir: &Path, errors: &mut Vec<FieldError>) -> Opt
         .enumerate()
         .map(|(i, c)| (format!("spec.containers[{i}]"), c, false));
     for (path, c, is_init) in inits.chain(regulars) {
-        if let Some(container) = convert_container(&path, c, is_init, base_dir, &volumes, errors) {
+        if let Some(container) =
+            convert_container(&path, c, is_init, base_dir, &volumes, store, errors)
+        {
             if containers
                 .iter()
                 .any(|o: &ContainerSpec| o.name == container.name)
@@ -531,6 +696,8 @@ fn convert(pod: &k8s::Pod, base_dir: &Path, errors: &mut Vec<FieldError>) -> Opt
 
     Some(PodSpec {
         hostname,
+        labels: meta.labels.clone().unwrap_or_default(),
+        annotations: meta.annotations.clone().unwrap_or_default(),
         name,
         namespace,
         uid: meta.uid.clone(),
@@ -543,12 +710,241 @@ fn convert(pod: &k8s::Pod, base_dir: &Path, errors: &mut Vec<FieldError>) -> Opt
     })
 }
 
+/// Checks a `hostPath` against its `type` (relative paths are relative to the YAML file);
+/// `DirectoryOrCreate` and `FileOrCreate` make what is missing when the pod starts.
+fn host_path(
+    path: &str,
+    host: &k8s::HostPathVolumeSource,
+    base_dir: &Path,
+    errors: &mut Vec<FieldError>,
+) -> (PathBuf, Option<HostCreate>) {
+    let target = resolve(base_dir, &host.path);
+    let exists = target.exists();
+    let (want_dir, create) = match host.type_.as_deref() {
+        None | Some("") | Some("Directory") => (true, None),
+        Some("DirectoryOrCreate") => (true, Some(HostCreate::Directory)),
+        Some("File") => (false, None),
+        Some("FileOrCreate") => (false, Some(HostCreate::File)),
+        Some(other) => {
+            errors.push(FieldError::new(
+                format!("{path}.hostPath.type"),
+                format!(
+                    "unsupported value {other:?}: wasmpod supports Directory, DirectoryOrCreate, \
+                     File and FileOrCreate"
+                ),
+            ));
+            return (target, None);
+        }
+    };
+    let problem = match (exists, want_dir) {
+        (false, _) if create.is_some() => None,
+        (false, true) => Some("is not a directory (it does not exist)"),
+        (false, false) => Some("is not a file (it does not exist)"),
+        (true, true) if !target.is_dir() => Some("is not a directory"),
+        (true, false) if !target.is_file() => Some("is not a file"),
+        _ => None,
+    };
+    if let Some(why) = problem {
+        errors.push(FieldError::new(
+            format!("{path}.hostPath.path"),
+            format!("{} {why}", target.display()),
+        ));
+    }
+    (target, create.filter(|_| !exists))
+}
+
+/// The files a `configMap` or `secret` volume shows: every key, or the `items` chosen.
+fn projected(
+    at: &str,
+    kind: Kind,
+    name: &str,
+    items: Option<&[k8s::KeyToPath]>,
+    optional: Option<bool>,
+    store: &ConfigStore,
+    errors: &mut Vec<FieldError>,
+) -> Vec<(String, Vec<u8>)> {
+    let Some(data) = store.get(kind, name) else {
+        if optional != Some(true) {
+            let field = if kind == Kind::Secret {
+                "secretName"
+            } else {
+                "name"
+            };
+            errors.push(FieldError::new(
+                format!("{at}.{field}"),
+                format!(
+                    "not found: no {} {name:?} (give it in the pod file or with --config)",
+                    kind.name()
+                ),
+            ));
+        }
+        return Vec::new();
+    };
+    let Some(items) = items else {
+        return data.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    };
+    let mut files = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let path = &item.path;
+        if path.is_empty() || path.starts_with('/') || path.split('/').any(|p| p == "..") {
+            errors.push(FieldError::new(
+                format!("{at}.items[{i}].path"),
+                format!("invalid value {path:?}: must be a relative path without '..'"),
+            ));
+            continue;
+        }
+        match data.get(&item.key) {
+            Some(value) => files.push((path.clone(), value.clone())),
+            None if optional == Some(true) => {}
+            None => errors.push(FieldError::new(
+                format!("{at}.items[{i}].key"),
+                format!(
+                    "not found: {} {name:?} has no key {:?}",
+                    kind.name(),
+                    item.key
+                ),
+            )),
+        }
+    }
+    files
+}
+
+/// `envFrom` then `env`, with configMap and secret references resolved.
+fn convert_env(
+    path: &str,
+    c: &k8s::Container,
+    store: &ConfigStore,
+    errors: &mut Vec<FieldError>,
+) -> Vec<(String, EnvValue)> {
+    let mut env = Vec::new();
+    for (i, from) in c.env_from.iter().flatten().enumerate() {
+        let at = format!("{path}.envFrom[{i}]");
+        let (kind, name, optional) = match (&from.config_map_ref, &from.secret_ref) {
+            (Some(r), None) => (Kind::ConfigMap, &r.name, r.optional),
+            (None, Some(r)) => (Kind::Secret, &r.name, r.optional),
+            _ => {
+                errors.push(FieldError::new(
+                    at,
+                    "must specify one of configMapRef or secretRef",
+                ));
+                continue;
+            }
+        };
+        let Some(data) = store.get(kind, name) else {
+            if optional != Some(true) {
+                errors.push(FieldError::new(
+                    at,
+                    format!("not found: no {} {name:?}", kind.name()),
+                ));
+            }
+            continue;
+        };
+        let prefix = from.prefix.as_deref().unwrap_or_default();
+        for (key, value) in data {
+            // Kubernetes skips keys that are not valid variable names.
+            let name = format!("{prefix}{key}");
+            if name.contains('=') || name.chars().next().is_none_or(|c| c.is_ascii_digit()) {
+                continue;
+            }
+            env.push((
+                name,
+                EnvValue::Literal {
+                    value: String::from_utf8_lossy(value).into_owned(),
+                    expand: false,
+                },
+            ));
+        }
+    }
+    for (i, var) in c.env.iter().flatten().enumerate() {
+        let at = format!("{path}.env[{i}]");
+        if var.name.is_empty() || var.name.contains('=') {
+            errors.push(FieldError::new(
+                format!("{at}.name"),
+                format!("invalid value {:?}", var.name),
+            ));
+        }
+        let value = match (&var.value, &var.value_from) {
+            (Some(_), Some(_)) => {
+                errors.push(FieldError::new(at, "may not have both value and valueFrom"));
+                continue;
+            }
+            (value, None) => EnvValue::Literal {
+                value: value.clone().unwrap_or_default(),
+                expand: true,
+            },
+            (None, Some(from)) => {
+                let keyed =
+                    |kind: Kind, name: &str, key: &str, optional: Option<bool>, field: &str| {
+                        match store.get(kind, name).map(|d| d.get(key)) {
+                            Some(Some(v)) => Ok(Some(String::from_utf8_lossy(v).into_owned())),
+                            _ if optional == Some(true) => Ok(None),
+                            Some(None) => Err(FieldError::new(
+                                format!("{at}.valueFrom.{field}.key"),
+                                format!("not found: {} {name:?} has no key {key:?}", kind.name()),
+                            )),
+                            None => Err(FieldError::new(
+                                format!("{at}.valueFrom.{field}.name"),
+                                format!("not found: no {} {name:?}", kind.name()),
+                            )),
+                        }
+                    };
+                let found = if let Some(f) = &from.field_ref {
+                    match env::FieldRef::parse(&f.field_path) {
+                        Ok(f) => Ok(Some(EnvValue::Field(f))),
+                        Err(why) => Err(FieldError::new(
+                            format!("{at}.valueFrom.fieldRef.fieldPath"),
+                            why,
+                        )),
+                    }
+                } else if let Some(r) = &from.config_map_key_ref {
+                    keyed(
+                        Kind::ConfigMap,
+                        &r.name,
+                        &r.key,
+                        r.optional,
+                        "configMapKeyRef",
+                    )
+                    .map(|v| {
+                        v.map(|value| EnvValue::Literal {
+                            value,
+                            expand: false,
+                        })
+                    })
+                } else if let Some(r) = &from.secret_key_ref {
+                    keyed(Kind::Secret, &r.name, &r.key, r.optional, "secretKeyRef").map(|v| {
+                        v.map(|value| EnvValue::Literal {
+                            value,
+                            expand: false,
+                        })
+                    })
+                } else {
+                    Err(FieldError::new(
+                        format!("{at}.valueFrom"),
+                        "must specify fieldRef, configMapKeyRef or secretKeyRef",
+                    ))
+                };
+                match found {
+                    Ok(Some(v)) => v,
+                    Ok(None) => continue,
+                    Err(e) => {
+                        errors.push(e);
+                        continue;
+                    }
+                }
+            }
+        };
+        env.push((var.name.clone(), value));
+    }
+    env
+}
+
 fn convert_container(
     path: &str,
     c: &k8s::Container,
     is_init: bool,
     base_dir: &Path,
     volumes: &[Volume],
+    store: &ConfigStore,
     errors: &mut Vec<FieldError>,
 ) -> Option<ContainerSpec> {
     if let Err(why) = check_label(&c.name) {
@@ -610,16 +1006,7 @@ fn convert_container(
             .chain(c.args.iter().flatten().cloned())
             .collect(),
     };
-    let mut env = Vec::new();
-    for (i, var) in c.env.iter().flatten().enumerate() {
-        if var.name.is_empty() || var.name.contains('=') {
-            errors.push(FieldError::new(
-                format!("{path}.env[{i}].name"),
-                format!("invalid value {:?}", var.name),
-            ));
-        }
-        env.push((var.name.clone(), var.value.clone().unwrap_or_default()));
-    }
+    let env = convert_env(path, c, store, errors);
     let mut mounts: Vec<Mount> = Vec::new();
     for (i, m) in c.volume_mounts.iter().flatten().enumerate() {
         let mpath = format!("{path}.volumeMounts[{i}]");
@@ -647,10 +1034,33 @@ fn convert_container(
                 format!("duplicate value {:?}", m.mount_path),
             ));
         }
+        let sub_path = m.sub_path.clone().filter(|p| !p.is_empty());
+        if let Some(sub) = &sub_path
+            && (sub.starts_with('/') || sub.split('/').any(|p| p == ".."))
+        {
+            errors.push(FieldError::new(
+                format!("{mpath}.subPath"),
+                format!("invalid value {sub:?}: must be a relative path without '..'"),
+            ));
+        }
+        if let VolumeSource::HostPath(host, create) = &volumes[volume].source {
+            let target = sub_path.as_ref().map_or(host.clone(), |s| host.join(s));
+            if target.is_file() || (*create == Some(HostCreate::File) && sub_path.is_none()) {
+                errors.push(FieldError::new(
+                    format!("{mpath}.name"),
+                    format!(
+                        "{} is a file: wasmpod mounts directories only (WASI preopens); mount \
+                         the directory that holds it",
+                        target.display()
+                    ),
+                ));
+            }
+        }
         mounts.push(Mount {
             volume,
             path: m.mount_path.clone(),
             read_only: m.read_only.unwrap_or(false),
+            sub_path,
         });
     }
     let ports = convert_ports(path, c.ports.as_deref().unwrap_or_default(), errors);
@@ -999,6 +1409,7 @@ fn convert_probe(
         p.exec.is_some(),
         p.http_get.is_some(),
         p.tcp_socket.is_some(),
+        p.grpc.is_some(),
     ];
     if kinds.iter().filter(|k| **k).count() > 1 {
         errors.push(FieldError::new(

@@ -21,11 +21,40 @@ pub(super) enum Shape {
 
 use Shape::{List, Object, Scalar, StringMap};
 
-const ENV_VAR: Shape = Object(&[("name", Scalar), ("value", Scalar)]);
+const NAME_VALUE: Shape = Object(&[("name", Scalar), ("value", Scalar)]);
+const KEY_REF: Shape = Object(&[("name", Scalar), ("key", Scalar), ("optional", Scalar)]);
+const ENV_VAR: Shape = Object(&[
+    ("name", Scalar),
+    ("value", Scalar),
+    (
+        "valueFrom",
+        Object(&[
+            (
+                "fieldRef",
+                Object(&[("fieldPath", Scalar), ("apiVersion", Scalar)]),
+            ),
+            ("configMapKeyRef", KEY_REF),
+            ("secretKeyRef", KEY_REF),
+        ]),
+    ),
+]);
+const ENV_FROM: Shape = Object(&[
+    ("prefix", Scalar),
+    (
+        "configMapRef",
+        Object(&[("name", Scalar), ("optional", Scalar)]),
+    ),
+    (
+        "secretRef",
+        Object(&[("name", Scalar), ("optional", Scalar)]),
+    ),
+]);
+const ITEMS: Shape = List(&Object(&[("key", Scalar), ("path", Scalar)]));
 const VOLUME_MOUNT: Shape = Object(&[
     ("name", Scalar),
     ("mountPath", Scalar),
     ("readOnly", Scalar),
+    ("subPath", Scalar),
 ]);
 const EXEC: Shape = Object(&[("command", List(&Scalar))]);
 const HTTP_GET: Shape = Object(&[
@@ -33,7 +62,7 @@ const HTTP_GET: Shape = Object(&[
     ("port", Scalar),
     ("host", Scalar),
     ("scheme", Scalar),
-    ("httpHeaders", List(&ENV_VAR)),
+    ("httpHeaders", List(&NAME_VALUE)),
 ]);
 const TCP_SOCKET: Shape = Object(&[("port", Scalar), ("host", Scalar)]);
 const PORT: Shape = Object(&[
@@ -66,6 +95,7 @@ const CONTAINER: Shape = Object(&[
     ("command", List(&Scalar)),
     ("args", List(&Scalar)),
     ("env", List(&ENV_VAR)),
+    ("envFrom", List(&ENV_FROM)),
     ("volumeMounts", List(&VOLUME_MOUNT)),
     ("restartPolicy", Scalar),
     ("workingDir", Scalar),
@@ -87,7 +117,22 @@ const CONTAINER: Shape = Object(&[
 ]);
 const VOLUME: Shape = Object(&[
     ("name", Scalar),
-    ("emptyDir", Object(&[])),
+    (
+        "emptyDir",
+        Object(&[("medium", Scalar), ("sizeLimit", Scalar)]),
+    ),
+    (
+        "configMap",
+        Object(&[("name", Scalar), ("items", ITEMS), ("optional", Scalar)]),
+    ),
+    (
+        "secret",
+        Object(&[
+            ("secretName", Scalar),
+            ("items", ITEMS),
+            ("optional", Scalar),
+        ]),
+    ),
     ("hostPath", Object(&[("path", Scalar), ("type", Scalar)])),
 ]);
 const POD: Shape = Object(&[

@@ -91,7 +91,7 @@ metadata: { name: p }
 spec:
   restartPolicy: Sometimes
   terminationGracePeriodSeconds: -1
-  volumes: [ { name: v }, { name: h, hostPath: { path: /nonexistent-dir, type: Socket } } ]
+  volumes: [ { name: v }, { name: h, hostPath: { path: /tmp, type: Socket } }, { name: d, hostPath: { path: /nonexistent-dir } } ]
   containers:
   - name: c
     image: a.wasm
@@ -105,7 +105,7 @@ spec:
         "spec.terminationGracePeriodSeconds: invalid value -1",
         "spec.volumes[0]: must specify a volume type",
         "spec.volumes[1].hostPath.type: unsupported value \"Socket\"",
-        "spec.volumes[1].hostPath.path: /nonexistent-dir is not a directory",
+        "spec.volumes[2].hostPath.path: /nonexistent-dir is not a directory",
         "spec.containers[0].restartPolicy: not supported by wasmpod",
         "spec.containers[0].env[0].name: invalid value",
         "spec.containers[0].volumeMounts[0].name: not found",

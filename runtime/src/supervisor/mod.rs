@@ -31,7 +31,8 @@ use crate::events::{Event, EventType, Journal, Reason, now_micros};
 use crate::network::publish::Published;
 use crate::network::{NodeNetwork, PodNetwork};
 use crate::output::{PodOutput, Stream};
-use crate::spec::{PodSpec, RestartPolicy, Role, VolumeSource};
+use crate::spec::{PodInfo, PodSpec, RestartPolicy, Role, VolumeSource, resolve_env};
+use crate::volumes::PodVolumes;
 
 /// The kubelet's floor for the time between TERM and KILL (`minimumGracePeriodInSeconds`).
 const MIN_GRACE: Duration = Duration::from_secs(2);
@@ -39,6 +40,8 @@ const MIN_GRACE: Duration = Duration::from_secs(2);
 /// What a pod's supervisor needs from its node.
 pub(crate) struct NodeContext {
     pub engine: Engine,
+    /// `spec.nodeName` as the downward API shows it.
+    pub node_name: String,
     pub network: NodeNetwork,
     pub backoff: BackoffOptions,
     pub memory_limit: usize,
@@ -90,7 +93,11 @@ enum ShutdownCause {
     Completed,
     Deleted,
     DeadlineExceeded,
+    Evicted,
 }
+
+/// How often `emptyDir` volumes with a `sizeLimit` are measured.
+const VOLUME_CHECK: Duration = Duration::from_millis(500);
 
 #[derive(Debug, Clone, Copy)]
 struct Shutdown {
@@ -126,7 +133,9 @@ pub(crate) struct PodTask {
     journal: Arc<Journal>,
     snapshot: watch::Sender<Snapshot>,
     output: PodOutput,
-    volumes: Vec<PathBuf>,
+    volumes: PodVolumes,
+    /// When size-limited volumes are measured next (none without a `sizeLimit`).
+    volume_check: Option<Instant>,
     pod_dir: PathBuf,
     instances: u64,
     net: Arc<PodNetwork>,
@@ -166,17 +175,16 @@ impl PodTask {
             net,
             published,
         } = setup;
-        let mut volumes = Vec::new();
-        for v in &spec.volumes {
-            volumes.push(match &v.source {
-                VolumeSource::EmptyDir => {
-                    let dir = pod_dir.join("volumes").join(&v.name);
-                    std::fs::create_dir_all(&dir)?;
-                    dir
+        let volumes = PodVolumes::prepare(&spec, &pod_dir, &uid)?;
+        let limited = spec.volumes.iter().any(|v| {
+            matches!(
+                v.source,
+                VolumeSource::EmptyDir {
+                    size_limit: Some(_),
+                    ..
                 }
-                VolumeSource::HostPath(p) => p.clone(),
-            });
-        }
+            )
+        });
         let waiting = if spec.has_init() {
             "PodInitializing"
         } else {
@@ -210,6 +218,7 @@ impl PodTask {
             journal: journal.clone(),
             snapshot,
             output,
+            volume_check: limited.then(Instant::now),
             volumes,
             pod_dir,
             instances: 0,
@@ -783,18 +792,29 @@ impl PodTask {
         }
         let (term_tx, term_rx) = watch::channel(false);
         let (kill_tx, kill_rx) = oneshot::channel();
+        let labels_and_more = PodInfo {
+            name: &self.spec.name,
+            namespace: &self.spec.namespace,
+            uid: &self.uid,
+            labels: &self.spec.labels,
+            annotations: &self.spec.annotations,
+            node_name: &self.node.node_name,
+            pod_ip: self.net.ip().to_string(),
+        };
+        let (env, argv) = resolve_env(&c.spec.env, &c.spec.argv, &labels_and_more);
         let sandbox = Arc::new(Sandbox {
             image,
-            argv: c.spec.argv.clone(),
-            env: c.spec.env.clone(),
+            argv,
+            env,
             preopens: c
                 .spec
                 .mounts
                 .iter()
                 .map(|m| Preopen {
-                    host: self.volumes[m.volume].clone(),
+                    host: self.volumes.mount_dir(m.volume, m.sub_path.as_deref()),
                     guest: m.path.clone(),
-                    read_only: m.read_only,
+                    read_only: m.read_only
+                        || matches!(self.spec.volumes[m.volume].source, VolumeSource::Files(_)),
                 })
                 .collect(),
             working_dir: c.spec.working_dir.clone(),
@@ -896,6 +916,18 @@ impl PodTask {
             } else if i.stopping && i.term_sent.is_none() && i.deadline.is_some_and(|d| d <= now) {
                 // a preStop hook that outlived the grace period: TERM now, KILL 2 s later
                 self.send_term(index);
+            }
+        }
+        if self.shutdown.is_none() && self.volume_check.is_some_and(|t| now >= t) {
+            self.volume_check = Some(now + VOLUME_CHECK);
+            if let Some((name, used, limit)) = self.volumes.over_limit(&self.spec) {
+                // The kubelet evicts at once (grace 0) for local storage.
+                let message = format!(
+                    "Usage of EmptyDir volume {name:?} exceeds the limit {limit} bytes ({used} bytes used)."
+                );
+                self.pod_event(EventType::Warning, Reason::Evicted, message.clone(), None);
+                self.failure = Some(("Evicted", message));
+                self.begin_shutdown(ShutdownCause::Evicted, Duration::ZERO);
             }
         }
         if self.shutdown.is_none()
@@ -1063,7 +1095,10 @@ impl PodTask {
         }
         match self.shutdown {
             Some(s) => consider(Some(s.deadline)),
-            None => consider(self.spec.active_deadline.map(|d| self.started + d)),
+            None => {
+                consider(self.spec.active_deadline.map(|d| self.started + d));
+                consider(self.volume_check);
+            }
         }
         next
     }
@@ -1210,14 +1245,7 @@ impl PodTask {
                 i.kill(EXIT_KILLED);
             }
         }
-        for (v, dir) in self.spec.volumes.iter().zip(&self.volumes) {
-            if matches!(v.source, VolumeSource::EmptyDir)
-                && let Err(e) = std::fs::remove_dir_all(dir)
-            {
-                tracing::warn!(dir = %dir.display(), "cannot remove the emptyDir volume: {e}");
-            }
-        }
-        let _ = std::fs::remove_dir(self.pod_dir.join("volumes"));
+        self.volumes.remove(&self.pod_dir, &self.uid);
         self.pod_event(
             EventType::Normal,
             Reason::Deleted,

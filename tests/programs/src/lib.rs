@@ -5,6 +5,7 @@
 //! `print TEXT`, `eprint TEXT`, `sleep MS`, `exit CODE`, `trap`, `loop` (spin forever),
 //! `alloc MIB` (allocate and touch), `flood LINES`, `longline BYTES`, `args`, `env NAME`,
 //! `write PATH TEXT`, `append PATH TEXT`, `cat PATH`, `exists PATH` (exit 1 if missing), `rm PATH`,
+//! `ls DIR` (sorted names), `bigfile PATH KIB`,
 //! `count PATH` (append a line to PATH and print how many it has), `fail-after PATH N` (exit 1
 //! while PATH has fewer than N lines), `wait-term` (block until TERM is requested; needs the
 //! termination import), `on-term CODE DELAY_MS` (from then on, a TERM seen during `sleep` makes the
@@ -68,12 +69,31 @@ pub fn main(term: Option<TermCheck>) {
             "cat" => {
                 let path = arg();
                 let text = std::fs::read_to_string(path).unwrap_or_else(|e| fail(&format!("cat {path}: {e}")));
-                print!("{text}");
+                // Always end with a newline, so files without one stay a line of their own.
+                if text.ends_with('\n') {
+                    print!("{text}");
+                } else {
+                    println!("{text}");
+                }
             }
             "exists" => {
                 if std::fs::metadata(arg()).is_err() {
                     std::process::exit(1);
                 }
+            }
+            "ls" => {
+                let dir = arg();
+                let mut names: Vec<String> = std::fs::read_dir(dir)
+                    .unwrap_or_else(|e| fail(&format!("ls {dir}: {e}")))
+                    .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                    .collect();
+                names.sort();
+                println!("ls {dir}: {}", names.join(" "));
+            }
+            "bigfile" => {
+                let (path, kib) = (arg().to_owned(), arg().parse::<usize>().expect("bigfile PATH KIB"));
+                std::fs::write(&path, vec![b'z'; kib * 1024]).unwrap_or_else(|e| fail(&format!("bigfile {path}: {e}")));
+                println!("wrote {kib} KiB to {path}");
             }
             "rm" => {
                 let _ = std::fs::remove_file(arg());

@@ -1,0 +1,175 @@
+//! Configuration: ConfigMaps and Secrets given alongside the pod (as volumes, `configMapKeyRef`,
+//! `secretKeyRef`, `envFrom`), the downward API and `$(VAR)` expansion.
+
+use std::time::Duration;
+
+use wasmpod_tests::{TestNode, read, terminated};
+
+const LIMIT: Duration = Duration::from_secs(20);
+
+/// A multi-document pod file: the ConfigMap and Secret become read-only files and variables.
+#[tokio::test]
+async fn config_maps_and_secrets() {
+    let node = TestNode::new();
+    let pod = node
+        .start(
+            r#"
+apiVersion: v1
+kind: Pod
+metadata: { name: configured }
+spec:
+  restartPolicy: Never
+  volumes:
+  - { name: conf, configMap: { name: app, items: [ { key: greeting, path: nested/greeting.txt } ] } }
+  - { name: creds, secret: { secretName: creds } }
+  containers:
+  - name: c
+    image: "{p2}"
+    args: [cat, /conf/nested/greeting.txt, ls, /creds, cat, /creds/password, env, GREETING, env, USER, env, CFG_level, env, CFG_greeting, write, /conf/nested/new, x]
+    volumeMounts: [ { name: conf, mountPath: /conf }, { name: creds, mountPath: /creds } ]
+    envFrom: [ { prefix: CFG_, configMapRef: { name: app } } ]
+    env:
+    - { name: GREETING, valueFrom: { configMapKeyRef: { name: app, key: greeting } } }
+    - { name: USER, valueFrom: { secretKeyRef: { name: creds, key: user } } }
+    - { name: CFG_greeting, value: overridden }
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: { name: app }
+data: { greeting: hello, level: debug }
+---
+apiVersion: v1
+kind: Secret
+metadata: { name: creds }
+data: { password: czNjcmV0 }
+stringData: { user: admin }
+"#,
+        )
+        .await;
+    let status = tokio::time::timeout(LIMIT, pod.wait()).await.unwrap();
+    let log = read(&pod.log_file("c", 0));
+    let out: Vec<&str> = log
+        .lines()
+        .map(|l| l.splitn(4, ' ').nth(3).unwrap())
+        .collect();
+    assert!(out.len() >= 8, "{log}");
+    assert_eq!(
+        out[..7],
+        [
+            "hello",
+            "ls /creds: password user",
+            "s3cret",
+            "GREETING=hello",
+            "USER=admin",
+            "CFG_level=debug",
+            "CFG_greeting=overridden",
+        ],
+        "{log}"
+    );
+    assert!(
+        out[7].starts_with("agnhost: write /conf/nested/new"),
+        "read-only: {log}"
+    );
+    assert_ne!(terminated(&status, "c").exit_code, 0);
+}
+
+/// References to missing ConfigMaps, Secrets or keys are errors naming the field, unless
+/// `optional`.
+#[test]
+fn missing_references_are_errors_unless_optional() {
+    let node = TestNode::new();
+    let err = wasmpod::PodSpec::from_yaml(
+        &wasmpod_tests::fill(
+            r#"
+apiVersion: v1
+kind: Pod
+metadata: { name: missing }
+spec:
+  volumes:
+  - { name: a, configMap: { name: nowhere } }
+  - { name: b, secret: { secretName: nowhere, optional: true } }
+  containers:
+  - name: c
+    image: "{p1}"
+    env:
+    - { name: A, valueFrom: { configMapKeyRef: { name: app, key: nokey } } }
+    - { name: B, valueFrom: { secretKeyRef: { name: gone, key: k, optional: true } } }
+    - { name: C, valueFrom: { fieldRef: { fieldPath: status.hostIP } } }
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: { name: app }
+data: { key: v }
+"#,
+        ),
+        node.dir.path(),
+    )
+    .unwrap_err()
+    .to_string();
+    for expected in [
+        r#"spec.volumes[0].configMap.name: not found: no configmap "nowhere""#,
+        r#"spec.containers[0].env[0].valueFrom.configMapKeyRef.key: not found: configmap "app" has no key "nokey""#,
+        r#"spec.containers[0].env[2].valueFrom.fieldRef.fieldPath: unsupported value "status.hostIP""#,
+    ] {
+        assert!(err.contains(expected), "missing {expected:?} in:\n{err}");
+    }
+    assert_eq!(
+        err.lines().count(),
+        3,
+        "optional references are fine:\n{err}"
+    );
+}
+
+/// The downward API and `$(VAR)` expansion in env values and args, as the kubelet does them.
+#[tokio::test]
+async fn downward_api_and_expansion() {
+    let node = TestNode::with(|o| o.node_name("edge-1"));
+    let pod = node
+        .start(
+            r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: downward
+  namespace: shop
+  uid: 0b1c2d3e-0000-4000-8000-000000000001
+  labels: { app: web }
+  annotations: { team: blue }
+spec:
+  restartPolicy: Never
+  containers:
+  - name: c
+    image: "{p2}"
+    args: [print, "$(POD) on $(NODE) at $(IP)", print, "$$(POD) $(UNDEFINED)", env, URL, env, META]
+    env:
+    - { name: POD, valueFrom: { fieldRef: { fieldPath: metadata.name } } }
+    - { name: NODE, valueFrom: { fieldRef: { fieldPath: spec.nodeName } } }
+    - { name: IP, valueFrom: { fieldRef: { fieldPath: status.podIP } } }
+    - { name: NS, valueFrom: { fieldRef: { fieldPath: metadata.namespace } } }
+    - { name: UID, valueFrom: { fieldRef: { fieldPath: metadata.uid } } }
+    - { name: APP, valueFrom: { fieldRef: { fieldPath: "metadata.labels['app']" } } }
+    - { name: TEAM, valueFrom: { fieldRef: { fieldPath: "metadata.annotations['team']" } } }
+    - { name: URL, value: "http://$(IP):8080/$(NS)/$(APP)" }
+    - { name: META, value: "$(UID) $(TEAM) $(LATER)" }
+    - { name: LATER, value: defined-after }
+"#,
+        )
+        .await;
+    let status = tokio::time::timeout(LIMIT, pod.wait()).await.unwrap();
+    assert_eq!(status.phase.as_deref(), Some("Succeeded"));
+    let ip = status.pod_ip.unwrap();
+    let log = read(&pod.log_file("c", 0));
+    let out: Vec<&str> = log
+        .lines()
+        .map(|l| l.splitn(4, ' ').nth(3).unwrap())
+        .collect();
+    assert_eq!(
+        out,
+        [
+            format!("downward on edge-1 at {ip}"),
+            "$(POD) $(UNDEFINED)".into(),
+            format!("URL=http://{ip}:8080/shop/web"),
+            "META=0b1c2d3e-0000-4000-8000-000000000001 blue $(LATER)".into(),
+        ]
+    );
+}
