@@ -49,7 +49,7 @@ fn main() {
 
     let (started, finished) = runtime.block_on(in_process(tmp.path(), &yaml, 300));
     let bare = runtime.block_on(bare_wasmtime(300));
-    let (cold, warm) = whole_process(tmp.path(), &pod_file);
+    let (cold, warm, cold_rss, warm_rss) = whole_process(tmp.path(), &pod_file);
 
     let ratio = finished.pct(0.5).as_secs_f64() / bare.pct(0.5).as_secs_f64();
     let results = json!({
@@ -59,6 +59,8 @@ fn main() {
         "overhead_ratio_p50": ratio,
         "wasmpod_run_cold_cache": cold.json(),
         "wasmpod_run_warm_cache": warm.json(),
+        "wasmpod_run_peak_rss_cold_bytes": cold_rss,
+        "wasmpod_run_peak_rss_warm_bytes": warm_rss,
     });
     println!("{:<36} {:>12} {:>12}", "measure", "p50", "p99");
     for (name, s) in [
@@ -71,6 +73,11 @@ fn main() {
         println!("{name:<36} {:>12?} {:>12?}", s.pct(0.5), s.pct(0.99));
     }
     println!("overhead ratio (create->exit / bare, p50): {ratio:.2}");
+    println!(
+        "wasmpod run peak RSS: cold cache {:.1} MiB, warm cache {:.1} MiB",
+        cold_rss as f64 / 1048576.0,
+        warm_rss as f64 / 1048576.0
+    );
     compare_with_baseline(&results);
     wasmpod_tests::save_bench("startup", &results);
 }
@@ -148,33 +155,45 @@ async fn bare_wasmtime(n: usize) -> Stats {
     Stats::new(samples)
 }
 
-/// `wasmpod run` as a process: cold (empty compile cache) and warm.
-fn whole_process(dir: &Path, pod: &Path) -> (Stats, Stats) {
+/// `wasmpod run` as a process, cold (empty compile cache) and warm: wall time, and peak resident
+/// memory (the child's `ru_maxrss` from `wait4`), in bytes.
+fn whole_process(dir: &Path, pod: &Path) -> (Stats, Stats, u64, u64) {
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_wasmpod"));
     let run = |cache: &Path| {
         let t0 = Instant::now();
-        let out = Command::new(&bin)
+        #[expect(clippy::zombie_processes, reason = "reaped below by wait4, for its rusage")]
+        let child = Command::new(&bin)
             .args(["run", "--state-dir"])
             .arg(dir.join("state"))
             .arg("--cache-dir")
             .arg(cache)
             .arg(pod)
-            .output()
+            .stdout(std::process::Stdio::null())
+            .spawn()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        t0.elapsed()
+        let mut status = 0;
+        // SAFETY: a zeroed rusage is a valid value for wait4 to fill in.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: waits for our own child, with valid pointers to locals.
+        let pid = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
+        let took = t0.elapsed();
+        assert!(pid > 0 && libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+        (took, usage.ru_maxrss as u64 * 1024)
     };
-    let cold = (0..5)
+    let cold: Vec<_> = (0..5)
         .map(|i| run(&dir.join(format!("cold-{i}"))))
         .collect();
     let warm_cache = dir.join("warm");
     run(&warm_cache);
-    let warm = (0..20).map(|_| run(&warm_cache)).collect();
-    (Stats::new(cold), Stats::new(warm))
+    let warm: Vec<_> = (0..20).map(|_| run(&warm_cache)).collect();
+    let peak = |runs: &[(Duration, u64)]| runs.iter().map(|r| r.1).max().unwrap_or(0);
+    let (cold_rss, warm_rss) = (peak(&cold), peak(&warm));
+    (
+        Stats::new(cold.into_iter().map(|r| r.0).collect()),
+        Stats::new(warm.into_iter().map(|r| r.0).collect()),
+        cold_rss,
+        warm_rss,
+    )
 }
 
 fn compare_with_baseline(results: &Value) {

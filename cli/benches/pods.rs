@@ -1,0 +1,159 @@
+//! Many pods on one node: N one-container pods of a sleeping guest started one after another in
+//! one process (default 1,000 and 10,000; `BENCH_PODS=a,b` changes them): the time from create to
+//! `Started` per pod (p50/p99), the total, the node's resident memory per pod, and, with all of
+//! them running, a new pod's create → `Started` and the delivery latency of its events.
+//!
+//! `cargo bench -p wasmpod-cli --bench pods`; writes `target/wasmpod-bench/pods.json`.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use wasmpod::{Node, NodeOptions, PodHandle, PodOptions, PodSpec, Reason};
+
+fn rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+fn pct(s: &[Duration], p: f64) -> Duration {
+    s[((s.len() - 1) as f64 * p).round() as usize]
+}
+
+fn spec(dir: &std::path::Path, name: &str) -> PodSpec {
+    let yaml = wasmpod_tests::fill(&format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {{ name: {name} }}
+spec:
+  containers:
+  - {{ name: c, image: "{{p1}}", args: [sleep, "100000000"] }}
+"#
+    ));
+    PodSpec::from_yaml(&yaml, dir).unwrap()
+}
+
+/// Creates a pod and waits for its container's `Started` event.
+async fn start(node: &Node, dir: &std::path::Path, name: &str) -> (PodHandle, Duration) {
+    let spec = spec(dir, name);
+    let t0 = Instant::now();
+    let pod = node.create_pod(spec, PodOptions::default()).await.unwrap();
+    let mut events = pod.events();
+    while let Some(e) = events.next().await {
+        if e.reason == Reason::Started {
+            break;
+        }
+    }
+    (pod, t0.elapsed())
+}
+
+async fn run(n: usize) -> serde_json::Value {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::new(
+        NodeOptions::default()
+            .state_dir(dir.path().join("state"))
+            .cache_dir(Some(wasmpod_tests::shared_cache())),
+    )
+    .unwrap();
+    // Load the module once so that the first pod does not pay for it.
+    node.load_images(&spec(dir.path(), "warm")).await.unwrap();
+    let before = rss_bytes();
+    let all = Instant::now();
+    let mut pods = Vec::with_capacity(n);
+    let mut samples = Vec::with_capacity(n);
+    for i in 0..n {
+        let (pod, took) = start(&node, dir.path(), &format!("p{i}")).await;
+        pods.push(pod);
+        samples.push(took);
+    }
+    let total = all.elapsed();
+    // Let the pods settle into their sleep before measuring memory.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let per_pod = rss_bytes().saturating_sub(before) / n as u64;
+    let running = pods
+        .iter()
+        .filter(|p| {
+            p.status()
+                .container_statuses
+                .iter()
+                .flatten()
+                .all(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
+        })
+        .count();
+    assert_eq!(running, n, "every pod is Running");
+
+    // The node stays responsive: a new pod starts, its events arrive.
+    let mut extra = Vec::new();
+    for i in 0..20 {
+        let (pod, took) = start(&node, dir.path(), &format!("extra{i}")).await;
+        extra.push(took);
+        pod.delete(Some(Duration::ZERO));
+    }
+    // Delete → the `Killing` event in the watcher's hands.
+    let mut lags = Vec::new();
+    for pod in pods.iter().take(200) {
+        let mut events = pod.events();
+        while let Ok(Some(_)) = tokio::time::timeout(Duration::ZERO, events.next()).await {}
+        let asked = Instant::now();
+        pod.delete(Some(Duration::ZERO));
+        while let Some(e) = events.next().await {
+            if e.reason == Reason::Killing {
+                lags.push(asked.elapsed());
+                break;
+            }
+        }
+    }
+    samples.sort();
+    extra.sort();
+    lags.sort();
+    println!(
+        "{n:>6} pods: all started in {:>8.2?}; create→Started p50 {:>9.2?} p99 {:>9.2?}; \
+         {:>6.1} KiB resident per pod; new pod create→Started p50 {:>9.2?}; \
+         delete→Killing event p50 {:>9.2?} p99 {:>9.2?}",
+        total,
+        pct(&samples, 0.5),
+        pct(&samples, 0.99),
+        per_pod as f64 / 1024.0,
+        pct(&extra, 0.5),
+        pct(&lags, 0.5),
+        pct(&lags, 0.99),
+    );
+    for pod in &pods {
+        pod.delete(Some(Duration::ZERO));
+    }
+    for pod in &pods {
+        pod.deleted().await;
+    }
+    json!({
+        "pods": n,
+        "all_started_s": total.as_secs_f64(),
+        "create_to_started_p50_us": pct(&samples, 0.5).as_secs_f64() * 1e6,
+        "create_to_started_p99_us": pct(&samples, 0.99).as_secs_f64() * 1e6,
+        "resident_bytes_per_pod": per_pod,
+        "new_pod_create_to_started_p50_us": pct(&extra, 0.5).as_secs_f64() * 1e6,
+        "delete_to_killing_event_p50_us": pct(&lags, 0.5).as_secs_f64() * 1e6,
+        "delete_to_killing_event_p99_us": pct(&lags, 0.99).as_secs_f64() * 1e6,
+    })
+}
+
+#[tokio::main]
+async fn main() {
+    let sizes: Vec<usize> = std::env::var("BENCH_PODS")
+        .unwrap_or_else(|_| "1000,10000".into())
+        .split(',')
+        .map(|n| {
+            n.trim()
+                .parse()
+                .expect("BENCH_PODS: numbers separated by commas")
+        })
+        .collect();
+    let mut results = Vec::new();
+    for n in sizes {
+        results.push(run(n).await);
+    }
+    wasmpod_tests::save_bench("pods", &json!(results));
+}

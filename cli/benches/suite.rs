@@ -1,0 +1,122 @@
+//! The criterion suite: the operations that set wasmpod's speed, each against its floor.
+//!
+//! - `pod/create_to_exit`: a one-container pod whose preview1 guest prints a line and exits,
+//!   created and waited for in process (warm compile cache, module already loaded);
+//! - `bare/instantiate_and_run`: the least a wasmtime embedding does for the same module
+//!   (`InstancePre`, a WASI context with argv and captured stdout, instantiate, `_start`);
+//! - `probe/exported_function`: one exported-function probe call (fresh instance + call) on a
+//!   running container, through `PodHandle::exec`.
+//!
+//! `cargo bench -p wasmpod-cli --bench suite`; criterion keeps its reports under
+//! `target/criterion`. The other bench binaries (`startup`, `pods`, `termination`, `probes`,
+//! `network`, `cpu`) measure whole processes, percentiles and many pods.
+
+use std::time::Duration;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use wasmpod::{Node, NodeOptions, PodOptions, PodSpec};
+use wasmpod_tests::guests::AGNHOST_P1;
+
+fn spec(dir: &std::path::Path, args: &str, probe: bool) -> PodSpec {
+    let probe = if probe {
+        format!(
+            r#"
+    volumeMounts: [ {{ name: v, mountPath: /probe }} ]
+  volumes: [ {{ name: v, hostPath: {{ path: "{}" }} }} ]"#,
+            dir.display()
+        )
+    } else {
+        String::new()
+    };
+    let yaml = wasmpod_tests::fill(&format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {{ name: bench }}
+spec:
+  restartPolicy: Never
+  containers:
+  - name: c
+    image: "{{p1}}"
+    args: {args}{probe}
+"#
+    ));
+    PodSpec::from_yaml(&yaml, dir).unwrap()
+}
+
+struct Bare {
+    wasi: wasmtime_wasi::p1::WasiP1Ctx,
+}
+
+fn benches(c: &mut Criterion) {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("readiness"), "").unwrap();
+    let node = Node::new(
+        NodeOptions::default()
+            .state_dir(dir.path().join("state"))
+            .cache_dir(Some(wasmpod_tests::shared_cache())),
+    )
+    .unwrap();
+
+    let hello = spec(dir.path(), "[print, hello]", false);
+    runtime.block_on(node.load_images(&hello)).unwrap();
+    c.bench_function("pod/create_to_exit", |b| {
+        b.to_async(&runtime).iter(|| async {
+            let pod = node
+                .create_pod(hello.clone(), PodOptions::default())
+                .await
+                .unwrap();
+            pod.wait().await;
+            pod.delete(None);
+        })
+    });
+
+    let mut config = wasmtime::Config::new();
+    config.epoch_interruption(true);
+    let engine = wasmtime::Engine::new(&config).unwrap();
+    let module = wasmtime::Module::from_file(&engine, AGNHOST_P1).unwrap();
+    let mut linker = wasmtime::Linker::<Bare>::new(&engine);
+    wasmtime_wasi::p1::add_to_linker_async(&mut linker, |s| &mut s.wasi).unwrap();
+    let pre = linker.instantiate_pre(&module).unwrap();
+    c.bench_function("bare/instantiate_and_run", |b| {
+        b.to_async(&runtime).iter(|| async {
+            let stdout = wasmtime_wasi::p2::pipe::MemoryOutputPipe::new(4096);
+            let wasi = wasmtime_wasi::WasiCtxBuilder::new()
+                .args(&["hello", "print", "hello"])
+                .stdout(stdout)
+                .build_p1();
+            let mut store = wasmtime::Store::new(&engine, Bare { wasi });
+            store.set_epoch_deadline(u64::MAX / 2);
+            let instance = pre.instantiate_async(&mut store).await.unwrap();
+            let start = instance
+                .get_typed_func::<(), ()>(&mut store, "_start")
+                .unwrap();
+            start.call_async(&mut store, ()).await.unwrap();
+        })
+    });
+
+    let probed = spec(dir.path(), r#"[sleep, "100000000"]"#, true);
+    let pod = runtime
+        .block_on(node.create_pod(probed, PodOptions::default()))
+        .unwrap();
+    runtime.block_on(pod.wait_until(|s| {
+        s.container_statuses
+            .iter()
+            .flatten()
+            .any(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
+    }));
+    c.bench_function("probe/exported_function", |b| {
+        b.to_async(&runtime)
+            .iter(|| async { pod.exec("c", &["readiness"]).await.unwrap() })
+    });
+    pod.delete(Some(Duration::ZERO));
+    runtime.block_on(pod.deleted());
+}
+
+criterion_group! {
+    name = suite;
+    config = Criterion::default().sample_size(50).measurement_time(Duration::from_secs(3));
+    targets = benches
+}
+criterion_main!(suite);
