@@ -161,7 +161,10 @@ fn whole_process(dir: &Path, pod: &Path) -> (Stats, Stats, u64, u64) {
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_wasmpod"));
     let run = |cache: &Path| {
         let t0 = Instant::now();
-        #[expect(clippy::zombie_processes, reason = "reaped below by wait4, for its rusage")]
+        #[expect(
+            clippy::zombie_processes,
+            reason = "reaped below by wait4, for its rusage"
+        )]
         let child = Command::new(&bin)
             .args(["run", "--state-dir"])
             .arg(dir.join("state"))

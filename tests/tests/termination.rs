@@ -159,6 +159,22 @@ async fn grace_can_be_shortened_not_lengthened() {
     );
 }
 
+/// A forced deletion (grace 0) kills at once and still reports `Killing`, with a zero grace.
+#[tokio::test]
+async fn forced_deletion_reports_killing() {
+    let node = TestNode::new();
+    let pod = running(&node, &yaml("forced", 60, "{term}", r#"[sleep, "100000"]"#)).await;
+    pod.delete(Some(Duration::ZERO));
+    let t = Timeline::collect(&pod).await;
+    let killing = t.first("c", Killing);
+    assert!(
+        t.0[killing].message.ends_with("with grace period 0s"),
+        "{t}"
+    );
+    assert!(killing < t.first("c", Exited));
+    assert_eq!(t.exit_codes("c"), [137]);
+}
+
 /// KILL never waits less than the kubelet's 2 s minimum after TERM, even with a shorter grace.
 #[tokio::test]
 async fn kill_waits_at_least_two_seconds_after_term() {

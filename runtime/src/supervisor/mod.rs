@@ -407,6 +407,16 @@ impl PodTask {
         }
         if force {
             instance.kill(EXIT_KILLED);
+            // As the kubelet does for a zero grace period: the container is stopped at once,
+            // and the event still says so.
+            let why = instance
+                .stop_reason
+                .as_deref()
+                .map(|r| format!(" ({r})"))
+                .unwrap_or_default();
+            let name = self.containers[index].name.clone();
+            let message = format!("Stopping container {name}{why} with grace period 0s");
+            self.container_event(index, EventType::Normal, Reason::Killing, message, None);
             return;
         }
         if let Some(sent) = instance.term_sent {
