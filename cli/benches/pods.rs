@@ -42,18 +42,23 @@ spec:
     PodSpec::from_yaml(&yaml, dir).unwrap()
 }
 
-/// Creates a pod and waits for its container's `Started` event.
+/// Creates a pod and waits for its container's `Started` event; panics with the pod's events if
+/// the container ends instead (e.g. the host ran out of memory mappings).
 async fn start(node: &Node, dir: &std::path::Path, name: &str) -> (PodHandle, Duration) {
     let spec = spec(dir, name);
     let t0 = Instant::now();
     let pod = node.create_pod(spec, PodOptions::default()).await.unwrap();
     let mut events = pod.events();
     while let Some(e) = events.next().await {
-        if e.reason == Reason::Started {
-            break;
+        match e.reason {
+            Reason::Started => return (pod, t0.elapsed()),
+            Reason::Exited | Reason::Failed | Reason::BackOff => {
+                panic!("pod {name} did not start: {:?} {}", e.reason, e.message)
+            }
+            _ => {}
         }
     }
-    (pod, t0.elapsed())
+    panic!("pod {name} ended before starting")
 }
 
 async fn run(n: usize) -> serde_json::Value {
@@ -160,9 +165,27 @@ async fn main() {
                 .expect("BENCH_PODS: numbers separated by commas")
         })
         .collect();
+    // Each size runs in a fresh process, so that one run's freed memory does not flatter the next.
+    if let [n] = sizes[..] {
+        let result = run(n).await;
+        println!("RESULT {result}");
+        return;
+    }
     let mut results = Vec::new();
     for n in sizes {
-        results.push(run(n).await);
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .env("BENCH_PODS", n.to_string())
+            .stderr(std::process::Stdio::inherit())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        for line in text.lines() {
+            match line.strip_prefix("RESULT ") {
+                Some(json) => results.push(serde_json::from_str::<serde_json::Value>(json).unwrap()),
+                None => println!("{line}"),
+            }
+        }
+        assert!(out.status.success(), "the {n}-pod run failed");
     }
     wasmpod_tests::save_bench("pods", &json!(results));
 }
