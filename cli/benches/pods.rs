@@ -181,7 +181,9 @@ async fn main() {
         let text = String::from_utf8_lossy(&out.stdout);
         for line in text.lines() {
             match line.strip_prefix("RESULT ") {
-                Some(json) => results.push(serde_json::from_str::<serde_json::Value>(json).unwrap()),
+                Some(json) => {
+                    results.push(serde_json::from_str::<serde_json::Value>(json).unwrap())
+                }
                 None => println!("{line}"),
             }
         }

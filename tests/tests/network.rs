@@ -28,6 +28,25 @@ async fn log_line(pod: &PodHandle, container: &str, text: &str) -> String {
     }
 }
 
+/// The message of the first `Unhealthy` event of `container` that contains `needle`.
+async fn unhealthy(pod: &PodHandle, container: &str, needle: &str) -> String {
+    let mut events = pod.events();
+    let find = async {
+        while let Some(e) = events.next().await {
+            if e.container.as_deref() == Some(container)
+                && e.reason == Reason::Unhealthy
+                && e.message.contains(needle)
+            {
+                return e.message;
+            }
+        }
+        panic!("the pod ended without an Unhealthy {needle:?} for {container}");
+    };
+    tokio::time::timeout(LIMIT, find)
+        .await
+        .unwrap_or_else(|_| panic!("no Unhealthy {needle:?} for {container} within {LIMIT:?}"))
+}
+
 async fn succeeded(pod: &PodHandle) {
     let status = tokio::time::timeout(LIMIT, pod.wait())
         .await
@@ -419,32 +438,14 @@ spec:
     wait_for(&pod, LIMIT, |s| ready(s, "ok") && ready(s, "tcp")).await;
     // The first probes may run before the servers listen: look for the failure each case is
     // about.
-    let message = async |c: &str, needle: &str| {
-        let start = Instant::now();
-        loop {
-            let found = Timeline::so_far(&pod).await.0.into_iter().find(|e| {
-                e.container.as_deref() == Some(c)
-                    && e.reason == Reason::Unhealthy
-                    && e.message.contains(needle)
-            });
-            if let Some(e) = found {
-                return e.message;
-            }
-            assert!(
-                start.elapsed() < LIMIT,
-                "no Unhealthy with {needle:?} for {c}"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    };
-    let bad = message("bad", "statuscode").await;
+    let bad = unhealthy(&pod, "bad", "statuscode").await;
     assert!(
         bad.contains("HTTP probe failed with statuscode: 500"),
         "{bad}"
     );
     // Port 9000 listens on the pod's loopback only: the kubelet, coming to the pod IP, is
     // refused and the liveness probe fails.
-    let tcp = message("dead", "Liveness probe failed").await;
+    let tcp = unhealthy(&pod, "dead", "Liveness probe failed").await;
     assert!(tcp.starts_with("Liveness probe failed: dial tcp"), "{tcp}");
     assert!(tcp.contains("connection refused"), "{tcp}");
     assert!(!ready(&pod.status(), "bad"));
@@ -570,17 +571,7 @@ spec:
     .await;
     let log = log_line(&pod, "serving", "health check").await;
     assert!(log.contains(r#"health check service="checkout""#), "{log}");
-    let start = Instant::now();
-    let message = loop {
-        let found = Timeline::so_far(&pod).await.0.into_iter().find(|e| {
-            e.container.as_deref() == Some("failing") && e.message.contains("service unhealthy")
-        });
-        if let Some(e) = found {
-            break e.message;
-        }
-        assert!(start.elapsed() < LIMIT, "no NOT_SERVING failure");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
+    let message = unhealthy(&pod, "failing", "service unhealthy").await;
     assert_eq!(
         message,
         r#"Readiness probe failed: service unhealthy (responded with "NOT_SERVING")"#
