@@ -1,5 +1,7 @@
 //! The node: one wasmtime engine and the pods running on it.
 
+mod registry;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -31,6 +33,14 @@ pub enum Error {
         /// Why.
         #[source]
         source: LoadError,
+    },
+    /// A pod of that name exists on the node and is not being deleted (or is being created).
+    #[error("pod {namespace}/{name} already exists")]
+    AlreadyExists {
+        /// The pod's namespace.
+        namespace: String,
+        /// The pod's name.
+        name: String,
     },
     /// A preview1 module declares ports, but only components have sockets.
     #[error(
@@ -78,6 +88,9 @@ pub struct NodeOptions {
     pub egress: Egress,
     /// The node's name (`spec.nodeName` in the downward API); default the host's name.
     pub node_name: String,
+    /// How many terminated pods (Succeeded or Failed, not deleted) the node keeps, with their
+    /// status and logs; past it the oldest are deleted. Kubernetes' default is 12,500.
+    pub terminated_pods_kept: usize,
 }
 
 impl Default for NodeOptions {
@@ -92,6 +105,7 @@ impl Default for NodeOptions {
             memory_limit: 1 << 30,
             egress: Egress::Allow,
             node_name: host_name(),
+            terminated_pods_kept: 12_500,
         }
     }
 }
@@ -118,6 +132,12 @@ impl NodeOptions {
     /// Sets [`NodeOptions::node_name`].
     pub fn node_name(mut self, name: impl Into<String>) -> Self {
         self.node_name = name.into();
+        self
+    }
+
+    /// Sets [`NodeOptions::terminated_pods_kept`].
+    pub fn terminated_pods_kept(mut self, n: usize) -> Self {
+        self.terminated_pods_kept = n;
         self
     }
 
@@ -188,6 +208,8 @@ impl PodOptions {
 pub struct Node {
     context: Arc<NodeContext>,
     state_dir: PathBuf,
+    pods: Arc<registry::Registry>,
+    terminated_pods_kept: usize,
 }
 
 impl Node {
@@ -209,6 +231,8 @@ impl Node {
         Ok(Node {
             context: Arc::new(context),
             state_dir: options.state_dir,
+            pods: Arc::default(),
+            terminated_pods_kept: options.terminated_pods_kept,
         })
     }
 
@@ -234,9 +258,49 @@ impl Node {
         Ok(images)
     }
 
+    /// The node's pods that are not deleted yet, oldest first.
+    pub fn pods(&self) -> Vec<PodHandle> {
+        self.pods.list()
+    }
+
     /// Creates a pod and starts it. Every container's module is loaded first: a module that
     /// cannot be loaded is an error and nothing starts.
+    ///
+    /// At most one pod of a name runs at a time: while a pod of the same namespace and name is
+    /// being deleted, the new one waits until every container of the old one has stopped and it
+    /// is gone; a pod of that name that is not being deleted is [`Error::AlreadyExists`].
+    /// Terminated pods beyond [`NodeOptions::terminated_pods_kept`] are deleted, oldest first.
     pub async fn create_pod(&self, spec: PodSpec, options: PodOptions) -> Result<PodHandle, Error> {
+        loop {
+            match self.pods.reserve(&spec.namespace, &spec.name) {
+                registry::Reserve::Reserved => break,
+                registry::Reserve::Wait(old) => old.deleted().await,
+                registry::Reserve::Taken => {
+                    return Err(Error::AlreadyExists {
+                        namespace: spec.namespace.clone(),
+                        name: spec.name.clone(),
+                    });
+                }
+            }
+        }
+        let (namespace, name) = (spec.namespace.clone(), spec.name.clone());
+        let created = self.start_pod(spec, options).await;
+        match &created {
+            Ok(pod) => self.pods.insert(&namespace, &name, pod.clone()),
+            Err(_) => self.pods.release(&namespace, &name),
+        }
+        for gone in self.pods.collect_garbage(self.terminated_pods_kept) {
+            tokio::spawn(async move {
+                gone.deleted().await;
+                if let Err(e) = std::fs::remove_dir_all(gone.dir()) {
+                    tracing::warn!(dir = %gone.dir().display(), "cannot remove a collected pod: {e}");
+                }
+            });
+        }
+        created
+    }
+
+    async fn start_pod(&self, spec: PodSpec, options: PodOptions) -> Result<PodHandle, Error> {
         let images = self.preload(&spec).await?;
         for (c, (image, _)) in spec.containers.iter().zip(&images) {
             if !c.ports.is_empty() && matches!(**image, Image::Module { .. }) {
@@ -289,6 +353,7 @@ impl Node {
             })?;
         Ok(PodHandle {
             inner: Arc::new(PodShared {
+                deleting: Default::default(),
                 name: spec.name.clone(),
                 uid,
                 pod_dir,
@@ -301,6 +366,8 @@ impl Node {
 }
 
 struct PodShared {
+    /// `delete` was called.
+    deleting: std::sync::atomic::AtomicBool,
     name: String,
     uid: String,
     pod_dir: PathBuf,
@@ -381,8 +448,27 @@ impl PodHandle {
     /// Deletes the pod: its containers are stopped gracefully within `grace` (the pod's
     /// `terminationGracePeriodSeconds` when `None`; zero forces an immediate kill), then its
     /// volumes are removed. Asking again can only shorten the grace period.
+    ///
+    /// A zero grace period is a forced deletion: containers are killed without TERM or preStop.
     pub fn delete(&self, grace: Option<Duration>) {
+        self.inner
+            .deleting
+            .store(true, std::sync::atomic::Ordering::Release);
         let _ = self.inner.tx.send(Msg::Delete { grace });
+    }
+
+    fn is_deleting(&self) -> bool {
+        self.inner
+            .deleting
+            .load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    fn is_deleted(&self) -> bool {
+        self.inner.snapshot.borrow().deleted
+    }
+
+    fn is_finished(&self) -> bool {
+        self.inner.snapshot.borrow().finished
     }
 
     /// Waits until the pod is deleted.

@@ -1,0 +1,145 @@
+//! The node: at most one pod of a name at a time, listing pods, garbage collection of terminated
+//! pods.
+
+use std::time::Duration;
+
+use wasmpod::Reason::*;
+use wasmpod::{Error, PodOptions};
+use wasmpod_tests::{TestNode, Timeline, wait_for};
+
+const LIMIT: Duration = Duration::from_secs(20);
+
+fn pod(name: &str, args: &str) -> String {
+    format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {{ name: {name} }}
+spec:
+  restartPolicy: Never
+  containers:
+  - {{ name: c, image: "{{term}}", args: {args} }}
+"#
+    )
+}
+
+/// A pod with the name of one still terminating starts only after every container of the old
+/// one has stopped and it is gone; a pod with the name of a live one is refused, as is a second
+/// creation racing the first.
+#[tokio::test]
+async fn one_pod_of_a_name_at_a_time() {
+    let node = TestNode::new();
+    // The old pod takes 300 ms to exit after TERM.
+    let old = node
+        .start(&pod(
+            "same",
+            r#"[on-term, "0", "300", print, up, sleep, "600000"]"#,
+        ))
+        .await;
+    wait_for(&old, LIMIT, |s| {
+        s.container_statuses
+            .iter()
+            .flatten()
+            .any(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
+    })
+    .await;
+
+    let taken = node
+        .node
+        .create_pod(
+            node.spec(&pod("same", "[print, hi]")),
+            PodOptions::default(),
+        )
+        .await;
+    assert!(
+        matches!(&taken, Err(Error::AlreadyExists { name, .. }) if name == "same"),
+        "a live pod's name is taken"
+    );
+
+    old.delete(None);
+    let new = tokio::time::timeout(
+        LIMIT,
+        node.node.create_pod(
+            node.spec(&pod("same", "[print, new]")),
+            PodOptions::default(),
+        ),
+    )
+    .await
+    .expect("created once the old pod is gone")
+    .unwrap();
+    let old_events = Timeline::collect(&old).await;
+    let deleted_at = old_events.time(old_events.pod_positions(Deleted)[0]);
+    tokio::time::timeout(LIMIT, new.wait()).await.unwrap();
+    let new_events = Timeline::so_far(&new).await;
+    let started_at = new_events.time(new_events.first("c", Started));
+    assert!(
+        started_at > deleted_at,
+        "the new pod started before the old one was gone:\nold:\n{old_events}\nnew:\n{new_events}"
+    );
+    assert_ne!(old.uid(), new.uid());
+
+    // Two creations racing for one name: exactly one wins.
+    let spec = node.spec(&pod("race", r#"[sleep, "600000"]"#));
+    let (a, b) = tokio::join!(
+        node.node.create_pod(spec.clone(), PodOptions::default()),
+        node.node.create_pod(spec, PodOptions::default())
+    );
+    assert!(
+        a.is_ok() != b.is_ok(),
+        "exactly one of two racing creations succeeds"
+    );
+    let winner = a.or(b).unwrap();
+    assert_eq!(
+        node.node
+            .pods()
+            .iter()
+            .map(|p| p.name().to_owned())
+            .collect::<Vec<_>>(),
+        ["same", "race"]
+    );
+    winner.delete(Some(Duration::ZERO));
+    new.delete(None);
+    winner.deleted().await;
+}
+
+/// Terminated pods past `terminated_pods_kept` are deleted, oldest first, with their logs;
+/// newer ones keep their status and logs.
+#[tokio::test]
+async fn terminated_pods_are_garbage_collected() {
+    let node = TestNode::with(|o| o.terminated_pods_kept(2));
+    let mut pods = Vec::new();
+    for i in 0..4 {
+        let p = node
+            .start(&pod(&format!("done{i}"), "[print, finished]"))
+            .await;
+        tokio::time::timeout(LIMIT, p.wait()).await.unwrap();
+        pods.push(p);
+    }
+    // The sweep runs when a pod is created: the fifth creation finds four terminated pods.
+    let live = node.start(&pod("live", r#"[sleep, "600000"]"#)).await;
+    for old in &pods[..2] {
+        tokio::time::timeout(LIMIT, old.deleted())
+            .await
+            .expect("collected");
+    }
+    let names: Vec<String> = node
+        .node
+        .pods()
+        .iter()
+        .map(|p| p.name().to_owned())
+        .collect();
+    assert_eq!(names, ["done2", "done3", "live"]);
+    assert!(
+        pods[3].log_file("c", 0).exists(),
+        "a kept pod keeps its logs"
+    );
+    let gone = pods[0].dir().to_owned();
+    tokio::time::timeout(LIMIT, async {
+        while gone.exists() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("a collected pod's directory is removed");
+    live.delete(Some(Duration::ZERO));
+}
