@@ -97,6 +97,12 @@ async fn run(n: usize) -> serde_json::Value {
         })
         .count();
     assert_eq!(running, n, "every pod is Running");
+    // What the node costs while all of them sleep.
+    let cpu0 = wasmpod_tests::cpu_time();
+    let wall0 = Instant::now();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let idle_cores =
+        (wasmpod_tests::cpu_time() - cpu0).as_secs_f64() / wall0.elapsed().as_secs_f64();
 
     // The node stays responsive: a new pod starts, its events arrive.
     let mut extra = Vec::new();
@@ -124,12 +130,14 @@ async fn run(n: usize) -> serde_json::Value {
     lags.sort();
     println!(
         "{n:>6} pods: all started in {:>8.2?}; create→Started p50 {:>9.2?} p99 {:>9.2?}; \
-         {:>6.1} KiB resident and {maps_per_pod:.1} memory mappings per pod; new pod create→Started p50 {:>9.2?}; \
+         {:>6.1} KiB resident and {maps_per_pod:.1} memory mappings per pod; \
+         {:.2} % of a core while they sleep; new pod create→Started p50 {:>9.2?}; \
          delete→Terminating event p50 {:>9.2?} p99 {:>9.2?}",
         total,
         pct(&samples, 0.5),
         pct(&samples, 0.99),
         per_pod as f64 / 1024.0,
+        idle_cores * 100.0,
         pct(&extra, 0.5),
         pct(&lags, 0.5),
         pct(&lags, 0.99),
@@ -147,6 +155,7 @@ async fn run(n: usize) -> serde_json::Value {
         "create_to_started_p99_us": pct(&samples, 0.99).as_secs_f64() * 1e6,
         "resident_bytes_per_pod": per_pod,
         "memory_mappings_per_pod": maps_per_pod,
+        "idle_cpu_cores": idle_cores,
         "new_pod_create_to_started_p50_us": pct(&extra, 0.5).as_secs_f64() * 1e6,
         "delete_to_terminating_samples": lags.len(),
         "delete_to_terminating_event_p50_us": pct(&lags, 0.5).as_secs_f64() * 1e6,

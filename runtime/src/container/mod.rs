@@ -361,6 +361,7 @@ fn prepare<T: 'static>(
     cpu_share: Option<f64>,
 ) {
     store.limiter(move |s| limiter(s) as &mut dyn ResourceLimiter);
+    crate::engine::activity::track(store);
     // At every epoch tick the guest yields through tokio's `yield_now`, which lets the runtime
     // poll its timers and I/O before the guest runs again: a busy guest cannot delay a kill
     // deadline, a probe or a neighbour's wake-up by more than one tick.

@@ -1,6 +1,7 @@
 //! The one wasmtime engine of a node: configuration, the epoch ticker that drives time slices
 //! and kills, the linkers, and loading `.wasm` files into ready-to-instantiate images.
 
+pub(crate) mod activity;
 mod cache;
 
 use std::collections::HashMap;
@@ -18,6 +19,9 @@ use cache::CompileCache;
 
 /// How often the epoch advances: the longest a guest runs before yielding to the scheduler.
 pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(1);
+/// The tick while no guest executes wasm: a safety net only, since a guest entering wasm wakes
+/// the ticker at once.
+const IDLE_TICK: Duration = Duration::from_millis(50);
 
 /// A loaded container image: a pre-linked module or component, shared by every pod that runs it.
 pub(crate) enum Image {
@@ -114,11 +118,14 @@ pub(crate) struct Engine {
     p2: ComponentLinker<P2State>,
     loaded: Mutex<HashMap<FileKey, Arc<Image>>>,
     stop_ticker: Arc<AtomicBool>,
+    ticker: std::thread::Thread,
 }
 
 impl Drop for Engine {
     fn drop(&mut self) {
         self.stop_ticker.store(true, Ordering::Relaxed);
+        activity::remove_ticker(&self.ticker);
+        self.ticker.unpark();
     }
 }
 
@@ -144,14 +151,21 @@ impl Engine {
 
         let stop_ticker = Arc::new(AtomicBool::new(false));
         let (engine, stop) = (wasmtime.clone(), stop_ticker.clone());
-        std::thread::Builder::new()
+        let ticker = std::thread::Builder::new()
             .name("wasmpod-epoch".into())
             .spawn(move || {
                 while !stop.load(Ordering::Relaxed) {
-                    std::thread::sleep(EPOCH_TICK);
+                    if activity::running() {
+                        std::thread::sleep(EPOCH_TICK);
+                    } else {
+                        // No guest executes: tick slowly until one starts (it unparks us).
+                        std::thread::park_timeout(IDLE_TICK);
+                    }
                     engine.increment_epoch();
                 }
             })?;
+        let ticker = ticker.thread().clone();
+        activity::add_ticker(ticker.clone());
         Ok(Engine {
             cache: CompileCache::new(cache_dir, &wasmtime),
             wasmtime,
@@ -159,6 +173,7 @@ impl Engine {
             p2,
             loaded: Mutex::new(HashMap::new()),
             stop_ticker,
+            ticker,
         })
     }
 
