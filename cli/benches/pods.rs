@@ -49,16 +49,33 @@ async fn start(node: &Node, dir: &std::path::Path, name: &str) -> (PodHandle, Du
     let t0 = Instant::now();
     let pod = node.create_pod(spec, PodOptions::default()).await.unwrap();
     let mut events = pod.events();
-    while let Some(e) = events.next().await {
-        match e.reason {
-            Reason::Started => return (pod, t0.elapsed()),
-            Reason::Exited | Reason::Failed | Reason::BackOff => {
-                panic!("pod {name} did not start: {:?} {}", e.reason, e.message)
+    let started = async {
+        while let Some(e) = events.next().await {
+            match e.reason {
+                Reason::Started => return,
+                Reason::Exited | Reason::Failed | Reason::BackOff => {
+                    panic!("pod {name} did not start: {:?} {}", e.reason, e.message)
+                }
+                _ => {}
             }
-            _ => {}
         }
+        panic!("pod {name} ended before starting")
+    };
+    if tokio::time::timeout(Duration::from_secs(10), started)
+        .await
+        .is_err()
+    {
+        let mut seen = pod.events();
+        let mut so_far = Vec::new();
+        while let Ok(Some(e)) = tokio::time::timeout(Duration::ZERO, seen.next()).await {
+            so_far.push(format!("{:?} {}", e.reason, e.message));
+        }
+        panic!(
+            "pod {name} not started after 10 s; events: {so_far:#?}; status: {:#?}",
+            pod.status()
+        );
     }
-    panic!("pod {name} ended before starting")
+    (pod, t0.elapsed())
 }
 
 async fn run(n: usize) -> serde_json::Value {

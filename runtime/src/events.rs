@@ -122,16 +122,74 @@ impl EventStream {
     /// The next event, waiting for it if needed; `None` once the pod is gone and all were read.
     pub async fn next(&mut self) -> Option<Event> {
         loop {
+            // Mark the version seen *before* looking at the journal: an event recorded after
+            // this line changes the version, so `changed` below cannot miss it.
+            let (_, closed) = *self.version.borrow_and_update();
             if let Some(event) = self.journal.events.lock().unwrap().get(self.next) {
                 self.next += 1;
                 return Some(event.clone());
             }
-            let (_, closed) = *self.version.borrow_and_update();
             if closed {
                 return None;
             }
             if self.version.changed().await.is_err() {
                 return None;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(i: usize) -> Event {
+        Event {
+            time: now_micros(),
+            pod: "p".into(),
+            container: None,
+            role: None,
+            kind: EventType::Normal,
+            reason: Reason::PhaseChanged,
+            message: i.to_string(),
+            exit_code: None,
+            restart_count: None,
+            phase: None,
+        }
+    }
+
+    /// Readers racing a writer on another thread see every event, in order: a wake-up lost
+    /// between looking at the journal and waiting for a change would hang a reader here.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn readers_racing_the_writer_see_every_event() {
+        for _ in 0..200 {
+            let journal = Arc::new(Journal::default());
+            let mut readers = Vec::new();
+            for _ in 0..4 {
+                let mut stream = journal.stream();
+                readers.push(tokio::spawn(async move {
+                    let mut n = 0;
+                    while let Some(e) = stream.next().await {
+                        assert_eq!(e.message, n.to_string());
+                        n += 1;
+                    }
+                    n
+                }));
+            }
+            let writer = journal.clone();
+            std::thread::spawn(move || {
+                for i in 0..50 {
+                    writer.push(event(i));
+                    std::hint::spin_loop();
+                }
+                writer.close();
+            });
+            for r in readers {
+                let n = tokio::time::timeout(std::time::Duration::from_secs(5), r)
+                    .await
+                    .expect("a reader missed a wake-up")
+                    .unwrap();
+                assert_eq!(n, 50);
             }
         }
     }
