@@ -70,9 +70,9 @@ impl NodeNetwork {
     }
 
     /// A new pod network with a free pod IP; the IP returns to the pool when it is dropped.
+    /// (A pod IP is taken until its `PodNetwork` drops, so the search below ends quickly.)
     pub(crate) fn create_pod(&self, hostname: &str) -> Arc<PodNetwork> {
         let mut pods = self.pods();
-        pods.by_ip.retain(|_, pod| pod.strong_count() > 0);
         let ip = loop {
             let host = 2 + pods.next % (u16::MAX as u32 - 3);
             pods.next = pods.next.wrapping_add(1);
@@ -216,6 +216,13 @@ impl PodNetwork {
             .listener(to)
             .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::ConnectionRefused))?;
         listener.connect_host(from, to).await
+    }
+}
+
+impl Drop for PodNetwork {
+    fn drop(&mut self) {
+        // The pod IP returns to the pool.
+        self.node.pods().by_ip.remove(&self.ip);
     }
 }
 
