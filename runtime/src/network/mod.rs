@@ -24,6 +24,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 pub(crate) use pipe::HostStream;
 pub(crate) use tcp::Listener;
 use udp::Inbox;
+use wasi::ErrorCode;
 
 /// Whether pods may open connections to addresses outside the node's pod network.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -172,6 +173,44 @@ impl PodNetwork {
     /// May a socket bind `ip` in this pod?
     fn bindable(&self, ip: IpAddr) -> bool {
         ip.is_unspecified() || self.is_own(ip)
+    }
+
+    /// Binds a TCP socket to `addr` (port 0: an ephemeral port); the guard releases it.
+    fn bind_tcp(self: &Arc<Self>, addr: SocketAddr) -> Result<PortGuard, ErrorCode> {
+        self.bind(&self.tcp, addr, None, false)
+    }
+
+    /// Binds a UDP socket's `inbox` to `addr` (port 0: an ephemeral port).
+    fn bind_udp(
+        self: &Arc<Self>,
+        addr: SocketAddr,
+        inbox: Arc<Inbox>,
+    ) -> Result<PortGuard, ErrorCode> {
+        self.bind(&self.udp, addr, inbox, true)
+    }
+
+    fn bind<T>(
+        self: &Arc<Self>,
+        table: &Mutex<Ports<T>>,
+        mut addr: SocketAddr,
+        item: T,
+        udp: bool,
+    ) -> Result<PortGuard, ErrorCode> {
+        if !self.bindable(addr.ip()) {
+            return Err(ErrorCode::AddressNotBindable);
+        }
+        let mut ports = table.lock().unwrap_or_else(|e| e.into_inner());
+        if addr.port() == 0 {
+            addr.set_port(self.ephemeral(&ports).ok_or(ErrorCode::AddressInUse)?);
+        }
+        if !ports.bind(addr, item) {
+            return Err(ErrorCode::AddressInUse);
+        }
+        Ok(PortGuard {
+            pod: self.clone(),
+            addr,
+            udp,
+        })
     }
 
     /// A free ephemeral port in `ports`.

@@ -29,6 +29,12 @@ struct State {
     writer: Option<Waker>,
 }
 
+/// Why [`Pipe::put`] took nothing.
+enum Refused {
+    Closed,
+    Full,
+}
+
 /// The shared state of one pipe. Sockets keep a handle to close it on `shutdown`.
 #[derive(Default)]
 pub(crate) struct Pipe(Mutex<State>);
@@ -115,11 +121,15 @@ impl Pipe {
         Poll::Pending
     }
 
-    /// Appends bytes the caller was permitted to write.
-    fn put(&self, bytes: &[u8]) -> Result<(), ()> {
+    /// Appends bytes that fit in the room left: `Err(Closed)` once the reader is gone,
+    /// `Err(Full)` when they do not fit (the writer wrote more than it was permitted).
+    fn put(&self, bytes: &[u8]) -> Result<(), Refused> {
         let mut s = self.lock();
         if s.read_closed || s.write_closed {
-            return Err(());
+            return Err(Refused::Closed);
+        }
+        if s.buf.len() + bytes.len() > CAPACITY {
+            return Err(Refused::Full);
         }
         s.buf.extend_from_slice(bytes);
         if let Some(w) = s.reader.take() {
@@ -173,12 +183,10 @@ impl Pollable for PipeWriter {
 
 impl OutputStream for PipeWriter {
     fn write(&mut self, bytes: Bytes) -> StreamResult<()> {
-        match self.0.poll_room(None) {
-            Poll::Ready(Ok(room)) if bytes.len() <= room => {
-                self.0.put(&bytes).map_err(|()| StreamError::Closed)
-            }
-            Poll::Ready(Err(())) => Err(StreamError::Closed),
-            _ => Err(StreamError::trap("write beyond the permitted size")),
+        match self.0.put(&bytes) {
+            Ok(()) => Ok(()),
+            Err(Refused::Closed) => Err(StreamError::Closed),
+            Err(Refused::Full) => Err(StreamError::trap("write beyond the permitted size")),
         }
     }
 
@@ -227,7 +235,7 @@ impl AsyncWrite for PipeWriter {
                 let n = room.min(buf.len());
                 match self.0.put(&buf[..n]) {
                     Ok(()) => Poll::Ready(Ok(n)),
-                    Err(()) => Poll::Ready(Err(io::ErrorKind::BrokenPipe.into())),
+                    Err(_) => Poll::Ready(Err(io::ErrorKind::BrokenPipe.into())),
                 }
             }
             Poll::Ready(Err(())) => Poll::Ready(Err(io::ErrorKind::BrokenPipe.into())),

@@ -332,27 +332,12 @@ impl tcp::HostTcpSocket for Sockets<'_> {
     ) -> SocketResult<()> {
         let net = self.net.clone();
         let socket = self.tcp(&this)?;
-        let mut addr = SocketAddr::from(local_address);
+        let addr = SocketAddr::from(local_address);
         socket.family.check(&addr)?;
         if !matches!(socket.state, State::Idle) || socket.port.is_some() {
             return Err(ErrorCode::InvalidState.into());
         }
-        if !net.bindable(addr.ip()) {
-            return Err(ErrorCode::AddressNotBindable.into());
-        }
-        let mut ports = net.tcp();
-        if addr.port() == 0 {
-            addr.set_port(net.ephemeral(&ports).ok_or(ErrorCode::AddressInUse)?);
-        }
-        if !ports.bind(addr, None) {
-            return Err(ErrorCode::AddressInUse.into());
-        }
-        drop(ports);
-        socket.port = Some(PortGuard {
-            pod: net,
-            addr,
-            udp: false,
-        });
+        socket.port = Some(net.bind_tcp(addr)?);
         socket.state = State::BindStarted;
         Ok(())
     }

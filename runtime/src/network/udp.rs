@@ -242,27 +242,12 @@ impl udp::HostUdpSocket for Sockets<'_> {
     ) -> SocketResult<()> {
         let net = self.net.clone();
         let socket = self.udp(&this)?;
-        let mut addr = SocketAddr::from(local_address);
+        let addr = SocketAddr::from(local_address);
         socket.family.check(&addr)?;
         if socket.port.is_some() || socket.bind_started {
             return Err(ErrorCode::InvalidState.into());
         }
-        if !net.bindable(addr.ip()) {
-            return Err(ErrorCode::AddressNotBindable.into());
-        }
-        let mut ports = net.udp();
-        if addr.port() == 0 {
-            addr.set_port(net.ephemeral(&ports).ok_or(ErrorCode::AddressInUse)?);
-        }
-        if !ports.bind(addr, socket.inbox.clone()) {
-            return Err(ErrorCode::AddressInUse.into());
-        }
-        drop(ports);
-        socket.port = Some(PortGuard {
-            pod: net,
-            addr,
-            udp: true,
-        });
+        socket.port = Some(net.bind_udp(addr, socket.inbox.clone())?);
         socket.bind_started = true;
         Ok(())
     }

@@ -409,14 +409,7 @@ impl PodTask {
             instance.kill(EXIT_KILLED);
             // As the kubelet does for a zero grace period: the container is stopped at once,
             // and the event still says so.
-            let why = instance
-                .stop_reason
-                .as_deref()
-                .map(|r| format!(" ({r})"))
-                .unwrap_or_default();
-            let name = self.containers[index].name.clone();
-            let message = format!("Stopping container {name}{why} with grace period 0s");
-            self.container_event(index, EventType::Normal, Reason::Killing, message, None);
+            self.killing(index, Duration::ZERO);
             return;
         }
         if let Some(sent) = instance.term_sent {
@@ -467,6 +460,23 @@ impl PodTask {
         );
     }
 
+    /// Records `Killing` for container `index`, with the stop reason and the grace left.
+    fn killing(&mut self, index: usize, grace: Duration) {
+        let c = &self.containers[index];
+        let why = c
+            .instance
+            .as_ref()
+            .and_then(|i| i.stop_reason.as_deref())
+            .map(|r| format!(" ({r})"))
+            .unwrap_or_default();
+        let message = format!(
+            "Stopping container {}{why} with grace period {}s",
+            c.name,
+            whole_seconds(grace)
+        );
+        self.container_event(index, EventType::Normal, Reason::Killing, message, None);
+    }
+
     /// Sends TERM (or stops the container at once when it does not handle TERM).
     fn send_term(&mut self, index: usize) {
         let now = Instant::now();
@@ -474,7 +484,6 @@ impl PodTask {
             .instance
             .as_ref()
             .is_some_and(|i| i.sandbox.image.handles_term());
-        let name = self.containers[index].name.clone();
         let Some(instance) = &mut self.containers[index].instance else {
             return;
         };
@@ -491,16 +500,7 @@ impl PodTask {
         } else {
             instance.kill(EXIT_TERMINATED);
         }
-        let why = instance
-            .stop_reason
-            .as_deref()
-            .map(|r| format!(" ({r})"))
-            .unwrap_or_default();
-        let message = format!(
-            "Stopping container {name}{why} with grace period {}s",
-            whole_seconds(remaining)
-        );
-        self.container_event(index, EventType::Normal, Reason::Killing, message, None);
+        self.killing(index, remaining);
     }
 
     fn hook_done(&mut self, index: usize, id: u64, hook: HookKind, result: Result<(), String>) {
