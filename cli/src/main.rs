@@ -11,7 +11,11 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
-use wasmpod::{BackoffOptions, Egress, Node, NodeOptions, PodHandle, PodOptions, PodSpec, Stream};
+use wasmpod::k8s_openapi::api::scheduling::v1::PriorityClass;
+use wasmpod::{
+    BackoffOptions, Egress, InvalidPod, Node, NodeOptions, PodHandle, PodOptions, PodSpec, Reason,
+    Stream,
+};
 
 #[derive(Parser)]
 #[command(
@@ -30,7 +34,7 @@ enum Command {
     Run(RunArgs),
     /// Check a Pod YAML file; print `valid` or every error.
     Validate {
-        /// YAML with the ConfigMap and Secret documents the pod uses. Repeatable.
+        /// YAML with the ConfigMap, Secret and PriorityClass documents the pod uses. Repeatable.
         #[arg(long, value_name = "FILE")]
         config: Vec<PathBuf>,
         /// The Pod YAML file.
@@ -50,7 +54,8 @@ struct RunArgs {
     /// 127.0.0.1, `IP:HOSTPORT:CONTAINERPORT` on IP. Repeatable.
     #[arg(long, value_name = "[IP:]HOSTPORT:CONTAINERPORT", value_parser = parse_publish)]
     publish: Vec<(SocketAddr, u16)>,
-    /// YAML with the ConfigMap and Secret documents the pod's volumes and env use. Repeatable.
+    /// YAML with the ConfigMap and Secret documents the pod's volumes and env use, and the
+    /// PriorityClasses the node knows (the pod file may carry them too). Repeatable.
     #[arg(long, value_name = "FILE")]
     config: Vec<PathBuf>,
     #[command(flatten)]
@@ -138,16 +143,18 @@ fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     match cli.command {
-        Command::Validate { pod, config } => match PodSpec::from_files(&pod, &config) {
-            Ok(_) => {
-                println!("valid");
-                ExitCode::SUCCESS
+        Command::Validate { pod, config } => {
+            match PodSpec::from_files(&pod, &config).and_then(|_| priority_classes(&pod, &config)) {
+                Ok(_) => {
+                    println!("valid");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("{e}");
+                    ExitCode::from(2)
+                }
             }
-            Err(e) => {
-                eprintln!("{e}");
-                ExitCode::from(2)
-            }
-        },
+        }
         Command::Run(args) => {
             let runtime = tokio::runtime::Runtime::new().expect("cannot start the async runtime");
             match runtime.block_on(run(args)) {
@@ -169,7 +176,14 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(2));
         }
     };
-    let node = Node::new(args.node.options())?;
+    let classes = match priority_classes(&args.pod, &args.config) {
+        Ok(classes) => classes,
+        Err(e) => {
+            eprintln!("{e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let node = Node::new(args.node.options().priority_classes(classes))?;
     let (tx, mut output) = tokio::sync::mpsc::channel(1024);
     let options = args
         .publish
@@ -199,6 +213,7 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         None => None,
     };
     tokio::spawn(forward_signals(pod.clone()));
+    tokio::spawn(report_pending(pod.clone()));
 
     let status = pod.wait().await;
     pod.delete(None);
@@ -216,6 +231,25 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         Some("Succeeded") => ExitCode::SUCCESS,
         _ => ExitCode::from(1),
     })
+}
+
+/// The PriorityClass documents of the pod file and the `--config` files.
+fn priority_classes(pod: &Path, config: &[PathBuf]) -> Result<Vec<PriorityClass>, InvalidPod> {
+    let mut classes = Vec::new();
+    for file in std::iter::once(pod).chain(config.iter().map(PathBuf::as_path)) {
+        classes.extend(wasmpod::read_priority_classes(file)?);
+    }
+    Ok(classes)
+}
+
+/// Says on stderr why the pod waits, when the node has no room for it.
+async fn report_pending(pod: PodHandle) {
+    let mut events = pod.events();
+    while let Some(event) = events.next().await {
+        if event.reason == Reason::FailedScheduling {
+            eprintln!("wasmpod: pod {} is Pending: {}", pod.name(), event.message);
+        }
+    }
 }
 
 fn open_output(path: &Path) -> anyhow::Result<Box<dyn Write + Send>> {

@@ -701,3 +701,65 @@ spec:
         "{err}"
     );
 }
+
+/// PriorityClasses come with the pod file or `--config` files; a pod naming an unknown class is
+/// refused (exit 2), as is an invalid class.
+#[test]
+fn priority_classes_from_the_pod_file_and_config() {
+    let dir = Dir::new();
+    let pod = |class: &str| {
+        format!(
+            r#"
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {{ name: important }}
+value: 1000
+---
+apiVersion: v1
+kind: Pod
+metadata: {{ name: prio }}
+spec:
+  restartPolicy: Never
+  priorityClassName: {class}
+  containers:
+  - {{ name: c, image: "{{p1}}", args: [print, hello] }}
+"#
+        )
+    };
+    let good = dir.write("good.yaml", &pod("important"));
+    let out = dir.run(&good, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "[c] hello\n");
+    let validate = dir.wasmpod().arg("validate").arg(&good).output().unwrap();
+    assert_eq!(text(&validate.stdout), "valid\n");
+
+    let classes = dir.write(
+        "classes.yaml",
+        "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: other}\nvalue: 7\n",
+    );
+    let other = dir.write("other.yaml", &pod("other"));
+    let out = dir.run(&other, &["--config", classes.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+
+    let out = dir.run(&other, &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr)
+            .contains("spec.priorityClassName: no PriorityClass with name other was found"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(dir.pods_started(), 2, "nothing started for the refused pod");
+
+    let bad = dir.write(
+        "bad.yaml",
+        "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: other}\nvalue: 2000000000\n",
+    );
+    let out = dir.run(&other, &["--config", bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("bad.yaml") && stderr.contains("document 1.value"),
+        "{stderr}"
+    );
+}

@@ -39,6 +39,8 @@ pub enum Reason {
     Initialized,
     Terminating,
     DeadlineExceeded,
+    /// The pod does not fit on the node (yet); the message says why, as the scheduler does.
+    FailedScheduling,
     Preempted,
     Evicted,
     Deleted,

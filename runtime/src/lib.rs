@@ -39,9 +39,9 @@ mod volumes;
 pub use engine::LoadError;
 pub use events::{Event, EventStream, EventType, Reason};
 pub use network::Egress;
-pub use node::{Error, Node, NodeOptions, PodHandle, PodOptions};
-pub use output::{OutputLine, Stream};
-pub use spec::{FieldError, InvalidPod, PodSpec};
+pub use node::{Allocatable, Error, Node, NodeOptions, PodHandle, PodOptions};
+pub use output::{LogOptions, Logs, OutputLine, Stream};
+pub use spec::{FieldError, InvalidPod, PodSpec, read_priority_classes};
 pub use supervisor::BackoffOptions;
 
 /// The Kubernetes API types wasmpod speaks (`Pod`, `PodStatus`, ...), re-exported.

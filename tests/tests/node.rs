@@ -143,3 +143,89 @@ async fn terminated_pods_are_garbage_collected() {
     .expect("a collected pod's directory is removed");
     live.delete(Some(Duration::ZERO));
 }
+
+/// The lines of a log as (stream, text).
+async fn read_all(mut logs: wasmpod::Logs) -> Vec<(wasmpod::Stream, String)> {
+    let mut lines = Vec::new();
+    let read = async {
+        while let Some(l) = logs.next().await {
+            lines.push((l.stream, l.line));
+        }
+    };
+    tokio::time::timeout(LIMIT, read)
+        .await
+        .expect("the log ends");
+    lines
+}
+
+/// Logs read back as `kubectl logs` does: the whole log of an instance, followed live until the
+/// instance ends, the previous instance's, and clear errors for logs that do not exist.
+#[tokio::test]
+async fn logs_are_read_and_followed() {
+    use wasmpod::LogOptions;
+    use wasmpod::Stream::{Stderr, Stdout};
+
+    let node = TestNode::new();
+    // Followed from before its second line, to its end.
+    let talker = node
+        .start(&pod(
+            "talker",
+            r#"[print, one, eprint, two, sleep, "300", print, three]"#,
+        ))
+        .await;
+    wait_for(&talker, LIMIT, |s| wasmpod_tests::is_running(s, "c")).await;
+    let followed = talker.logs("c", LogOptions::default().follow()).unwrap();
+    let lines = read_all(followed).await;
+    let expected = [
+        (Stdout, "one".to_owned()),
+        (Stderr, "two".to_owned()),
+        (Stdout, "three".to_owned()),
+    ];
+    assert_eq!(lines, expected);
+    // The container had ended when the followed log did.
+    let s = talker.status();
+    assert_eq!(wasmpod_tests::terminated(&s, "c").exit_code, 0);
+    // Read again, without following: the same lines.
+    let lines = read_all(talker.logs("c", LogOptions::default()).unwrap()).await;
+    assert_eq!(lines, expected);
+    let err = talker
+        .logs("c", LogOptions::default().previous())
+        .err()
+        .unwrap();
+    assert_eq!(
+        err.to_string(),
+        "previous terminated container \"c\" in pod \"talker\" not found"
+    );
+    let err = talker.logs("nope", LogOptions::default()).err().unwrap();
+    assert_eq!(
+        err.to_string(),
+        "container nope is not valid for pod talker"
+    );
+    talker.delete(None);
+
+    // A container that restarts: the current instance's log, and the previous one's.
+    let restarts = node
+        .start(
+            &(pod("again", r#"[count, /data/n, fail-after, /data/n, "3"]"#)
+                .replace("restartPolicy: Never", "restartPolicy: OnFailure")
+                .replace(
+                    "args:",
+                    "volumeMounts: [ { name: d, mountPath: /data } ], args:",
+                )
+                + "  volumes: [ { name: d, emptyDir: {} } ]\n"),
+        )
+        .await;
+    let s = tokio::time::timeout(LIMIT, restarts.wait()).await.unwrap();
+    assert_eq!(s.phase.as_deref(), Some("Succeeded"));
+    let current = read_all(restarts.logs("c", LogOptions::default()).unwrap()).await;
+    assert_eq!(current, [(Stdout, "count 3".to_owned())]);
+    let previous = read_all(
+        restarts
+            .logs("c", LogOptions::default().previous())
+            .unwrap(),
+    )
+    .await;
+    // (`count` and `fail-after` each add a line: the first run saw one, the second three.)
+    assert_eq!(previous, [(Stdout, "count 1".to_owned())]);
+    restarts.delete(None);
+}

@@ -5,6 +5,7 @@
 //! action, KILL) is dropping its future: that works whether the guest computes or waits in a
 //! host call.
 
+mod meter;
 mod term;
 
 use std::path::PathBuf;
@@ -22,6 +23,7 @@ use crate::engine::Image;
 use crate::network::PodNetwork;
 use crate::network::wasi::{Sockets, SocketsView};
 use crate::output::OutputSink;
+pub(crate) use meter::{NodeMemory, PodMemory};
 pub(crate) use term::{
     TERM_INTERFACE, TERM_MODULE, TermSignal, add_p1_termination, add_p2_termination,
 };
@@ -65,21 +67,26 @@ impl SocketsView for P2State {
     }
 }
 
-/// Caps a container's linear memories and remembers whether the cap was hit.
+/// Caps a container's linear memories, remembers whether the cap was hit, and charges what
+/// they hold to the pod.
 struct MemoryLimiter {
     limit: usize,
     hit: bool,
+    charge: meter::Charge,
 }
 
 impl ResourceLimiter for MemoryLimiter {
     fn memory_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _max: Option<usize>,
     ) -> wasmtime::Result<bool> {
         let ok = desired <= self.limit;
         self.hit |= !ok;
+        if ok {
+            self.charge.grew(current, desired);
+        }
         Ok(ok)
     }
 
@@ -116,6 +123,8 @@ pub(crate) struct Sandbox {
     pub(crate) term: TermSignal,
     /// The pod's network namespace (components reach it through `wasi:sockets`).
     pub(crate) net: Arc<PodNetwork>,
+    /// Where the instances' memory is counted.
+    pub(crate) memory: Arc<PodMemory>,
 }
 
 /// How a container instance ended.
@@ -207,6 +216,7 @@ impl Sandbox {
         MemoryLimiter {
             limit: self.memory_limit,
             hit: false,
+            charge: meter::Charge::new(self.memory.clone()),
         }
     }
 

@@ -1,6 +1,7 @@
 //! The node: one wasmtime engine and the pods running on it.
 
 mod registry;
+mod scheduler;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -8,15 +9,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::PodStatus;
+use k8s_openapi::api::scheduling::v1::PriorityClass;
 use tokio::sync::{mpsc, oneshot, watch};
 
+use crate::container::{NodeMemory, PodMemory};
 use crate::engine::{Engine, Image, LoadError, Pull};
 use crate::events::{EventStream, Journal};
 use crate::network::publish::{PortMapping, publish};
 use crate::network::{Egress, NodeNetwork};
-use crate::output::OutputLine;
+use crate::output::{LogBook, LogOptions, Logs, OutputLine};
 use crate::spec::PodSpec;
 use crate::supervisor::{BackoffOptions, Msg, NodeContext, PodSetup, PodTask, Snapshot};
+pub(crate) use scheduler::Seat;
 
 /// Why a node or a pod could not be created.
 #[derive(Debug, thiserror::Error)]
@@ -42,6 +46,17 @@ pub enum Error {
         /// The pod's name.
         name: String,
     },
+    /// The pod names a PriorityClass the node does not have.
+    #[error("spec.priorityClassName: no PriorityClass with name {0} was found")]
+    UnknownPriorityClass(String),
+    /// The node's PriorityClasses are inconsistent (two of one name, two global defaults).
+    #[error("PriorityClass {name}: {message}")]
+    PriorityClass {
+        /// The class.
+        name: String,
+        /// What is wrong.
+        message: String,
+    },
     /// A preview1 module declares ports, but only components have sockets.
     #[error(
         "{field}: the container is a WASI preview1 module, which has no sockets; build it as a \
@@ -61,6 +76,10 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// The log asked for does not exist (no such container, not started yet, no previous
+    /// instance); the message says which, as `kubectl logs` does.
+    #[error("{0}")]
+    NoLogs(String),
     /// A file or directory of the node's state could not be made.
     #[error("{}: {source}", path.display())]
     Io {
@@ -91,6 +110,69 @@ pub struct NodeOptions {
     /// How many terminated pods (Succeeded or Failed, not deleted) the node keeps, with their
     /// status and logs; past it the oldest are deleted. Kubernetes' default is 12,500.
     pub terminated_pods_kept: usize,
+    /// What the node has for pods' requests; a pod that does not fit waits, Pending.
+    pub allocatable: Allocatable,
+    /// When the linear memory all guests hold exceeds this many bytes, pods using more than
+    /// they request are evicted (the kubelet's order). `None`: the allocatable memory less
+    /// 100 MiB (Kubernetes' default `memory.available<100Mi`), or less a tenth if that is smaller.
+    pub eviction_threshold: Option<u64>,
+    /// The PriorityClasses pods may name in `spec.priorityClassName`.
+    pub priority_classes: Vec<PriorityClass>,
+}
+
+/// What a node has for pods: the sum of the requests of the pods it runs stays within it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Allocatable {
+    /// Bytes of memory; default the machine's memory.
+    pub memory: u64,
+    /// Thousandths of a core; default 1000 per core the process may use.
+    pub cpu_milli: u64,
+    /// Pods at once (not counting terminated ones); default what the process's memory-mapping
+    /// limit (`vm.max_map_count`) holds at six mappings per instance.
+    pub pods: u64,
+}
+
+impl Allocatable {
+    /// Memory, CPU and pod count as the machine allows.
+    pub fn from_machine() -> Allocatable {
+        let memory = std::fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|info| {
+                let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
+                let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+                Some(kib * 1024)
+            })
+            .unwrap_or(4 << 30);
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
+        let max_map_count = std::fs::read_to_string("/proc/sys/vm/max_map_count")
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+            .unwrap_or(65_530);
+        Allocatable {
+            memory,
+            cpu_milli: cores * 1000,
+            pods: (max_map_count.saturating_sub(4096) / 6).max(1),
+        }
+    }
+
+    /// Sets [`Allocatable::memory`].
+    pub fn memory(mut self, bytes: u64) -> Self {
+        self.memory = bytes;
+        self
+    }
+
+    /// Sets [`Allocatable::cpu_milli`].
+    pub fn cpu_milli(mut self, milli: u64) -> Self {
+        self.cpu_milli = milli;
+        self
+    }
+
+    /// Sets [`Allocatable::pods`].
+    pub fn pods(mut self, pods: u64) -> Self {
+        self.pods = pods;
+        self
+    }
 }
 
 impl Default for NodeOptions {
@@ -106,6 +188,9 @@ impl Default for NodeOptions {
             egress: Egress::Allow,
             node_name: host_name(),
             terminated_pods_kept: 12_500,
+            allocatable: Allocatable::from_machine(),
+            eviction_threshold: None,
+            priority_classes: Vec::new(),
         }
     }
 }
@@ -144,6 +229,24 @@ impl NodeOptions {
     /// Sets [`NodeOptions::egress`].
     pub fn egress(mut self, egress: Egress) -> Self {
         self.egress = egress;
+        self
+    }
+
+    /// Sets [`NodeOptions::allocatable`].
+    pub fn allocatable(mut self, allocatable: Allocatable) -> Self {
+        self.allocatable = allocatable;
+        self
+    }
+
+    /// Sets [`NodeOptions::eviction_threshold`].
+    pub fn eviction_threshold(mut self, bytes: u64) -> Self {
+        self.eviction_threshold = Some(bytes);
+        self
+    }
+
+    /// Adds PriorityClasses (see [`crate::read_priority_classes`] to read them from YAML).
+    pub fn priority_classes(mut self, classes: impl IntoIterator<Item = PriorityClass>) -> Self {
+        self.priority_classes.extend(classes);
         self
     }
 
@@ -210,6 +313,76 @@ pub struct Node {
     state_dir: PathBuf,
     pods: Arc<registry::Registry>,
     terminated_pods_kept: usize,
+    scheduler: Arc<scheduler::Scheduler>,
+    memory: Arc<NodeMemory>,
+    allocatable: Allocatable,
+    priorities: Arc<Priorities>,
+}
+
+/// A pod's priority and whether it may preempt.
+#[derive(Debug, Clone, Copy)]
+struct Priority {
+    value: i32,
+    preempts: bool,
+}
+
+/// The node's PriorityClasses by name, and the priority of a pod that names none.
+struct Priorities {
+    classes: std::collections::HashMap<String, Priority>,
+    default: Priority,
+}
+
+impl Priorities {
+    fn new(list: &[PriorityClass]) -> Result<Priorities, Error> {
+        let mut classes = std::collections::HashMap::new();
+        let mut default: Option<(&str, Priority)> = None;
+        for class in list {
+            let name = class.metadata.name.clone().unwrap_or_default();
+            let priority = Priority {
+                value: class.value,
+                preempts: class.preemption_policy.as_deref() != Some("Never"),
+            };
+            if class.global_default == Some(true) {
+                if let Some((other, _)) = default {
+                    return Err(Error::PriorityClass {
+                        name,
+                        message: format!(
+                            "globalDefault: only one PriorityClass can be the global default; \
+                             {other} already is"
+                        ),
+                    });
+                }
+                default = Some((class.metadata.name.as_deref().unwrap_or_default(), priority));
+            }
+            if classes.insert(name.clone(), priority).is_some() {
+                return Err(Error::PriorityClass {
+                    name,
+                    message: "given twice".into(),
+                });
+            }
+        }
+        Ok(Priorities {
+            classes,
+            default: default.map_or(
+                Priority {
+                    value: 0,
+                    preempts: true,
+                },
+                |(_, p)| p,
+            ),
+        })
+    }
+
+    fn of(&self, spec: &PodSpec) -> Result<Priority, Error> {
+        match &spec.priority_class {
+            None => Ok(self.default),
+            Some(name) => self
+                .classes
+                .get(name)
+                .copied()
+                .ok_or_else(|| Error::UnknownPriorityClass(name.clone())),
+        }
+    }
 }
 
 impl Node {
@@ -221,6 +394,15 @@ impl Node {
             path: options.state_dir.clone(),
             source,
         })?;
+        let priorities = Priorities::new(&options.priority_classes)?;
+        let allocatable = options.allocatable;
+        let threshold = options.eviction_threshold.unwrap_or_else(|| {
+            let margin = (100 << 20u64).min(allocatable.memory / 10);
+            allocatable.memory - margin
+        });
+        let memory = Arc::new(NodeMemory::new(threshold));
+        let scheduler =
+            scheduler::Scheduler::new(allocatable, options.node_name.clone(), memory.clone());
         let context = NodeContext {
             engine,
             backoff: options.backoff,
@@ -233,7 +415,21 @@ impl Node {
             state_dir: options.state_dir,
             pods: Arc::default(),
             terminated_pods_kept: options.terminated_pods_kept,
+            scheduler,
+            memory,
+            allocatable,
+            priorities: Arc::new(priorities),
         })
+    }
+
+    /// What the node has for pods' requests.
+    pub fn allocatable(&self) -> Allocatable {
+        self.allocatable
+    }
+
+    /// Bytes of linear memory the node's guests hold now.
+    pub fn memory_in_use(&self) -> u64 {
+        self.memory.used()
     }
 
     /// Checks that every container's module can be loaded, compiling it (or taking it from the
@@ -271,6 +467,7 @@ impl Node {
     /// is gone; a pod of that name that is not being deleted is [`Error::AlreadyExists`].
     /// Terminated pods beyond [`NodeOptions::terminated_pods_kept`] are deleted, oldest first.
     pub async fn create_pod(&self, spec: PodSpec, options: PodOptions) -> Result<PodHandle, Error> {
+        let priority = self.priorities.of(&spec)?;
         loop {
             match self.pods.reserve(&spec.namespace, &spec.name) {
                 registry::Reserve::Reserved => break,
@@ -284,7 +481,7 @@ impl Node {
             }
         }
         let (namespace, name) = (spec.namespace.clone(), spec.name.clone());
-        let created = self.start_pod(spec, options).await;
+        let created = self.start_pod(spec, options, priority).await;
         match &created {
             Ok(pod) => self.pods.insert(&namespace, &name, pod.clone()),
             Err(_) => self.pods.release(&namespace, &name),
@@ -300,7 +497,12 @@ impl Node {
         created
     }
 
-    async fn start_pod(&self, spec: PodSpec, options: PodOptions) -> Result<PodHandle, Error> {
+    async fn start_pod(
+        &self,
+        spec: PodSpec,
+        options: PodOptions,
+        priority: Priority,
+    ) -> Result<PodHandle, Error> {
         let images = self.preload(&spec).await?;
         for (c, (image, _)) in spec.containers.iter().zip(&images) {
             if !c.ports.is_empty() && matches!(**image, Image::Module { .. }) {
@@ -336,6 +538,8 @@ impl Node {
         let published =
             publish(&net, &ports).map_err(|(what, source)| Error::Publish { what, source })?;
         let spec = Arc::new(spec);
+        let seat = self.scheduler.seat();
+        let memory = PodMemory::new(self.memory.clone());
         let setup = PodSetup {
             uid: uid.clone(),
             pod_dir: pod_dir.clone(),
@@ -343,15 +547,17 @@ impl Node {
             tap: options.output,
             net,
             published,
+            memory: memory.clone(),
         };
-        let channels =
-            PodTask::spawn(spec.clone(), self.context.clone(), setup).map_err(|source| {
-                Error::Io {
+        let requests = spec.requests();
+        let (mut task, channels) =
+            PodTask::prepare(spec.clone(), self.context.clone(), setup, seat).map_err(
+                |source| Error::Io {
                     path: pod_dir.clone(),
                     source,
-                }
-            })?;
-        Ok(PodHandle {
+                },
+            )?;
+        let handle = PodHandle {
             inner: Arc::new(PodShared {
                 deleting: Default::default(),
                 name: spec.name.clone(),
@@ -360,8 +566,22 @@ impl Node {
                 tx: channels.tx,
                 journal: channels.journal,
                 snapshot: channels.snapshot,
+                logs: channels.logs,
             }),
-        })
+        };
+        let candidate = scheduler::Candidate {
+            handle: handle.clone(),
+            namespace: spec.namespace.clone(),
+            priority: priority.value,
+            preempts: priority.preempts,
+            requests,
+            memory,
+        };
+        if self.scheduler.submit(task.seat(), candidate) {
+            task.admit();
+        }
+        task.spawn();
+        Ok(handle)
     }
 }
 
@@ -374,6 +594,7 @@ struct PodShared {
     tx: mpsc::UnboundedSender<Msg>,
     journal: Arc<Journal>,
     snapshot: watch::Receiver<Snapshot>,
+    logs: Arc<LogBook>,
 }
 
 /// A pod running on a [`Node`]. Cheap to clone.
@@ -457,6 +678,11 @@ impl PodHandle {
         let _ = self.inner.tx.send(Msg::Delete { grace });
     }
 
+    /// Sends the pod's supervisor a message (from the node's admission).
+    fn send(&self, msg: Msg) {
+        let _ = self.inner.tx.send(msg);
+    }
+
     fn is_deleting(&self) -> bool {
         self.inner
             .deleting
@@ -475,6 +701,66 @@ impl PodHandle {
     pub async fn deleted(&self) {
         let mut rx = self.inner.snapshot.clone();
         let _ = rx.wait_for(|s| s.deleted).await;
+    }
+
+    /// A container's log, as `kubectl logs` gives it: the lines of its current (or last)
+    /// instance, or of the one before with [`LogOptions::previous`], read from the log file;
+    /// with [`LogOptions::follow`], new lines as they are written, until the instance ends.
+    ///
+    /// ```no_run
+    /// # async fn example(pod: wasmpod::PodHandle) -> Result<(), wasmpod::Error> {
+    /// use wasmpod::LogOptions;
+    ///
+    /// let mut logs = pod.logs("app", LogOptions::default().follow())?;
+    /// while let Some(line) = logs.next().await {
+    ///     println!("{}", line.line);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn logs(&self, container: &str, options: LogOptions) -> Result<Logs, Error> {
+        let status = self.status();
+        let pod = self.name();
+        let c = status
+            .init_container_statuses
+            .iter()
+            .chain(&status.container_statuses)
+            .flatten()
+            .find(|c| c.name == container)
+            .ok_or_else(|| {
+                Error::NoLogs(format!("container {container} is not valid for pod {pod}"))
+            })?;
+        let ran = |s: &Option<k8s_openapi::api::core::v1::ContainerState>| {
+            s.as_ref()
+                .is_some_and(|s| s.running.is_some() || s.terminated.is_some())
+        };
+        let has_run = ran(&c.state) || ran(&c.last_state);
+        let instance = if options.previous {
+            c.restart_count - 1
+        } else {
+            c.restart_count
+        };
+        if !has_run || instance < 0 {
+            let message = if options.previous {
+                format!("previous terminated container \"{container}\" in pod \"{pod}\" not found")
+            } else {
+                let why = c
+                    .state
+                    .as_ref()
+                    .and_then(|s| s.waiting.as_ref())
+                    .and_then(|w| w.reason.clone())
+                    .unwrap_or_default();
+                format!("container \"{container}\" in pod \"{pod}\" is waiting to start: {why}")
+            };
+            return Err(Error::NoLogs(message));
+        }
+        // A previous instance has ended already; so has the current one of a pod being deleted.
+        let follow = options.follow && !options.previous;
+        Ok(Logs::open(
+            self.inner.logs.clone(),
+            container,
+            instance,
+            follow,
+        ))
     }
 
     /// The CRI-format log file of a container's instance (`restart` = its restart count then).

@@ -3,6 +3,7 @@
 
 mod config;
 mod env;
+mod priority;
 mod quantity;
 mod shape;
 
@@ -18,6 +19,7 @@ use serde_json::Value;
 
 use config::{ConfigStore, Kind};
 pub(crate) use env::{EnvValue, PodInfo, resolve as resolve_env};
+pub use priority::read_priority_classes;
 
 /// One problem in a Pod document, at a field path such as `spec.containers[1].image`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -118,6 +120,29 @@ pub(crate) struct ContainerSpec {
     pub post_start: Option<Handler>,
     pub pre_stop: Option<Handler>,
     pub resources: Resources,
+}
+
+/// What a pod asks of its node: memory in bytes and CPU in thousandths of a core.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Requests {
+    pub memory: u64,
+    pub cpu_milli: u64,
+}
+
+impl Requests {
+    pub(crate) fn plus(self, other: Requests) -> Requests {
+        Requests {
+            memory: self.memory.saturating_add(other.memory),
+            cpu_milli: self.cpu_milli.saturating_add(other.cpu_milli),
+        }
+    }
+
+    fn max(self, other: Requests) -> Requests {
+        Requests {
+            memory: self.memory.max(other.memory),
+            cpu_milli: self.cpu_milli.max(other.cpu_milli),
+        }
+    }
 }
 
 /// A container's resources: the memory limit is enforced on its linear memories; requests are
@@ -272,6 +297,8 @@ pub struct PodSpec {
     pub(crate) hostname: String,
     pub(crate) labels: BTreeMap<String, String>,
     pub(crate) annotations: BTreeMap<String, String>,
+    /// `spec.priorityClassName`, resolved by the node at admission.
+    pub(crate) priority_class: Option<String>,
 }
 
 impl PodSpec {
@@ -309,9 +336,11 @@ impl PodSpec {
                     Some(Kind::ConfigMap | Kind::Secret) if is_v1(&doc) => {
                         store.add(doc, &format!("document {}", i + 1), &mut errors)
                     }
+                    // The node's (see `read_priority_classes`).
+                    _ if priority::is_priority_class(&doc) => {}
                     _ => errors.push(FieldError::new(
                         format!("document {}", i + 1),
-                        "expected a v1 ConfigMap or Secret",
+                        "expected a v1 ConfigMap or Secret, or a scheduling.k8s.io/v1 PriorityClass",
                     )),
                 }
             }
@@ -355,6 +384,8 @@ impl PodSpec {
             ) {
                 (true, Some(Kind::ConfigMap | Kind::Secret), _) => store.add(doc, &at, &mut errors),
                 (true, None, Some("Pod")) if pod_doc.is_none() => pod_doc = Some(doc),
+                // The node's, not the pod's (see `read_priority_classes`).
+                _ if priority::is_priority_class(&doc) => {}
                 (true, None, Some("Pod")) => {
                     errors.push(FieldError::new(at, "a file holds one Pod"));
                 }
@@ -443,6 +474,31 @@ impl PodSpec {
                 .filter(|(_, p)| p.host.is_some())
                 .map(move |(i, p)| (format!("{}.ports[{i}].hostPort", c.field), p))
         })
+    }
+
+    /// The pod's effective requests, as Kubernetes computes them for scheduling: the sum over
+    /// regular containers and sidecars, or the most any init container needs together with the
+    /// sidecars started before it, whichever is larger (per resource).
+    pub(crate) fn requests(&self) -> Requests {
+        let mut long_running = Requests::default();
+        let mut sidecars = Requests::default();
+        let mut init_peak = Requests::default();
+        for c in &self.containers {
+            let r = Requests {
+                memory: c.resources.memory_request.unwrap_or(0),
+                cpu_milli: c.resources.cpu_request_milli.unwrap_or(0),
+            };
+            match c.role {
+                Role::Regular => long_running = long_running.plus(r),
+                Role::Sidecar => {
+                    long_running = long_running.plus(r);
+                    sidecars = sidecars.plus(r);
+                    init_peak = init_peak.max(sidecars);
+                }
+                Role::Init => init_peak = init_peak.max(sidecars.plus(r)),
+            }
+        }
+        long_running.max(init_peak)
     }
 
     pub(crate) fn has_init(&self) -> bool {
@@ -693,8 +749,18 @@ fn convert(
         None => name.split('.').next().unwrap_or_default().to_owned(),
     };
     check_host_ports(&containers, errors);
+    let priority_class = spec.priority_class_name.clone();
+    if let Some(class) = &priority_class
+        && let Err(why) = check_subdomain(class)
+    {
+        errors.push(FieldError::new(
+            "spec.priorityClassName",
+            format!("invalid value {class:?}: {why}"),
+        ));
+    }
 
     Some(PodSpec {
+        priority_class,
         hostname,
         labels: meta.labels.clone().unwrap_or_default(),
         annotations: meta.annotations.clone().unwrap_or_default(),

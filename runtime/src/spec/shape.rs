@@ -158,6 +158,7 @@ const POD: Shape = Object(&[
             ("volumes", List(&VOLUME)),
             ("terminationGracePeriodSeconds", Scalar),
             ("activeDeadlineSeconds", Scalar),
+            ("priorityClassName", Scalar),
             (
                 "readinessGates",
                 List(&Object(&[("conditionType", Scalar)])),

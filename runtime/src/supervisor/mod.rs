@@ -25,12 +25,15 @@ use container::{Container, HookState, Instance, State, Terminated};
 use probe::{HookKind, ProbeKind};
 use status::Phase;
 
-use crate::container::{EXIT_KILLED, EXIT_TERMINATED, Exit, Preopen, Sandbox, TermSignal};
+use crate::container::{
+    EXIT_KILLED, EXIT_TERMINATED, Exit, PodMemory, Preopen, Sandbox, TermSignal,
+};
 use crate::engine::{Engine, Image, LoadError, Pull};
 use crate::events::{Event, EventType, Journal, Reason, now_micros};
 use crate::network::publish::Published;
 use crate::network::{NodeNetwork, PodNetwork};
-use crate::output::{PodOutput, Stream};
+use crate::node::Seat;
+use crate::output::{LogBook, PodOutput, Stream};
 use crate::spec::{PodInfo, PodSpec, RestartPolicy, Role, VolumeSource, resolve_env};
 use crate::volumes::PodVolumes;
 
@@ -78,6 +81,22 @@ pub(crate) enum Msg {
         kind: ProbeKind,
         failure: Option<String>,
         verdict: Option<bool>,
+    },
+    /// The node admitted the pod: its containers may start.
+    Admit,
+    /// The pod does not fit on the node (yet); `nominated` names the node when pods are being
+    /// preempted for it.
+    Unschedulable {
+        message: String,
+        nominated: Option<String>,
+    },
+    /// The pod is a preemption victim (its deletion follows).
+    Preempted {
+        message: String,
+    },
+    /// The node evicts the pod (memory pressure).
+    Evict {
+        message: String,
     },
     /// Run `command` in a fresh instance of the named container (`kubectl exec`).
     Exec {
@@ -139,6 +158,12 @@ pub(crate) struct PodTask {
     pod_dir: PathBuf,
     instances: u64,
     net: Arc<PodNetwork>,
+    memory: Arc<PodMemory>,
+    /// The pod's place in the node's admission.
+    seat: Seat,
+    admission: Admission,
+    /// The node's admission knows the pod has stopped for good.
+    released: bool,
     /// The pod's host listeners, closed when the supervisor ends.
     _published: Published,
 }
@@ -151,6 +176,19 @@ pub(crate) struct PodSetup {
     pub tap: Option<mpsc::Sender<crate::OutputLine>>,
     pub net: Arc<PodNetwork>,
     pub published: Published,
+    pub memory: Arc<PodMemory>,
+}
+
+/// Where the pod stands with the node's admission.
+#[derive(Debug, Clone, PartialEq)]
+enum Admission {
+    /// Not decided yet, or does not fit: `message` says why, `nominated` names the node when
+    /// lower-priority pods are being preempted for it.
+    Waiting {
+        message: Option<String>,
+        nominated: Option<String>,
+    },
+    Admitted,
 }
 
 /// The pieces a caller keeps to talk to a started pod.
@@ -158,15 +196,18 @@ pub(crate) struct PodChannels {
     pub tx: mpsc::UnboundedSender<Msg>,
     pub journal: Arc<Journal>,
     pub snapshot: watch::Receiver<Snapshot>,
+    pub logs: Arc<LogBook>,
 }
 
 impl PodTask {
-    /// Prepares the pod's sandbox (directories, volumes, log writer) and starts its supervisor.
-    pub(crate) fn spawn(
+    /// Prepares the pod's sandbox (directories, volumes, log writer) and its supervisor, which
+    /// [`PodTask::start`] starts.
+    pub(crate) fn prepare(
         spec: Arc<PodSpec>,
         node: Arc<NodeContext>,
         setup: PodSetup,
-    ) -> std::io::Result<PodChannels> {
+        seat: Seat,
+    ) -> std::io::Result<(PodTask, PodChannels)> {
         let PodSetup {
             uid,
             pod_dir,
@@ -174,6 +215,7 @@ impl PodTask {
             tap,
             net,
             published,
+            memory,
         } = setup;
         let volumes = PodVolumes::prepare(&spec, &pod_dir, &uid)?;
         let limited = spec.volumes.iter().any(|v| {
@@ -223,16 +265,42 @@ impl PodTask {
             pod_dir,
             instances: 0,
             net,
+            memory,
+            seat,
+            admission: Admission::Waiting {
+                message: None,
+                nominated: None,
+            },
+            released: false,
             _published: published,
         };
         task.update_conditions();
         task.publish(false, false);
-        tokio::spawn(task.run());
-        Ok(PodChannels {
+        let channels = PodChannels {
             tx,
             journal,
             snapshot: snapshot_rx,
-        })
+            logs: task.output.book(),
+        };
+        Ok((task, channels))
+    }
+
+    pub(crate) fn seat(&self) -> &Seat {
+        &self.seat
+    }
+
+    /// The node admitted the pod: its containers may start.
+    pub(crate) fn admit(&mut self) {
+        self.admission = Admission::Admitted;
+        self.start_time = Timestamp::now();
+        self.started = Instant::now();
+        self.update_conditions();
+        self.publish(false, false);
+    }
+
+    /// Starts the supervisor.
+    pub(crate) fn spawn(self) {
+        tokio::spawn(self.run());
     }
 
     async fn run(mut self) {
@@ -246,6 +314,10 @@ impl PodTask {
             self.sync().await;
             let finished = self.finished();
             self.publish(finished, false);
+            if finished && !self.released {
+                self.released = true;
+                self.seat.release();
+            }
             if finished && self.delete_requested {
                 break;
             }
@@ -285,6 +357,26 @@ impl PodTask {
                 command,
                 reply,
             } => self.exec(&container, command, reply),
+            Msg::Admit => self.admit(),
+            Msg::Unschedulable { message, nominated } => {
+                if self.admission != Admission::Admitted {
+                    self.pod_event(
+                        EventType::Warning,
+                        Reason::FailedScheduling,
+                        message.clone(),
+                        None,
+                    );
+                    self.admission = Admission::Waiting {
+                        message: Some(message),
+                        nominated,
+                    };
+                }
+            }
+            Msg::Preempted { message } => {
+                self.pod_event(EventType::Normal, Reason::Preempted, message, None);
+            }
+            // The kubelet's hard eviction: a grace period of one second.
+            Msg::Evict { message } => self.evict(message, Duration::from_secs(1)),
         }
     }
 
@@ -304,6 +396,7 @@ impl PodTask {
         }
         let c = &mut self.containers[index];
         c.instance = None;
+        self.output.ended(&c.name, c.restart_count);
         let started_at = match c.state {
             State::Running { started_at } => started_at,
             _ => Timestamp::now(),
@@ -359,10 +452,21 @@ impl PodTask {
         }
     }
 
+    /// Fails the pod with reason `Evicted` and stops it within `grace`.
+    fn evict(&mut self, message: String, grace: Duration) {
+        if self.shutdown.is_some() {
+            return;
+        }
+        self.pod_event(EventType::Warning, Reason::Evicted, message.clone(), None);
+        self.failure = Some(("Evicted", message));
+        self.begin_shutdown(ShutdownCause::Evicted, grace);
+    }
+
     fn begin_shutdown(&mut self, cause: ShutdownCause, grace: Duration) {
         if self.shutdown.is_some() {
             return;
         }
+        self.seat.leaving();
         self.shutdown = Some(Shutdown {
             cause,
             deadline: Instant::now() + grace,
@@ -838,6 +942,7 @@ impl PodTask {
             cpu_share: c.spec.resources.cpu_share(),
             term: TermSignal(term_rx),
             net: self.net.clone(),
+            memory: self.memory.clone(),
         });
         let stdout = self.output.sink(&c.name, c.restart_count, Stream::Stdout);
         let stderr = self.output.sink(&c.name, c.restart_count, Stream::Stderr);
@@ -935,12 +1040,12 @@ impl PodTask {
                 let message = format!(
                     "Usage of EmptyDir volume {name:?} exceeds the limit {limit} bytes ({used} bytes used)."
                 );
-                self.pod_event(EventType::Warning, Reason::Evicted, message.clone(), None);
-                self.failure = Some(("Evicted", message));
-                self.begin_shutdown(ShutdownCause::Evicted, Duration::ZERO);
+                self.evict(message, Duration::ZERO);
             }
         }
+        let admitted = self.admission == Admission::Admitted;
         if self.shutdown.is_none()
+            && admitted
             && let Some(deadline) = self.spec.active_deadline
             && now >= self.started + deadline
         {
@@ -957,7 +1062,7 @@ impl PodTask {
             self.failure = Some(("DeadlineExceeded", message));
             self.begin_shutdown(ShutdownCause::DeadlineExceeded, self.spec.grace_period);
         }
-        if self.shutdown.is_none() {
+        if self.shutdown.is_none() && admitted {
             self.start_containers().await;
             if self.init_failed() || (self.initialized && self.regulars_done()) {
                 self.begin_shutdown(ShutdownCause::Completed, self.spec.grace_period);
@@ -1106,7 +1211,9 @@ impl PodTask {
         match self.shutdown {
             Some(s) => consider(Some(s.deadline)),
             None => {
-                consider(self.spec.active_deadline.map(|d| self.started + d));
+                if self.admission == Admission::Admitted {
+                    consider(self.spec.active_deadline.map(|d| self.started + d));
+                }
                 consider(self.volume_check);
             }
         }
@@ -1132,6 +1239,14 @@ impl PodTask {
     }
 
     fn update_conditions(&mut self) {
+        if let Admission::Waiting { message, .. } = &self.admission {
+            // Only the scheduler's verdict, as for a pod not bound to a node.
+            let scheduled = message
+                .clone()
+                .map(|m| ("PodScheduled", cond(false, Some("Unschedulable"), Some(m))));
+            self.set_conditions(scheduled.into_iter());
+            return;
+        }
         let phase = self.phase;
         let uninit = status::uninitialized(&self.containers);
         let initialized = self.initialized || uninit.is_empty();
@@ -1190,7 +1305,13 @@ impl PodTask {
             ("Initialized", initialized),
             ("Ready", ready),
             ("ContainersReady", containers_ready),
+            ("PodScheduled", cond(true, None, None)),
         ];
+        self.set_conditions(next.into_iter());
+    }
+
+    /// Records the conditions, keeping the transition time of those whose status is unchanged.
+    fn set_conditions(&mut self, next: impl Iterator<Item = (&'static str, Condition)>) {
         for (kind, mut c) in next {
             match self.conditions.iter_mut().find(|(k, _)| *k == kind) {
                 Some((_, old)) => {
@@ -1206,7 +1327,7 @@ impl PodTask {
 
     fn publish(&self, finished: bool, deleted: bool) {
         let time = |t: Timestamp| Some(Time(t));
-        let conditions = self
+        let conditions: Vec<k8s::PodCondition> = self
             .conditions
             .iter()
             .map(|(kind, c)| k8s::PodCondition {
@@ -1229,10 +1350,14 @@ impl PodTask {
         };
         let status = k8s::PodStatus {
             phase: Some(self.phase.as_str().into()),
-            conditions: Some(conditions),
+            conditions: (!conditions.is_empty()).then_some(conditions),
             init_container_statuses: statuses(true),
             container_statuses: statuses(false),
-            start_time: time(self.start_time),
+            start_time: (self.admission == Admission::Admitted).then_some(Time(self.start_time)),
+            nominated_node_name: match &self.admission {
+                Admission::Waiting { nominated, .. } => nominated.clone(),
+                Admission::Admitted => None,
+            },
             qos_class: Some(self.spec.qos_class().into()),
             pod_ip: Some(self.net.ip().to_string()),
             pod_ips: Some(vec![k8s::PodIP {
@@ -1255,6 +1380,7 @@ impl PodTask {
                 i.kill(EXIT_KILLED);
             }
         }
+        self.seat.release();
         self.volumes.remove(&self.pod_dir, &self.uid);
         self.pod_event(
             EventType::Normal,

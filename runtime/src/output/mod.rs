@@ -6,17 +6,21 @@
 //! to the speed of the log writer instead of growing the host's memory; lines longer than
 //! [`MAX_LINE`] are split into partial (`P`) records as the kubelet does.
 
-use std::collections::HashMap;
+mod reader;
+
+use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use std::path::PathBuf;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, ready};
 
 use tokio::io::AsyncWrite;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::PollSender;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
+
+pub use reader::{LogOptions, Logs};
 
 /// The longest line kept in one log record; longer lines are split.
 pub(crate) const MAX_LINE: usize = 16 * 1024;
@@ -61,6 +65,8 @@ struct Chunk {
     stream: Stream,
     time: jiff::Timestamp,
     lines: Vec<(bool, String)>,
+    /// The instance has ended: nothing more will come from it.
+    end: bool,
 }
 
 /// Where one container instance's stdout or stderr goes.
@@ -102,6 +108,7 @@ impl LineWriter {
             stream: self.sink.stream,
             time: jiff::Timestamp::now(),
             lines,
+            end: false,
         }
     }
 
@@ -170,14 +177,58 @@ impl Drop for LineWriter {
 /// The receiving end of a pod's output: writes the log files and feeds the pod's watcher.
 pub(crate) struct PodOutput {
     tx: mpsc::Sender<Chunk>,
+    book: Arc<LogBook>,
+}
+
+/// What readers of a pod's logs follow: where the files are, which instances have ended, and a
+/// signal each time the writer has flushed more.
+pub(crate) struct LogBook {
+    dir: PathBuf,
+    ended: Mutex<HashSet<(Arc<str>, i32)>>,
+    written: watch::Receiver<()>,
+}
+
+impl LogBook {
+    /// The instance's log is complete.
+    fn has_ended(&self, container: &str, instance: i32) -> bool {
+        let ended = self.ended.lock().unwrap_or_else(|e| e.into_inner());
+        ended.contains(&(Arc::from(container), instance))
+    }
 }
 
 impl PodOutput {
     /// Starts the pod's log writer, writing under `dir` and forwarding lines to `tap`.
     pub(crate) fn start(dir: PathBuf, tap: Option<mpsc::Sender<OutputLine>>) -> PodOutput {
         let (tx, rx) = mpsc::channel(CHANNEL_CHUNKS);
-        tokio::spawn(write_logs(dir, rx, tap));
-        PodOutput { tx }
+        let (written_tx, written) = watch::channel(());
+        let book = Arc::new(LogBook {
+            dir: dir.clone(),
+            ended: Mutex::default(),
+            written,
+        });
+        tokio::spawn(write_logs(dir, rx, tap, book.clone(), written_tx));
+        PodOutput { tx, book }
+    }
+
+    pub(crate) fn book(&self) -> Arc<LogBook> {
+        self.book.clone()
+    }
+
+    /// Marks the end of an instance's output, after everything it wrote (its stores are gone).
+    pub(crate) fn ended(&self, container: &Arc<str>, instance: i32) {
+        let chunk = Chunk {
+            container: container.clone(),
+            instance,
+            stream: Stream::Stdout,
+            time: jiff::Timestamp::now(),
+            lines: Vec::new(),
+            end: true,
+        };
+        let tx = self.tx.clone();
+        // The channel may be full of a flood's lines: never block the supervisor.
+        if let Err(mpsc::error::TrySendError::Full(chunk)) = tx.try_send(chunk) {
+            tokio::spawn(async move { tx.send(chunk).await });
+        }
     }
 
     pub(crate) fn sink(&self, container: &Arc<str>, instance: i32, stream: Stream) -> OutputSink {
@@ -199,6 +250,8 @@ async fn write_logs(
     dir: PathBuf,
     mut rx: mpsc::Receiver<Chunk>,
     tap: Option<mpsc::Sender<OutputLine>>,
+    book: Arc<LogBook>,
+    written: watch::Sender<()>,
 ) {
     let mut files: HashMap<Arc<str>, (i32, std::io::BufWriter<std::fs::File>)> = HashMap::new();
     while let Some(chunk) = rx.recv().await {
@@ -206,7 +259,12 @@ async fn write_logs(
         while let Ok(more) = rx.try_recv() {
             batch.push(more);
         }
+        let mut ended = Vec::new();
         for chunk in &batch {
+            if chunk.end {
+                ended.push((chunk.container.clone(), chunk.instance));
+                continue;
+            }
             let file = match files.get_mut(&chunk.container) {
                 Some((instance, file)) if *instance == chunk.instance => Some(file),
                 _ => open_log(&dir, &chunk.container, chunk.instance).map(|f| {
@@ -228,6 +286,14 @@ async fn write_logs(
         for (_, file) in files.values_mut() {
             let _ = file.flush();
         }
+        for (container, instance) in ended {
+            if files.get(&container).is_some_and(|(i, _)| *i == instance) {
+                files.remove(&container);
+            }
+            let mut set = book.ended.lock().unwrap_or_else(|e| e.into_inner());
+            set.insert((container, instance));
+        }
+        written.send_replace(());
         if let Some(tap) = &tap {
             for chunk in batch {
                 for (partial, line) in chunk.lines {

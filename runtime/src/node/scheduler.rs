@@ -1,0 +1,480 @@
+//! Admission for one node: what the scheduler and the kubelet's admission do for a cluster of
+//! one. A pod is admitted when its requests fit in what the node has left; otherwise it waits,
+//! Pending, in priority order. A waiting pod that may preempt, and that would fit once lower
+//! priority pods are gone, has the fewest such pods of the lowest priority deleted for it (the
+//! scheduler's victim selection); it starts when they are gone. Under memory pressure, pods are
+//! evicted in the kubelet's order.
+
+use std::cmp::Reverse;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
+
+use super::{Allocatable, PodHandle};
+use crate::container::{NodeMemory, PodMemory};
+use crate::spec::Requests;
+use crate::supervisor::Msg;
+
+/// How long the node waits before looking for eviction victims again after finding none.
+const QUIET: Duration = Duration::from_millis(100);
+
+/// What admission knows of a pod.
+pub(crate) struct Candidate {
+    pub handle: PodHandle,
+    pub namespace: String,
+    pub priority: i32,
+    /// `preemptionPolicy` is not `Never`.
+    pub preempts: bool,
+    pub requests: Requests,
+    pub memory: Arc<PodMemory>,
+}
+
+enum State {
+    /// Waiting for room; `nominated` once victims were chosen for it.
+    Pending {
+        nominated: bool,
+        message: Option<String>,
+    },
+    /// Counted against the node; `leaving` once it is stopping for good.
+    Admitted { leaving: bool },
+}
+
+struct Entry {
+    pod: Candidate,
+    state: State,
+}
+
+/// Resources in use (or reserved).
+#[derive(Debug, Clone, Copy, Default)]
+struct Usage {
+    memory: u64,
+    cpu_milli: u64,
+    pods: u64,
+}
+
+impl Usage {
+    fn plus(self, r: Requests) -> Usage {
+        Usage {
+            memory: self.memory.saturating_add(r.memory),
+            cpu_milli: self.cpu_milli.saturating_add(r.cpu_milli),
+            pods: self.pods + 1,
+        }
+    }
+
+    fn add(self, other: Usage) -> Usage {
+        Usage {
+            memory: self.memory.saturating_add(other.memory),
+            cpu_milli: self.cpu_milli.saturating_add(other.cpu_milli),
+            pods: self.pods + other.pods,
+        }
+    }
+
+    fn minus(self, r: Requests) -> Usage {
+        Usage {
+            memory: self.memory.saturating_sub(r.memory),
+            cpu_milli: self.cpu_milli.saturating_sub(r.cpu_milli),
+            pods: self.pods.saturating_sub(1),
+        }
+    }
+}
+
+#[derive(Default)]
+struct Inner {
+    entries: HashMap<u64, Entry>,
+    /// The admitted pods' requests.
+    used: Usage,
+    /// Keys released before they were submitted.
+    gone: HashSet<u64>,
+}
+
+pub(crate) struct Scheduler {
+    inner: Mutex<Inner>,
+    allocatable: Allocatable,
+    node_name: String,
+    memory: Arc<NodeMemory>,
+    next_key: AtomicU64,
+    evicting: AtomicBool,
+    /// No eviction victim was found: do not look again before then.
+    quiet_until: Mutex<Option<Instant>>,
+}
+
+/// A pod's place in admission, held by its supervisor.
+pub(crate) struct Seat {
+    scheduler: Weak<Scheduler>,
+    key: u64,
+}
+
+impl Seat {
+    /// The pod is stopping for good: its room will be free soon (preemption waits for it).
+    pub(crate) fn leaving(&self) {
+        if let Some(s) = self.scheduler.upgrade() {
+            s.leaving(self.key);
+        }
+    }
+
+    /// The pod has stopped for good (or is deleted): its room is free.
+    pub(crate) fn release(&self) {
+        if let Some(s) = self.scheduler.upgrade() {
+            s.release(self.key);
+        }
+    }
+}
+
+impl Scheduler {
+    pub(crate) fn new(
+        allocatable: Allocatable,
+        node_name: String,
+        memory: Arc<NodeMemory>,
+    ) -> Arc<Scheduler> {
+        let scheduler = Arc::new(Scheduler {
+            inner: Mutex::default(),
+            allocatable,
+            node_name,
+            memory: memory.clone(),
+            next_key: AtomicU64::new(1),
+            evicting: AtomicBool::new(false),
+            quiet_until: Mutex::new(None),
+        });
+        let weak = Arc::downgrade(&scheduler);
+        memory.on_pressure(move || {
+            if let Some(s) = weak.upgrade() {
+                s.alarm();
+            }
+        });
+        scheduler
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A seat for a pod about to be submitted.
+    pub(crate) fn seat(self: &Arc<Self>) -> Seat {
+        Seat {
+            scheduler: Arc::downgrade(self),
+            key: self.next_key.fetch_add(1, Ordering::Relaxed),
+        }
+    }
+
+    /// Queues the pod of `seat` and admits what fits; returns whether that pod was admitted
+    /// (it is not sent [`Msg::Admit`]).
+    pub(crate) fn submit(&self, seat: &Seat, pod: Candidate) -> bool {
+        let mut inner = self.lock();
+        if inner.gone.remove(&seat.key) {
+            return false;
+        }
+        let state = State::Pending {
+            nominated: false,
+            message: None,
+        };
+        inner.entries.insert(seat.key, Entry { pod, state });
+        self.schedule(&mut inner, Some(seat.key))
+    }
+
+    fn leaving(&self, key: u64) {
+        if let Some(Entry {
+            state: State::Admitted { leaving },
+            ..
+        }) = self.lock().entries.get_mut(&key)
+        {
+            *leaving = true;
+        }
+    }
+
+    fn release(&self, key: u64) {
+        let mut inner = self.lock();
+        match inner.entries.remove(&key) {
+            None => {
+                inner.gone.insert(key);
+            }
+            Some(entry) => {
+                if let State::Admitted { .. } = entry.state {
+                    inner.used = inner.used.minus(entry.pod.requests);
+                }
+                self.schedule(&mut inner, None);
+            }
+        }
+    }
+
+    /// What `requests` lacks with `used` taken, in the scheduler's words; empty when it fits.
+    fn shortfall(&self, used: Usage, requests: Requests) -> Vec<&'static str> {
+        let after = used.plus(requests);
+        let a = &self.allocatable;
+        let mut lacking = Vec::new();
+        if after.cpu_milli > a.cpu_milli && requests.cpu_milli > 0 {
+            lacking.push("Insufficient cpu");
+        }
+        if after.memory > a.memory && requests.memory > 0 {
+            lacking.push("Insufficient memory");
+        }
+        if after.pods > a.pods {
+            lacking.push("Too many pods");
+        }
+        lacking
+    }
+
+    /// Admits the pending pods that fit, highest priority first (then oldest); chooses victims
+    /// for a pod that does not fit and may preempt. Returns whether `submitting` was admitted.
+    fn schedule(&self, inner: &mut Inner, submitting: Option<u64>) -> bool {
+        let mut pending: Vec<(Reverse<i32>, u64)> = inner
+            .entries
+            .iter()
+            .filter(|(_, e)| matches!(e.state, State::Pending { .. }))
+            .map(|(&key, e)| (Reverse(e.pod.priority), key))
+            .collect();
+        pending.sort_unstable();
+        let mut admitted = false;
+        // Room held for nominated pods while their victims stop: lower pods may not take it.
+        let mut reserved = Usage::default();
+        for (_, key) in pending {
+            let requests = inner.entries[&key].pod.requests;
+            let verdict = self.verdict(inner, key, reserved);
+            let entry = inner.entries.get_mut(&key).expect("pending entry");
+            let message = match verdict {
+                Verdict::Admit => {
+                    inner.used = inner.used.plus(requests);
+                    entry.state = State::Admitted { leaving: false };
+                    if submitting == Some(key) {
+                        admitted = true;
+                    } else {
+                        entry.pod.handle.send(Msg::Admit);
+                    }
+                    continue;
+                }
+                Verdict::Hold => {
+                    reserved = reserved.plus(requests);
+                    continue;
+                }
+                Verdict::Nominate(victims, message) => {
+                    entry.state = State::Pending {
+                        nominated: true,
+                        message: Some(message.clone()),
+                    };
+                    entry.pod.handle.send(Msg::Unschedulable {
+                        message,
+                        nominated: Some(self.node_name.clone()),
+                    });
+                    self.preempt(inner, key, &victims);
+                    reserved = reserved.plus(requests);
+                    continue;
+                }
+                Verdict::Wait(message) => message,
+            };
+            if let State::Pending {
+                nominated,
+                message: said,
+            } = &mut entry.state
+            {
+                *nominated = false;
+                if said.as_deref() != Some(message.as_str()) {
+                    *said = Some(message.clone());
+                    entry.pod.handle.send(Msg::Unschedulable {
+                        message,
+                        nominated: None,
+                    });
+                }
+            }
+        }
+        admitted
+    }
+
+    /// What becomes of pending pod `key`, with `reserved` held for pods before it.
+    fn verdict(&self, inner: &Inner, key: u64, reserved: Usage) -> Verdict {
+        let entry = &inner.entries[&key];
+        let lacking = self.shortfall(inner.used.add(reserved), entry.pod.requests);
+        if lacking.is_empty() {
+            return Verdict::Admit;
+        }
+        let nominated = matches!(
+            entry.state,
+            State::Pending {
+                nominated: true,
+                ..
+            }
+        );
+        let message = format!("0/1 nodes are available: 1 {}.", lacking.join(", 1 "));
+        if !entry.pod.preempts {
+            return Verdict::Wait(
+                message + " preemption: not eligible due to preemptionPolicy=Never.",
+            );
+        }
+        match self.victims(inner, key, reserved) {
+            Choice::Victims(victims) => Verdict::Nominate(victims, message),
+            // Its victims are still stopping.
+            Choice::WaitForLeaving if nominated => Verdict::Hold,
+            Choice::WaitForLeaving => Verdict::Wait(
+                message + " preemption: waiting for terminating pods to leave the node.",
+            ),
+            Choice::None => Verdict::Wait(
+                message
+                    + " preemption: 0/1 nodes are available: 1 No preemption victims found for \
+                       incoming pod.",
+            ),
+        }
+    }
+
+    /// The scheduler's victim selection on one node: if removing every pod of lower priority
+    /// than the preemptor (and the pods already leaving) makes it fit, remove them, then
+    /// reprieve as many as possible, most important first; the rest are the victims.
+    fn victims(&self, inner: &Inner, key: u64, reserved: Usage) -> Choice {
+        let preemptor = &inner.entries[&key].pod;
+        let mut base = inner.used.add(reserved);
+        let mut candidates = Vec::new();
+        for (&k, e) in &inner.entries {
+            match e.state {
+                State::Admitted { leaving: true } => base = base.minus(e.pod.requests),
+                State::Admitted { leaving: false } if e.pod.priority < preemptor.priority => {
+                    candidates.push((Reverse(e.pod.priority), k));
+                }
+                _ => {}
+            }
+        }
+        if self.shortfall(base, preemptor.requests).is_empty() {
+            return Choice::WaitForLeaving;
+        }
+        for (_, k) in &candidates {
+            base = base.minus(inner.entries[k].pod.requests);
+        }
+        if !self.shortfall(base, preemptor.requests).is_empty() {
+            return Choice::None;
+        }
+        // Most important first: higher priority, then older (a smaller key).
+        candidates.sort_unstable();
+        let mut victims = Vec::new();
+        for (_, k) in candidates {
+            let kept = base.plus(inner.entries[&k].pod.requests);
+            if self.shortfall(kept, preemptor.requests).is_empty() {
+                base = kept;
+            } else {
+                victims.push(k);
+            }
+        }
+        Choice::Victims(victims)
+    }
+
+    fn preempt(&self, inner: &mut Inner, preemptor: u64, victims: &[u64]) {
+        let by = &inner.entries[&preemptor].pod;
+        let message = format!(
+            "Preempted by pod {}/{} on node {}",
+            by.namespace,
+            by.handle.name(),
+            self.node_name
+        );
+        for key in victims {
+            let entry = inner.entries.get_mut(key).expect("victim entry");
+            entry.state = State::Admitted { leaving: true };
+            tracing::info!(pod = entry.pod.handle.name(), "{message}");
+            entry.pod.handle.send(Msg::Preempted {
+                message: message.clone(),
+            });
+            entry.pod.handle.delete(None);
+        }
+    }
+
+    // ---- eviction under memory pressure --------------------------------------------------------
+
+    /// A growth left the guests above the threshold: start evicting unless already at it.
+    fn alarm(self: Arc<Self>) {
+        let quiet = *self.quiet_until.lock().unwrap_or_else(|e| e.into_inner());
+        if quiet.is_some_and(|t| Instant::now() < t) || self.evicting.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(runtime.spawn(self.evict())),
+            Err(_) => self.evicting.store(false, Ordering::Release),
+        }
+    }
+
+    /// Evicts one pod at a time, each once the previous one has stopped, while the guests use
+    /// more than the threshold and a pod uses more than it requested.
+    async fn evict(self: Arc<Self>) {
+        loop {
+            let mut stuck = false;
+            while self.memory.under_pressure() {
+                let Some((victim, message)) = self.pressure_victim() else {
+                    stuck = true;
+                    break;
+                };
+                tracing::warn!(pod = victim.name(), "{message}");
+                victim.send(Msg::Evict { message });
+                victim.wait().await;
+            }
+            self.evicting.store(false, Ordering::Release);
+            if stuck {
+                tracing::warn!(
+                    used = self.memory.used(),
+                    threshold = self.memory.threshold(),
+                    "the node is under memory pressure, but every pod is within its requests"
+                );
+                *self.quiet_until.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Some(Instant::now() + QUIET);
+                return;
+            }
+            // A growth while this task was finishing found it busy: look again.
+            if !self.memory.under_pressure() || self.evicting.swap(true, Ordering::AcqRel) {
+                return;
+            }
+        }
+    }
+
+    /// The kubelet's ranking under memory pressure: pods using more than they request, lowest
+    /// priority first, then the most above its request. Pods within their requests are never
+    /// chosen.
+    fn pressure_victim(&self) -> Option<(PodHandle, String)> {
+        let mut inner = self.lock();
+        let (_, _, key) = inner
+            .entries
+            .iter()
+            .filter_map(|(&key, e)| {
+                let State::Admitted { leaving: false } = e.state else {
+                    return None;
+                };
+                let used = e.pod.memory.used();
+                let excess = used.checked_sub(e.pod.requests.memory)?;
+                (excess > 0).then_some((e.pod.priority, Reverse(excess), key))
+            })
+            .min()?;
+        let entry = inner.entries.get_mut(&key)?;
+        entry.state = State::Admitted { leaving: true };
+        let message = format!(
+            "The node was low on resource: memory. Threshold quantity: {}, in use: {}. \
+             Pod {} was using {}, request is {}, has larger consumption of memory.",
+            mib(self.memory.threshold()),
+            mib(self.memory.used()),
+            entry.pod.handle.name(),
+            mib(entry.pod.memory.used()),
+            mib(entry.pod.requests.memory),
+        );
+        Some((entry.pod.handle.clone(), message))
+    }
+}
+
+/// What admission does with a pending pod.
+enum Verdict {
+    Admit,
+    /// Keep its room while its victims stop.
+    Hold,
+    /// Preempt these pods for it.
+    Nominate(Vec<u64>, String),
+    /// It waits, for this reason.
+    Wait(String),
+}
+
+enum Choice {
+    Victims(Vec<u64>),
+    /// The pod fits once the pods already stopping have left.
+    WaitForLeaving,
+    None,
+}
+
+/// Bytes as the kubelet prints memory quantities (`Ki`, `Mi`, `Gi` when exact).
+fn mib(bytes: u64) -> String {
+    match bytes {
+        0 => "0".into(),
+        b if b % (1 << 30) == 0 => format!("{}Gi", b >> 30),
+        b if b % (1 << 20) == 0 => format!("{}Mi", b >> 20),
+        b if b % (1 << 10) == 0 => format!("{}Ki", b >> 10),
+        b => b.to_string(),
+    }
+}

@@ -1,0 +1,140 @@
+//! Reading a container's log back, as `kubectl logs [-f] [-p]` does: the CRI-format file of one
+//! instance, from its start, optionally followed until the instance has ended.
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tokio::io::AsyncReadExt;
+use tokio::sync::watch;
+
+use super::{LogBook, OutputLine, Stream, log_file};
+
+/// Which log [`crate::PodHandle::logs`] reads, and how.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LogOptions {
+    /// Keep reading as the container writes, until it ends (`kubectl logs -f`).
+    pub follow: bool,
+    /// The previous instance of the container, the one before its last restart
+    /// (`kubectl logs -p`).
+    pub previous: bool,
+}
+
+impl LogOptions {
+    /// Sets [`LogOptions::follow`].
+    pub fn follow(mut self) -> Self {
+        self.follow = true;
+        self
+    }
+
+    /// Sets [`LogOptions::previous`].
+    pub fn previous(mut self) -> Self {
+        self.previous = true;
+        self
+    }
+}
+
+/// The lines of one container instance's log, in order (see [`crate::PodHandle::logs`]).
+pub struct Logs {
+    container: Arc<str>,
+    instance: i32,
+    path: PathBuf,
+    file: Option<tokio::fs::File>,
+    /// Bytes read past the last complete line.
+    partial: Vec<u8>,
+    lines: VecDeque<OutputLine>,
+    follow: bool,
+    book: Arc<LogBook>,
+    written: watch::Receiver<()>,
+    done: bool,
+}
+
+impl Logs {
+    pub(crate) fn open(book: Arc<LogBook>, container: &str, instance: i32, follow: bool) -> Logs {
+        let mut written = book.written.clone();
+        written.mark_unchanged();
+        Logs {
+            container: container.into(),
+            instance,
+            path: log_file(&book.dir, container, instance),
+            file: None,
+            partial: Vec::new(),
+            lines: VecDeque::new(),
+            follow,
+            book,
+            written,
+            done: false,
+        }
+    }
+
+    /// The next line; `None` at the end of the log (when following: once the instance has
+    /// ended and all it wrote was read, or the pod is deleted).
+    pub async fn next(&mut self) -> Option<OutputLine> {
+        loop {
+            if let Some(line) = self.lines.pop_front() {
+                return Some(line);
+            }
+            if self.done {
+                return None;
+            }
+            // Seen before reading, so nothing flushed after the read is missed.
+            let ended = self.book.has_ended(&self.container, self.instance);
+            self.written.mark_unchanged();
+            self.read_more().await;
+            if !self.lines.is_empty() {
+                continue;
+            }
+            if !self.follow || ended || self.written.changed().await.is_err() {
+                // One last read: the writer may have flushed before it went away.
+                self.read_more().await;
+                self.done = true;
+            }
+        }
+    }
+
+    /// Reads what the file holds past what was read, as lines.
+    async fn read_more(&mut self) {
+        if self.file.is_none() {
+            match tokio::fs::File::open(&self.path).await {
+                Ok(file) => self.file = Some(file),
+                Err(_) => return, // nothing written yet
+            }
+        }
+        let Some(file) = &mut self.file else { return };
+        let start = self.partial.len();
+        if let Err(e) = file.read_to_end(&mut self.partial).await {
+            tracing::warn!(file = %self.path.display(), "cannot read the container log: {e}");
+            self.partial.truncate(start);
+            return;
+        }
+        let mut consumed = 0;
+        while let Some(nl) = self.partial[consumed..].iter().position(|&b| b == b'\n') {
+            let record = &self.partial[consumed..consumed + nl];
+            if let Some(line) = parse(&self.container, record) {
+                self.lines.push_back(line);
+            }
+            consumed += nl + 1;
+        }
+        self.partial.drain(..consumed);
+    }
+}
+
+/// One CRI log record: `<time> <stdout|stderr> <F|P> <line>`.
+fn parse(container: &str, record: &[u8]) -> Option<OutputLine> {
+    let record = String::from_utf8_lossy(record);
+    let mut fields = record.splitn(4, ' ');
+    let _time = fields.next()?;
+    let stream = match fields.next()? {
+        "stdout" => Stream::Stdout,
+        "stderr" => Stream::Stderr,
+        _ => return None,
+    };
+    let partial = fields.next()? == "P";
+    Some(OutputLine {
+        container: container.to_owned(),
+        stream,
+        line: fields.next().unwrap_or_default().to_owned(),
+        partial,
+    })
+}

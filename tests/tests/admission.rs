@@ -1,0 +1,389 @@
+//! The node's admission: allocatable resources, pods Pending with the scheduler's reason,
+//! priority classes, the pending queue in priority order, preemption and non-preempting pods.
+
+use std::time::{Duration, SystemTime};
+
+use wasmpod::Reason::*;
+use wasmpod::k8s_openapi::api::core::v1::PodStatus;
+use wasmpod::{Allocatable, Error, NodeOptions, PodHandle, PodOptions};
+use wasmpod_tests::{TestNode, Timeline, condition, is_running, wait_for};
+
+const LIMIT: Duration = Duration::from_secs(20);
+
+const CLASSES: &str = r#"
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: { name: low }
+value: 1
+---
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: { name: mid }
+value: 5
+---
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: { name: high }
+value: 10
+---
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: { name: high-waits }
+value: 10
+preemptionPolicy: Never
+"#;
+
+/// A node with the test classes (read from YAML, as `wasmpod run --config` does), `memory_mib`
+/// of allocatable memory and room for `pods` pods.
+fn node(memory_mib: u64, pods: u64, more: &str) -> TestNode {
+    let file = tempfile::NamedTempFile::new().unwrap();
+    let top = "\n---\napiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: { name: top }\nvalue: 100\n";
+    std::fs::write(file.path(), format!("{CLASSES}{top}{more}")).unwrap();
+    let classes = wasmpod::read_priority_classes(file.path()).unwrap();
+    TestNode::with(|o: NodeOptions| {
+        o.allocatable(
+            Allocatable::from_machine()
+                .memory(memory_mib << 20)
+                .pods(pods),
+        )
+        .priority_classes(classes)
+    })
+}
+
+/// A pod of one container that handles TERM by exiting 300 ms later; `class` may be empty.
+fn pod(name: &str, class: &str, memory: &str, args: &str) -> String {
+    let class = if class.is_empty() {
+        String::new()
+    } else {
+        format!("priorityClassName: {class}")
+    };
+    format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {{ name: {name} }}
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 5
+  {class}
+  containers:
+  - name: c
+    image: "{{term}}"
+    args: {args}
+    resources: {{ requests: {{ memory: {memory} }} }}
+"#
+    )
+}
+
+const SLEEPS: &str = r#"[on-term, "0", "300", print, up, sleep, "600000"]"#;
+
+async fn running(pod: &PodHandle) -> PodStatus {
+    wait_for(pod, LIMIT, |s| is_running(s, "c")).await
+}
+
+/// Waits until the scheduler's verdict on a pod that does not fit, and returns its message.
+async fn unschedulable(pod: &PodHandle) -> String {
+    let s = wait_for(pod, LIMIT, |s| {
+        s.conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == "PodScheduled")
+    })
+    .await;
+    assert_eq!(s.phase.as_deref(), Some("Pending"));
+    let (status, reason, message) = scheduled(&s);
+    assert_eq!(
+        (status.as_str(), reason.as_deref()),
+        ("False", Some("Unschedulable"))
+    );
+    message.unwrap()
+}
+
+fn scheduled(status: &PodStatus) -> (String, Option<String>, Option<String>) {
+    condition(status, "PodScheduled")
+}
+
+/// The time of the pod's first event with `reason` (container or pod level).
+fn time_of(timeline: &Timeline, reason: wasmpod::Reason) -> SystemTime {
+    let i = timeline
+        .0
+        .iter()
+        .position(|e| e.reason == reason)
+        .unwrap_or_else(|| panic!("no {reason:?} in\n{timeline}"));
+    timeline.time(i)
+}
+
+/// A pod whose requests do not fit stays Pending with the scheduler's reason and starts once
+/// room is made; pod count and CPU are resources too.
+#[tokio::test]
+async fn pods_that_do_not_fit_wait_pending() {
+    let node = node(256, 2, "");
+    let big = node.start(&pod("big", "", "200Mi", SLEEPS)).await;
+    running(&big).await;
+    assert_eq!(scheduled(&big.status()).0, "True");
+
+    let waiting = node.start(&pod("waiting", "", "100Mi", SLEEPS)).await;
+    let message = unschedulable(&waiting).await;
+    assert!(
+        message.starts_with("0/1 nodes are available: 1 Insufficient memory."),
+        "{message}"
+    );
+    assert!(
+        waiting.status().start_time.is_none(),
+        "an unscheduled pod has no start time"
+    );
+    let err = waiting
+        .logs("c", wasmpod::LogOptions::default())
+        .err()
+        .unwrap();
+    assert_eq!(
+        err.to_string(),
+        "container \"c\" in pod \"waiting\" is waiting to start: ContainerCreating"
+    );
+    let events = Timeline::so_far(&waiting).await;
+    assert_eq!(events.pod_positions(FailedScheduling).len(), 1, "{events}");
+    assert!(events.positions("c", Created).is_empty(), "{events}");
+
+    // Two pods fill the node's pod count: a third best-effort pod waits too.
+    let small = node.start(&pod("small", "", "10Mi", SLEEPS)).await;
+    running(&small).await;
+    let third = node.start(&pod("third", "", "0", SLEEPS)).await;
+    let message = unschedulable(&third).await;
+    assert!(message.contains("1 Too many pods"), "{message}");
+
+    // Deleting the big pod makes room for `waiting` (oldest first) but not yet for `third`.
+    big.delete(None);
+    running(&waiting).await;
+    let big_events = Timeline::collect(&big).await;
+    let waiting_events = Timeline::so_far(&waiting).await;
+    assert!(
+        time_of(&waiting_events, Started) > big_events.time(big_events.last("c", Exited)),
+        "started before the big pod stopped:\n{big_events}\n{waiting_events}"
+    );
+    assert!(waiting.status().start_time.is_some());
+    assert_eq!(third.status().phase.as_deref(), Some("Pending"));
+    small.delete(Some(Duration::ZERO));
+    running(&third).await;
+
+    // CPU: a request larger than the node is never admitted.
+    let cpu = Allocatable::from_machine().cpu_milli + 1;
+    let greedy = node
+        .start(
+            &pod("greedy", "", "0", SLEEPS).replace("{ memory: 0 }", &format!("{{ cpu: {cpu}m }}")),
+        )
+        .await;
+    let message = unschedulable(&greedy).await;
+    assert!(message.contains("Insufficient cpu"), "{message}");
+    // Deleting a pod that never started is immediate.
+    greedy.delete(None);
+    tokio::time::timeout(LIMIT, greedy.deleted()).await.unwrap();
+    for pod in [&waiting, &third] {
+        pod.delete(Some(Duration::ZERO));
+    }
+}
+
+/// Pending pods are admitted highest priority first, whatever their order of creation.
+#[tokio::test]
+async fn pending_pods_start_in_priority_order() {
+    let node = node(1024, 1, "");
+    let blocker = node.start(&pod("blocker", "high", "0", SLEEPS)).await;
+    running(&blocker).await;
+    let quick = r#"[print, done]"#;
+    let low = node.start(&pod("low", "low", "0", quick)).await;
+    let mid = node.start(&pod("mid", "mid", "0", quick)).await;
+    let default = node.start(&pod("default", "", "0", quick)).await;
+    for pod in [&low, &mid, &default] {
+        // None can preempt the higher-priority blocker.
+        let message = unschedulable(pod).await;
+        assert!(message.contains("No preemption victims found"), "{message}");
+    }
+    blocker.delete(Some(Duration::ZERO));
+    let mut started = Vec::new();
+    for pod in [&low, &mid, &default] {
+        tokio::time::timeout(LIMIT, pod.wait()).await.unwrap();
+        started.push((
+            time_of(&Timeline::so_far(pod).await, Started),
+            pod.name().to_owned(),
+        ));
+    }
+    started.sort();
+    let order: Vec<&str> = started.iter().map(|(_, n)| n.as_str()).collect();
+    // A pod without a class has priority 0: after `low` (1).
+    assert_eq!(order, ["mid", "low", "default"]);
+    // Each started only after the one before it had stopped (room for one pod).
+    let mid_events = Timeline::so_far(&mid).await;
+    let low_events = Timeline::so_far(&low).await;
+    assert!(time_of(&low_events, Started) > mid_events.time(mid_events.last("c", Exited)));
+}
+
+/// A pod that does not fit preempts the fewest pods of the lowest priority that make room: they
+/// are deleted gracefully (`Preempted`, their own grace period), it starts once they are gone,
+/// and pods of equal or higher priority are never touched.
+#[tokio::test]
+async fn preemption_takes_the_lowest_priority_victims() {
+    let node = node(400, 100, "");
+    let a = node.start(&pod("a", "low", "100Mi", SLEEPS)).await;
+    let b = node.start(&pod("b", "mid", "100Mi", SLEEPS)).await;
+    let c = node.start(&pod("c", "high", "200Mi", SLEEPS)).await;
+    for pod in [&a, &b, &c] {
+        running(pod).await;
+    }
+    // Equal priority: `c` (10) is not a victim for another 10, so only a and b could be,
+    // and they would not make room for 300Mi.
+    let equal = node.start(&pod("equal", "high", "300Mi", SLEEPS)).await;
+    let message = unschedulable(&equal).await;
+    assert!(message.contains("No preemption victims found"), "{message}");
+    equal.delete(None);
+    equal.deleted().await;
+
+    // `top` (100) needs 200Mi: removing `c` alone would do, but the victims are the pods of
+    // the lowest priority that make room: a and b.
+    let top = node.start(&pod("top", "top", "200Mi", SLEEPS)).await;
+    let s = running(&top).await;
+    assert_eq!(s.nominated_node_name, None);
+    let (a_events, b_events) = (Timeline::collect(&a).await, Timeline::collect(&b).await);
+    let top_events = Timeline::so_far(&top).await;
+    for (victim, events) in [("a", &a_events), ("b", &b_events)] {
+        let preempted = events.pod_positions(Preempted);
+        assert_eq!(preempted.len(), 1, "{victim}:\n{events}");
+        assert_eq!(
+            events.0[preempted[0]].message,
+            format!("Preempted by pod default/top on node {}", node_name())
+        );
+        // Gracefully, with the pod's own grace period: TERM, then the guest's own exit.
+        let terminating = events.pod_positions(Terminating)[0];
+        assert!(terminating > preempted[0]);
+        assert_eq!(
+            events.0[terminating].message,
+            "Deleting pod with grace period 5s"
+        );
+        assert_eq!(events.exit_codes("c"), [0], "{victim}:\n{events}");
+        assert!(
+            time_of(&top_events, Started) > events.time(events.last("c", Exited)),
+            "top started before {victim} stopped:\n{events}\n{top_events}"
+        );
+    }
+    // While waiting, `top` was nominated to this node.
+    assert!(
+        top_events.pod_positions(FailedScheduling).len() == 1,
+        "{top_events}"
+    );
+    assert!(
+        is_running(&c.status(), "c"),
+        "c (priority 10) was not a victim"
+    );
+    assert!(
+        Timeline::so_far(&c)
+            .await
+            .pod_positions(Preempted)
+            .is_empty()
+    );
+    for pod in [&c, &top] {
+        pod.delete(Some(Duration::ZERO));
+    }
+}
+
+/// A pod with `preemptionPolicy: Never` waits for room instead of preempting, ahead of
+/// lower-priority pending pods.
+#[tokio::test]
+async fn non_preempting_pods_wait() {
+    let node = node(200, 100, "");
+    let low = node.start(&pod("low", "low", "200Mi", SLEEPS)).await;
+    running(&low).await;
+    let waits = node
+        .start(&pod("waits", "high-waits", "100Mi", SLEEPS))
+        .await;
+    let message = unschedulable(&waits).await;
+    assert!(
+        message.ends_with("preemption: not eligible due to preemptionPolicy=Never."),
+        "{message}"
+    );
+    assert_eq!(waits.status().nominated_node_name, None);
+    // Another lower-priority pod queued behind it does not jump ahead once there is room.
+    let later = node.start(&pod("later", "low", "150Mi", SLEEPS)).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        Timeline::so_far(&low)
+            .await
+            .pod_positions(Preempted)
+            .is_empty()
+    );
+    assert!(is_running(&low.status(), "c"));
+    low.delete(None);
+    running(&waits).await;
+    assert_eq!(later.status().phase.as_deref(), Some("Pending"));
+    for pod in [&waits, &later] {
+        pod.delete(Some(Duration::ZERO));
+    }
+}
+
+/// Priority classes: a pod naming an unknown one is refused; the global default applies to pods
+/// without a class; two global defaults are an error.
+#[tokio::test]
+async fn priority_classes_resolve_at_admission() {
+    let default = r#"
+---
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: { name: everyday }
+value: 3
+globalDefault: true
+"#;
+    let node = node(100, 100, default);
+    let unknown = node
+        .node
+        .create_pod(
+            node.spec(&pod("x", "nope", "0", SLEEPS)),
+            PodOptions::default(),
+        )
+        .await;
+    match unknown {
+        Err(e @ Error::UnknownPriorityClass(_)) => assert_eq!(
+            e.to_string(),
+            "spec.priorityClassName: no PriorityClass with name nope was found"
+        ),
+        other => panic!(
+            "expected UnknownPriorityClass, got {:?}",
+            other.map(|p| p.status())
+        ),
+    }
+    // The name is free again after the refusal.
+    let low = node.start(&pod("x", "low", "100Mi", SLEEPS)).await;
+    running(&low).await;
+    // Without a class, the pod gets the global default (3 > 1): it preempts `low`.
+    let plain = node.start(&pod("plain", "", "100Mi", SLEEPS)).await;
+    running(&plain).await;
+    let events = Timeline::collect(&low).await;
+    assert_eq!(events.pod_positions(Preempted).len(), 1, "{events}");
+    plain.delete(Some(Duration::ZERO));
+
+    let twice = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        twice.path(),
+        format!("{default}{}", default.replace("everyday", "other")),
+    )
+    .unwrap();
+    let classes = wasmpod::read_priority_classes(twice.path()).unwrap();
+    let err = wasmpod::Node::new(NodeOptions::default().priority_classes(classes))
+        .err()
+        .expect("two global defaults");
+    assert!(
+        err.to_string()
+            .contains("only one PriorityClass can be the global default")
+    );
+
+    let bad = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        bad.path(),
+        "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: huge}\n\
+         value: 2000000000\npreemptionPolicy: Sometimes\n",
+    )
+    .unwrap();
+    let err = wasmpod::read_priority_classes(bad.path()).unwrap_err();
+    let paths: Vec<&str> = err.errors.iter().map(|e| e.path.as_str()).collect();
+    assert_eq!(paths, ["document 1.value", "document 1.preemptionPolicy"]);
+}
+
+fn node_name() -> String {
+    NodeOptions::default().node_name
+}
