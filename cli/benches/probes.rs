@@ -81,14 +81,12 @@ async fn main() {
         .ok()
         .and_then(|n| n.parse().ok())
         .unwrap_or(1000);
-    let spec = PodSpec::from_yaml(&pod("probed", "{p1}", &probe_dir, true), dir.path()).unwrap();
     let mut pods = Vec::new();
-    for _ in 0..n {
-        pods.push(
-            node.create_pod(spec.clone(), PodOptions::default())
-                .await
-                .unwrap(),
-        );
+    for i in 0..n {
+        // One pod of a name at a time: each has its own.
+        let yaml = pod(&format!("probed-{i}"), "{p1}", &probe_dir, true);
+        let spec = PodSpec::from_yaml(&yaml, dir.path()).unwrap();
+        pods.push(node.create_pod(spec, PodOptions::default()).await.unwrap());
     }
     for pod in &pods {
         pod.wait_until(|s| s.container_statuses.iter().flatten().all(|c| c.ready))

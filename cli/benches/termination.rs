@@ -20,20 +20,18 @@ fn time(e: &Event) -> SystemTime {
 
 fn yaml(name: &str, grace: u32, image: &str, args: &str) -> String {
     wasmpod_tests::fill(&format!(
-        "apiVersion: v1\nkind: Pod\nmetadata: {{ name: {name} }}\nspec:\n  terminationGracePeriodSeconds: {grace}\n  containers:\n  - {{ name: c, image: \"{image}\", args: {args} }}\n"
+        "apiVersion: v1\nkind: Pod\nmetadata: {{ name: {name}-INDEX }}\nspec:\n  terminationGracePeriodSeconds: {grace}\n  containers:\n  - {{ name: c, image: \"{image}\", args: {args} }}\n"
     ))
 }
 
 /// Starts `n` pods, deletes them all once running, and returns for each the time from TERM
 /// (`Killing`) plus `offset` to `Exited`.
 async fn measure(node: &Node, dir: &Path, n: usize, yaml: &str, offset: Duration) -> Vec<Duration> {
-    let spec = PodSpec::from_yaml(yaml, dir).unwrap();
     let mut pods: Vec<PodHandle> = Vec::new();
-    for _ in 0..n {
-        let pod = node
-            .create_pod(spec.clone(), PodOptions::default())
-            .await
-            .unwrap();
+    for i in 0..n {
+        // One pod of a name at a time: each has its own.
+        let spec = PodSpec::from_yaml(&yaml.replace("INDEX", &i.to_string()), dir).unwrap();
+        let pod = node.create_pod(spec, PodOptions::default()).await.unwrap();
         pod.wait_until(|s| {
             s.container_statuses
                 .iter()

@@ -25,7 +25,7 @@ use crate::network::wasi::{Sockets, SocketsView};
 use crate::output::OutputSink;
 pub(crate) use meter::{NodeMemory, PodMemory};
 pub(crate) use term::{
-    TERM_INTERFACE, TERM_MODULE, TermSignal, add_p1_termination, add_p2_termination,
+    KillClock, TERM_INTERFACE, TERM_MODULE, TermSignal, add_p1_termination, add_p2_termination,
 };
 
 /// Exit code of a container whose guest trapped.
@@ -121,6 +121,8 @@ pub(crate) struct Sandbox {
     /// The CPU limit as a share of one core, below 1.
     pub(crate) cpu_share: Option<f64>,
     pub(crate) term: TermSignal,
+    /// The kill deadline, once TERM was sent.
+    pub(crate) kill: KillClock,
     /// The pod's network namespace (components reach it through `wasi:sockets`).
     pub(crate) net: Arc<PodNetwork>,
     /// Where the instances' memory is counted.
@@ -228,7 +230,12 @@ impl Sandbox {
             limiter: self.limiter(),
         };
         let mut store = Store::new(engine, state);
-        prepare(&mut store, |s| &mut s.limiter, self.cpu_share);
+        prepare(
+            &mut store,
+            |s| &mut s.limiter,
+            self.cpu_share,
+            self.kill.clone(),
+        );
         store
     }
 
@@ -242,7 +249,12 @@ impl Sandbox {
             limiter: self.limiter(),
         };
         let mut store = Store::new(engine, state);
-        prepare(&mut store, |s| &mut s.limiter, self.cpu_share);
+        prepare(
+            &mut store,
+            |s| &mut s.limiter,
+            self.cpu_share,
+            self.kill.clone(),
+        );
         store
     }
 
@@ -369,6 +381,7 @@ fn prepare<T: 'static>(
     store: &mut Store<T>,
     limiter: fn(&mut T) -> &mut MemoryLimiter,
     cpu_share: Option<f64>,
+    kill: KillClock,
 ) {
     store.limiter(move |s| limiter(s) as &mut dyn ResourceLimiter);
     crate::engine::activity::track(store);
@@ -385,6 +398,9 @@ fn prepare<T: 'static>(
     }));
     store.set_epoch_deadline(1);
     store.epoch_deadline_callback(move |_| {
+        if kill.passed() {
+            return Err(term::Killed.into());
+        }
         let pause = {
             let mut t = throttle.lock().unwrap();
             if let Some(f) = cpu_share {
@@ -430,6 +446,9 @@ fn exit_of(result: wasmtime::Result<i32>, oom: bool) -> Exit {
         Err(e) => {
             if let Some(exit) = e.downcast_ref::<I32Exit>() {
                 return Exit::code(exit.0);
+            }
+            if e.downcast_ref::<term::Killed>().is_some() {
+                return Exit::code(EXIT_KILLED);
             }
             let cause = e.root_cause().to_string();
             if oom {

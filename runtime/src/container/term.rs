@@ -1,6 +1,10 @@
 //! The host side of `wasmpod:pod/termination` (components) and `wasmpod::termination_requested`
 //! (preview1 modules): how a guest that asked for it learns that TERM was delivered.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
 use tokio::sync::watch;
 use wasmtime::component::{Linker as ComponentLinker, Resource};
 use wasmtime::{Caller, Linker};
@@ -20,6 +24,45 @@ impl TermSignal {
         *self.0.borrow()
     }
 }
+
+/// When the container is to be killed, read by its instances at every epoch tick: a guest that
+/// computes stops itself at the first tick past the deadline, without waiting for the
+/// supervisor's timer (which may queue behind busy guests on a loaded node).
+#[derive(Clone, Default)]
+pub(crate) struct KillClock(Arc<AtomicU64>);
+
+/// The instant kill deadlines are counted from (nanoseconds, 0 = no deadline).
+fn base() -> Instant {
+    static BASE: OnceLock<Instant> = OnceLock::new();
+    *BASE.get_or_init(Instant::now)
+}
+
+impl KillClock {
+    pub(crate) fn set(&self, at: Instant) {
+        let nanos = at.saturating_duration_since(base()).as_nanos().max(1);
+        self.0
+            .store(u64::try_from(nanos).unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+
+    pub(crate) fn passed(&self) -> bool {
+        match self.0.load(Ordering::Relaxed) {
+            0 => false,
+            at => base().elapsed().as_nanos() >= u128::from(at),
+        }
+    }
+}
+
+/// The error a killed guest stops with.
+#[derive(Debug)]
+pub(crate) struct Killed;
+
+impl std::fmt::Display for Killed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("killed at the end of the grace period")
+    }
+}
+
+impl std::error::Error for Killed {}
 
 struct TermPollable(watch::Receiver<bool>);
 
@@ -52,4 +95,22 @@ pub(crate) fn add_p2_termination(linker: &mut ComponentLinker<P2State>) -> wasmt
         Ok((dynamic,))
     })?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn kill_clock_passes_at_its_deadline_and_not_before() {
+        let clock = KillClock::default();
+        assert!(!clock.passed(), "no deadline, never passed");
+        clock.set(Instant::now() + Duration::from_secs(3600));
+        assert!(!clock.passed());
+        let shared = clock.clone();
+        clock.set(Instant::now());
+        assert!(shared.passed(), "a clone sees the shortened deadline");
+    }
 }

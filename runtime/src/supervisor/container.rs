@@ -64,6 +64,13 @@ pub(crate) struct Instance {
 }
 
 impl Instance {
+    /// Sets when the instance is killed: the supervisor's timer and the guest's own epoch
+    /// callback both stop it then, whichever comes first.
+    pub fn kill_at(&mut self, at: Instant) {
+        self.kill_at = Some(at);
+        self.sandbox.kill.set(at);
+    }
+
     /// Stops the instance at once with `code` (KILL, or TERM's default action).
     pub fn kill(&mut self, code: i32) {
         if let Some(kill) = self.kill.take() {

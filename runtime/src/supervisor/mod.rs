@@ -517,9 +517,9 @@ impl PodTask {
             return;
         }
         if let Some(sent) = instance.term_sent {
-            instance.kill_at = instance
-                .kill_at
-                .map(|k| k.min(deadline.max(sent + MIN_GRACE)));
+            if let Some(kill_at) = instance.kill_at {
+                instance.kill_at(kill_at.min(deadline.max(sent + MIN_GRACE)));
+            }
             return;
         }
         match instance.pre_stop {
@@ -600,7 +600,7 @@ impl PodTask {
             .map_or(Duration::ZERO, |d| d.saturating_duration_since(now));
         if handles_term {
             let _ = instance.term.send(true);
-            instance.kill_at = Some(now + remaining.max(MIN_GRACE));
+            instance.kill_at(now + remaining.max(MIN_GRACE));
         } else {
             instance.kill(EXIT_TERMINATED);
         }
@@ -941,6 +941,7 @@ impl PodTask {
                 }),
             cpu_share: c.spec.resources.cpu_share(),
             term: TermSignal(term_rx),
+            kill: Default::default(),
             net: self.net.clone(),
             memory: self.memory.clone(),
         });
