@@ -203,6 +203,27 @@ async fn logs_are_read_and_followed() {
     );
     talker.delete(None);
 
+    // Read (not followed) once the pod has finished but before the log writer has caught up
+    // (it waits on a slow output receiver): the whole log still comes.
+    let (tx, mut slow) = tokio::sync::mpsc::channel(1);
+    let spec = node.spec(&pod("late", "[print, one, print, two, print, three]"));
+    let late = node
+        .node
+        .create_pod(spec, PodOptions::default().output(tx))
+        .await
+        .unwrap();
+    tokio::time::timeout(LIMIT, late.wait()).await.unwrap();
+    let logs = late.logs("c", LogOptions::default()).unwrap();
+    let drainer = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        while slow.recv().await.is_some() {}
+    });
+    let lines = read_all(logs).await;
+    drainer.abort();
+    let texts: Vec<&str> = lines.iter().map(|(_, l)| l.as_str()).collect();
+    assert_eq!(texts, ["one", "two", "three"]);
+    late.delete(None);
+
     // A container that restarts: the current instance's log, and the previous one's.
     let restarts = node
         .start(

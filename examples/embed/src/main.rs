@@ -6,12 +6,12 @@
 //! ```
 //!
 //! It builds a node, creates the pod, prints its events and output as they come, waits for it to
-//! end, prints the final phase, and deletes it.
+//! end, prints the final phase and each container's log as kept on the node, and deletes it.
 
 use std::time::Duration;
 
 use anyhow::Context;
-use wasmpod::{Egress, Node, NodeOptions, PodOptions, PodSpec};
+use wasmpod::{Egress, LogOptions, Node, NodeOptions, PodOptions, PodSpec};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -31,7 +31,14 @@ async fn main() -> anyhow::Result<()> {
     let pod = node
         .create_pod(spec, PodOptions::default().output(tx))
         .await?;
-    println!("created pod {} (uid {})", pod.name(), pod.uid());
+    let room = node.allocatable();
+    println!(
+        "created pod {} (uid {}) on a node for {} pods, {} MiB",
+        pod.name(),
+        pod.uid(),
+        room.pods,
+        room.memory >> 20
+    );
 
     let mut events = pod.events();
     let watcher = tokio::spawn(async move {
@@ -57,6 +64,14 @@ async fn main() -> anyhow::Result<()> {
         status.phase.as_deref().unwrap_or("?"),
         status.pod_ip.as_deref().unwrap_or("-")
     );
+
+    let containers = status.container_statuses.iter().flatten();
+    for name in containers.map(|c| c.name.clone()) {
+        let mut log = pod.logs(&name, LogOptions::default())?;
+        while let Some(line) = log.next().await {
+            println!("log {name}: {}", line.line);
+        }
+    }
 
     pod.delete(None);
     pod.deleted().await;

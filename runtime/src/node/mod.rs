@@ -753,13 +753,15 @@ impl PodHandle {
             };
             return Err(Error::NoLogs(message));
         }
-        // A previous instance has ended already; so has the current one of a pod being deleted.
-        let follow = options.follow && !options.previous;
+        // An instance that has ended has a complete log to come (the writer may not have
+        // flushed its last lines yet): read it to its end, as when following.
+        let running = c.state.as_ref().is_some_and(|s| s.running.is_some());
+        let to_end = options.follow || options.previous || !running;
         Ok(Logs::open(
             self.inner.logs.clone(),
             container,
             instance,
-            follow,
+            to_end,
         ))
     }
 

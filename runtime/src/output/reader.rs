@@ -44,14 +44,15 @@ pub struct Logs {
     /// Bytes read past the last complete line.
     partial: Vec<u8>,
     lines: VecDeque<OutputLine>,
-    follow: bool,
+    /// Read until the instance has ended (else: what the file holds now).
+    to_end: bool,
     book: Arc<LogBook>,
     written: watch::Receiver<()>,
     done: bool,
 }
 
 impl Logs {
-    pub(crate) fn open(book: Arc<LogBook>, container: &str, instance: i32, follow: bool) -> Logs {
+    pub(crate) fn open(book: Arc<LogBook>, container: &str, instance: i32, to_end: bool) -> Logs {
         let mut written = book.written.clone();
         written.mark_unchanged();
         Logs {
@@ -61,15 +62,16 @@ impl Logs {
             file: None,
             partial: Vec::new(),
             lines: VecDeque::new(),
-            follow,
+            to_end,
             book,
             written,
             done: false,
         }
     }
 
-    /// The next line; `None` at the end of the log (when following: once the instance has
-    /// ended and all it wrote was read, or the pod is deleted).
+    /// The next line; `None` at the end of the log: for a running instance not followed, the
+    /// end of what it has written so far; otherwise once it has ended and all it wrote was read
+    /// (or the pod is deleted).
     pub async fn next(&mut self) -> Option<OutputLine> {
         loop {
             if let Some(line) = self.lines.pop_front() {
@@ -85,7 +87,7 @@ impl Logs {
             if !self.lines.is_empty() {
                 continue;
             }
-            if !self.follow || ended || self.written.changed().await.is_err() {
+            if !self.to_end || ended || self.written.changed().await.is_err() {
                 // One last read: the writer may have flushed before it went away.
                 self.read_more().await;
                 self.done = true;
