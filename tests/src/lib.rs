@@ -342,3 +342,19 @@ pub async fn wait_for(
 pub fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
+
+/// A PriorityClass document; `more` adds fields (`preemptionPolicy: Never`).
+pub fn priority_class(name: &str, value: i32, more: &str) -> String {
+    format!(
+        "---\napiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {{ name: {name} }}\nvalue: {value}\n{more}\n"
+    )
+}
+
+/// Reads the PriorityClass documents of YAML text through a file, as `wasmpod run --config` does.
+pub fn read_classes(
+    yaml: &str,
+) -> Result<Vec<wasmpod::k8s_openapi::api::scheduling::v1::PriorityClass>, wasmpod::InvalidPod> {
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), yaml).unwrap();
+    wasmpod::read_priority_classes(file.path())
+}

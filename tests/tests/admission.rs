@@ -6,40 +6,28 @@ use std::time::{Duration, SystemTime};
 use wasmpod::Reason::*;
 use wasmpod::k8s_openapi::api::core::v1::PodStatus;
 use wasmpod::{Allocatable, Error, NodeOptions, PodHandle, PodOptions};
-use wasmpod_tests::{TestNode, Timeline, condition, is_running, wait_for};
+use wasmpod_tests::{
+    TestNode, Timeline, condition, is_running, priority_class, read_classes, wait_for,
+};
 
 const LIMIT: Duration = Duration::from_secs(20);
 
-const CLASSES: &str = r#"
-apiVersion: scheduling.k8s.io/v1
-kind: PriorityClass
-metadata: { name: low }
-value: 1
----
-apiVersion: scheduling.k8s.io/v1
-kind: PriorityClass
-metadata: { name: mid }
-value: 5
----
-apiVersion: scheduling.k8s.io/v1
-kind: PriorityClass
-metadata: { name: high }
-value: 10
----
-apiVersion: scheduling.k8s.io/v1
-kind: PriorityClass
-metadata: { name: high-waits }
-value: 10
-preemptionPolicy: Never
-"#;
+/// The test classes: `low` 1, `mid` 5, `high` 10, `high-waits` 10 that does not preempt, `top` 100.
+fn classes() -> String {
+    [
+        priority_class("low", 1, ""),
+        priority_class("mid", 5, ""),
+        priority_class("high", 10, ""),
+        priority_class("high-waits", 10, "preemptionPolicy: Never"),
+        priority_class("top", 100, ""),
+    ]
+    .concat()
+}
 
 /// A node with the test classes (read from YAML, as `wasmpod run --config` does), `memory_mib`
 /// of allocatable memory and room for `pods` pods.
 fn node(memory_mib: u64, pods: u64, more: &str) -> TestNode {
-    let file = tempfile::NamedTempFile::new().unwrap();
-    let top = "\n---\napiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: { name: top }\nvalue: 100\n";
-    std::fs::write(file.path(), format!("{CLASSES}{top}{more}")).unwrap();
-    let classes = wasmpod::read_priority_classes(file.path()).unwrap();
+    let classes = read_classes(&format!("{}{more}", classes())).unwrap();
     TestNode::with(|o: NodeOptions| {
         o.allocatable(
             Allocatable::from_machine()
@@ -321,15 +309,8 @@ async fn non_preempting_pods_wait() {
 /// without a class; two global defaults are an error.
 #[tokio::test]
 async fn priority_classes_resolve_at_admission() {
-    let default = r#"
----
-apiVersion: scheduling.k8s.io/v1
-kind: PriorityClass
-metadata: { name: everyday }
-value: 3
-globalDefault: true
-"#;
-    let node = node(100, 100, default);
+    let default = priority_class("everyday", 3, "globalDefault: true");
+    let node = node(100, 100, &default);
     let unknown = node
         .node
         .create_pod(
@@ -372,14 +353,8 @@ globalDefault: true
             .contains("only one PriorityClass can be the global default")
     );
 
-    let bad = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(
-        bad.path(),
-        "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: huge}\n\
-         value: 2000000000\npreemptionPolicy: Sometimes\n",
-    )
-    .unwrap();
-    let err = wasmpod::read_priority_classes(bad.path()).unwrap_err();
+    let bad = priority_class("huge", 2_000_000_000, "preemptionPolicy: Sometimes");
+    let err = read_classes(&bad).unwrap_err();
     let paths: Vec<&str> = err.errors.iter().map(|e| e.path.as_str()).collect();
     assert_eq!(paths, ["document 1.value", "document 1.preemptionPolicy"]);
 }

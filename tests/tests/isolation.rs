@@ -106,6 +106,35 @@ async fn busy_loop_does_not_starve_neighbours() {
     }
 }
 
+/// A pod flooding its output slows only itself (to the speed of its log writer): a neighbour's
+/// 100 ms sleep still ends within the same bound as next to spinning guests, and the node's
+/// memory stays bounded by the per-pod output channel.
+#[tokio::test]
+async fn log_flood_does_not_delay_neighbours() {
+    let node = TestNode::new();
+    let flood = node
+        .start(&one(
+            "flood",
+            "{p1}",
+            r#"[flood, "300000", sleep, "600000"]"#,
+        ))
+        .await;
+    wait_for(&flood, LIMIT, |s| is_running(s, "c")).await;
+    let (t, status) = node
+        .run(
+            &one("calm", "{p1}", r#"[sleep, "100", print, done]"#),
+            LIMIT,
+        )
+        .await;
+    assert_eq!(status.phase.as_deref(), Some("Succeeded"));
+    let run = t.between(t.first("c", Started), t.first("c", Exited));
+    assert!(
+        run < Duration::from_millis(400),
+        "a 100 ms sleep took {run:?} next to a flooding pod"
+    );
+    flood.delete(Some(Duration::ZERO));
+}
+
 /// A latency-sensitive pod next to spinning guests in other pods still meets its probe
 /// deadlines: a 1 s liveness probe (exported function, fresh instance) with
 /// `failureThreshold: 1` never fails over five periods, so the container is never restarted.

@@ -6,21 +6,9 @@ use std::time::Duration;
 
 use wasmpod::Reason::*;
 use wasmpod::{Allocatable, LogOptions, NodeOptions, PodHandle};
-use wasmpod_tests::{TestNode, Timeline, is_running, wait_for};
+use wasmpod_tests::{TestNode, Timeline, is_running, priority_class, read_classes, wait_for};
 
 const LIMIT: Duration = Duration::from_secs(20);
-
-const CLASSES: &str = r#"
-apiVersion: scheduling.k8s.io/v1
-kind: PriorityClass
-metadata: { name: low }
-value: 1
----
-apiVersion: scheduling.k8s.io/v1
-kind: PriorityClass
-metadata: { name: high }
-value: 100
-"#;
 
 /// A pod that allocates `mib` MiB, says so, and sleeps; it requests `request`.
 fn hog(name: &str, class: &str, request: &str, mib: u32) -> String {
@@ -66,9 +54,12 @@ async fn evicted(pod: &PodHandle) -> Timeline {
 
 #[tokio::test]
 async fn memory_pressure_evicts_in_the_kubelets_order() {
-    let file = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(file.path(), CLASSES).unwrap();
-    let classes = wasmpod::read_priority_classes(file.path()).unwrap();
+    let classes = [
+        priority_class("low", 1, ""),
+        priority_class("high", 100, ""),
+    ]
+    .concat();
+    let classes = read_classes(&classes).unwrap();
     // Evict when the guests hold more than 60 MiB of linear memory.
     let node = TestNode::with(|o: NodeOptions| {
         o.priority_classes(classes)

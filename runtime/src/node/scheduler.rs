@@ -6,7 +6,7 @@
 //! evicted in the kubelet's order.
 
 use std::cmp::Reverse;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
@@ -82,10 +82,10 @@ impl Usage {
 #[derive(Default)]
 struct Inner {
     entries: HashMap<u64, Entry>,
+    /// The pending pods, in the order they are considered: highest priority, then oldest.
+    pending: BTreeSet<(Reverse<i32>, u64)>,
     /// The admitted pods' requests.
     used: Usage,
-    /// Keys released before they were submitted.
-    gone: HashSet<u64>,
 }
 
 pub(crate) struct Scheduler {
@@ -157,17 +157,15 @@ impl Scheduler {
         }
     }
 
-    /// Queues the pod of `seat` and admits what fits; returns whether that pod was admitted
-    /// (it is not sent [`Msg::Admit`]).
+    /// Queues the pod of `seat` (before its supervisor runs) and admits what fits; returns
+    /// whether that pod was admitted (it is not sent [`Msg::Admit`]).
     pub(crate) fn submit(&self, seat: &Seat, pod: Candidate) -> bool {
         let mut inner = self.lock();
-        if inner.gone.remove(&seat.key) {
-            return false;
-        }
         let state = State::Pending {
             nominated: false,
             message: None,
         };
+        inner.pending.insert((Reverse(pod.priority), seat.key));
         inner.entries.insert(seat.key, Entry { pod, state });
         self.schedule(&mut inner, Some(seat.key))
     }
@@ -184,16 +182,14 @@ impl Scheduler {
 
     fn release(&self, key: u64) {
         let mut inner = self.lock();
-        match inner.entries.remove(&key) {
-            None => {
-                inner.gone.insert(key);
-            }
-            Some(entry) => {
-                if let State::Admitted { .. } = entry.state {
-                    inner.used = inner.used.minus(entry.pod.requests);
+        if let Some(entry) = inner.entries.remove(&key) {
+            match entry.state {
+                State::Admitted { .. } => inner.used = inner.used.minus(entry.pod.requests),
+                State::Pending { .. } => {
+                    inner.pending.remove(&(Reverse(entry.pod.priority), key));
                 }
-                self.schedule(&mut inner, None);
             }
+            self.schedule(&mut inner, None);
         }
     }
 
@@ -217,22 +213,20 @@ impl Scheduler {
     /// Admits the pending pods that fit, highest priority first (then oldest); chooses victims
     /// for a pod that does not fit and may preempt. Returns whether `submitting` was admitted.
     fn schedule(&self, inner: &mut Inner, submitting: Option<u64>) -> bool {
-        let mut pending: Vec<(Reverse<i32>, u64)> = inner
-            .entries
-            .iter()
-            .filter(|(_, e)| matches!(e.state, State::Pending { .. }))
-            .map(|(&key, e)| (Reverse(e.pod.priority), key))
-            .collect();
-        pending.sort_unstable();
+        if inner.pending.is_empty() {
+            return false;
+        }
+        let pending: Vec<(Reverse<i32>, u64)> = inner.pending.iter().copied().collect();
         let mut admitted = false;
         // Room held for nominated pods while their victims stop: lower pods may not take it.
         let mut reserved = Usage::default();
-        for (_, key) in pending {
+        for (priority, key) in pending {
             let requests = inner.entries[&key].pod.requests;
             let verdict = self.verdict(inner, key, reserved);
             let entry = inner.entries.get_mut(&key).expect("pending entry");
             let message = match verdict {
                 Verdict::Admit => {
+                    inner.pending.remove(&(priority, key));
                     inner.used = inner.used.plus(requests);
                     entry.state = State::Admitted { leaving: false };
                     if submitting == Some(key) {
