@@ -763,3 +763,45 @@ spec:
         "{stderr}"
     );
 }
+
+/// A pod the machine has no room for waits Pending, and `run` says why on stderr; deleting it
+/// (SIGTERM) ends the run with exit 1.
+#[cfg(unix)]
+#[test]
+fn a_pod_that_does_not_fit_says_why() {
+    let dir = Dir::new();
+    let pod = dir.write(
+        "huge.yaml",
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: { name: huge }
+spec:
+  containers:
+  - { name: c, image: "{p1}", args: [print, never], resources: { requests: { memory: 100Ti } } }
+"#,
+    );
+    let mut child = dir
+        .wasmpod()
+        .arg("run")
+        .arg("--state-dir")
+        .arg(dir.path("state"))
+        .arg(&pod)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut stderr, &mut line).unwrap();
+    assert!(
+        line.starts_with(
+            "wasmpod: pod huge is Pending: 0/1 nodes are available: 1 Insufficient memory."
+        ),
+        "{line}"
+    );
+    sigterm(&child);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(text(&out.stdout), "", "nothing ran");
+}
