@@ -5,7 +5,14 @@
 //! A [`PodSpec`] is made from Pod YAML (parsed into the Kubernetes types and validated into
 //! what wasmpod honours); a [`Node`] runs it with the kubelet's semantics: init containers in
 //! order, sidecars, restart policies with crash-loop backoff, phases and conditions, graceful
-//! termination. Each pod reports what happens as an [`EventStream`] and a Kubernetes `PodStatus`.
+//! termination. Each pod reports what happens as an [`EventStream`] and a Kubernetes `PodStatus`;
+//! its containers' logs are kept and read back with [`PodHandle::logs`].
+//!
+//! The node admits pods as the scheduler and kubelet would for a cluster of one: a pod whose
+//! requests do not fit in its [`Allocatable`] resources waits, Pending; pending pods go by
+//! priority (`PriorityClass`es, see [`read_priority_classes`]), may preempt lower-priority pods,
+//! and pods above their memory requests are evicted when the guests' memory crosses
+//! [`NodeOptions::eviction_threshold`].
 //!
 //! ```no_run
 //! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {

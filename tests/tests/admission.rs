@@ -231,6 +231,13 @@ async fn preemption_takes_the_lowest_priority_victims() {
     assert_eq!(s.nominated_node_name, None);
     let (a_events, b_events) = (Timeline::collect(&a).await, Timeline::collect(&b).await);
     let top_events = Timeline::so_far(&top).await;
+    for victim in [&a, &b] {
+        let (status, reason, _) = condition(&victim.status(), "DisruptionTarget");
+        assert_eq!(
+            (status.as_str(), reason.as_deref()),
+            ("True", Some("PreemptionByScheduler"))
+        );
+    }
     for (victim, events) in [("a", &a_events), ("b", &b_events)] {
         let preempted = events.pod_positions(Preempted);
         assert_eq!(preempted.len(), 1, "{victim}:\n{events}");

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use wasmpod::Reason::*;
 use wasmpod::{Allocatable, LogOptions, NodeOptions, PodHandle};
-use wasmpod_tests::{TestNode, Timeline, is_running, priority_class, read_classes, wait_for};
+use wasmpod_tests::{
+    TestNode, Timeline, condition, is_running, priority_class, read_classes, wait_for,
+};
 
 const LIMIT: Duration = Duration::from_secs(20);
 
@@ -47,6 +49,11 @@ async fn evicted(pod: &PodHandle) -> Timeline {
     let s = tokio::time::timeout(LIMIT, pod.wait()).await.unwrap();
     assert_eq!(s.phase.as_deref(), Some("Failed"));
     assert_eq!(s.reason.as_deref(), Some("Evicted"));
+    let (status, reason, _) = condition(&s, "DisruptionTarget");
+    assert_eq!(
+        (status.as_str(), reason.as_deref()),
+        ("True", Some("TerminationByKubelet"))
+    );
     let events = Timeline::so_far(pod).await;
     assert_eq!(events.pod_positions(Evicted).len(), 1, "{events}");
     events

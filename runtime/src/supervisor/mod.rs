@@ -147,6 +147,8 @@ pub(crate) struct PodTask {
     shutdown: Option<Shutdown>,
     delete_requested: bool,
     failure: Option<(&'static str, String)>,
+    /// Why the pod is being disrupted (the `DisruptionTarget` condition): reason, message.
+    disruption: Option<(&'static str, String)>,
     rx: mpsc::UnboundedReceiver<Msg>,
     tx: mpsc::UnboundedSender<Msg>,
     journal: Arc<Journal>,
@@ -255,6 +257,7 @@ impl PodTask {
             shutdown: None,
             delete_requested: false,
             failure: None,
+            disruption: None,
             rx,
             tx: tx.clone(),
             journal: journal.clone(),
@@ -374,6 +377,8 @@ impl PodTask {
             }
             Msg::Preempted { message } => {
                 self.pod_event(EventType::Normal, Reason::Preempted, message, None);
+                let why = "wasmpod: preempting to accommodate a higher priority pod";
+                self.disruption = Some(("PreemptionByScheduler", why.into()));
             }
             // The kubelet's hard eviction: a grace period of one second.
             Msg::Evict { message } => self.evict(message, Duration::from_secs(1)),
@@ -458,6 +463,7 @@ impl PodTask {
             return;
         }
         self.pod_event(EventType::Warning, Reason::Evicted, message.clone(), None);
+        self.disruption = Some(("TerminationByKubelet", message.clone()));
         self.failure = Some(("Evicted", message));
         self.begin_shutdown(ShutdownCause::Evicted, grace);
     }
@@ -1308,7 +1314,13 @@ impl PodTask {
             ("ContainersReady", containers_ready),
             ("PodScheduled", cond(true, None, None)),
         ];
-        self.set_conditions(next.into_iter());
+        let disruption = self.disruption.as_ref().map(|(reason, message)| {
+            (
+                "DisruptionTarget",
+                cond(true, Some(reason), Some(message.clone())),
+            )
+        });
+        self.set_conditions(next.into_iter().chain(disruption));
     }
 
     /// Records the conditions, keeping the transition time of those whose status is unchanged.
