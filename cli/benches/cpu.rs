@@ -4,17 +4,12 @@
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use wasmpod::{Node, NodeOptions, PodOptions, PodSpec};
+use wasmpod::{PodOptions, PodSpec};
 
 #[tokio::main]
 async fn main() {
-    let dir = tempfile::tempdir().unwrap();
-    let node = Node::new(
-        NodeOptions::default()
-            .state_dir(dir.path().join("state"))
-            .cache_dir(Some(wasmpod_tests::shared_cache())),
-    )
-    .unwrap();
+    // A node on a temporary state dir with the shared compile cache.
+    let wasmpod_tests::TestNode { node, dir } = wasmpod_tests::TestNode::new();
     let mut results = serde_json::Map::new();
     // The node's own cost with no pod (epoch ticker, runtime), subtracted from each measurement.
     let (cpu, wall) = (wasmpod_tests::cpu_time(), Instant::now());

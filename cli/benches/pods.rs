@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use wasmpod::{Node, NodeOptions, PodHandle, PodOptions, PodSpec, Reason};
+use wasmpod::{Node, PodHandle, PodOptions, PodSpec, Reason};
 
 fn rss_bytes() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -79,13 +79,8 @@ async fn start(node: &Node, dir: &std::path::Path, name: &str) -> (PodHandle, Du
 }
 
 async fn run(n: usize) -> serde_json::Value {
-    let dir = tempfile::tempdir().unwrap();
-    let node = Node::new(
-        NodeOptions::default()
-            .state_dir(dir.path().join("state"))
-            .cache_dir(Some(wasmpod_tests::shared_cache())),
-    )
-    .unwrap();
+    // A node on a temporary state dir with the shared compile cache.
+    let wasmpod_tests::TestNode { node, dir } = wasmpod_tests::TestNode::new();
     // Load the module once so that the first pod does not pay for it.
     node.load_images(&spec(dir.path(), "warm")).await.unwrap();
     let before = rss_bytes();

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use wasmpod::{Node, NodeOptions, PodOptions, PodSpec};
+use wasmpod::{PodOptions, PodSpec};
 
 fn pct(s: &[Duration], p: f64) -> Duration {
     s[((s.len() - 1) as f64 * p).round() as usize]
@@ -39,16 +39,11 @@ spec:
 
 #[tokio::main]
 async fn main() {
-    let dir = tempfile::tempdir().unwrap();
+    // A node on a temporary state dir with the shared compile cache.
+    let wasmpod_tests::TestNode { node, dir } = wasmpod_tests::TestNode::new();
     let probe_dir = dir.path().join("probe");
     std::fs::create_dir(&probe_dir).unwrap();
     std::fs::write(probe_dir.join("readiness"), "").unwrap();
-    let node = Node::new(
-        NodeOptions::default()
-            .state_dir(dir.path().join("state"))
-            .cache_dir(Some(wasmpod_tests::shared_cache())),
-    )
-    .unwrap();
     let mut results = serde_json::Map::new();
     println!("{:<44} {:>12} {:>12}", "measure", "p50", "p99");
     for (kind, image) in [("preview1 module", "{p1}"), ("component", "{probed}")] {

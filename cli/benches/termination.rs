@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use serde_json::json;
-use wasmpod::{Event, Node, NodeOptions, PodHandle, PodOptions, PodSpec, Reason};
+use wasmpod::{Event, Node, PodHandle, PodOptions, PodSpec, Reason};
 
 const PODS: usize = 200;
 
@@ -72,13 +72,8 @@ fn pct(s: &[Duration], p: f64) -> Duration {
 
 #[tokio::main]
 async fn main() {
-    let dir = tempfile::tempdir().unwrap();
-    let node = Node::new(
-        NodeOptions::default()
-            .state_dir(dir.path().join("state"))
-            .cache_dir(Some(wasmpod_tests::shared_cache())),
-    )
-    .unwrap();
+    // A node on a temporary state dir with the shared compile cache.
+    let wasmpod_tests::TestNode { node, dir } = wasmpod_tests::TestNode::new();
     let cases = [
         (
             "TERM -> exit, default action",
