@@ -227,6 +227,13 @@ async fn preemption_takes_the_lowest_priority_victims() {
     // `top` (100) needs 200Mi: removing `c` alone would do, but the victims are the pods of
     // the lowest priority that make room: a and b.
     let top = node.start(&pod("top", "top", "200Mi", SLEEPS)).await;
+    // While its victims stop (300 ms each), it is nominated to this node.
+    let s = wait_for(&top, LIMIT, |s| {
+        s.nominated_node_name.is_some() || is_running(s, "c")
+    })
+    .await;
+    assert_eq!(s.nominated_node_name, Some(node_name()));
+    assert_eq!(s.phase.as_deref(), Some("Pending"));
     let s = running(&top).await;
     assert_eq!(s.nominated_node_name, None);
     let (a_events, b_events) = (Timeline::collect(&a).await, Timeline::collect(&b).await);
@@ -258,9 +265,10 @@ async fn preemption_takes_the_lowest_priority_victims() {
             "top started before {victim} stopped:\n{events}\n{top_events}"
         );
     }
-    // While waiting, `top` was nominated to this node.
-    assert!(
-        top_events.pod_positions(FailedScheduling).len() == 1,
+    // It said why it waited, once.
+    assert_eq!(
+        top_events.pod_positions(FailedScheduling).len(),
+        1,
         "{top_events}"
     );
     assert!(
