@@ -69,9 +69,9 @@ impl Dir {
         (child, line)
     }
 
-    /// Pods started under the state dir (a pod that never started leaves none).
+    /// Pods that wrote output under the state dir (a pod that never started leaves no log).
     fn pods_started(&self) -> usize {
-        std::fs::read_dir(self.path("state").join("pods"))
+        std::fs::read_dir(self.path("state").join("logs"))
             .map(|d| d.count())
             .unwrap_or(0)
     }
@@ -786,6 +786,8 @@ spec:
         .arg("run")
         .arg("--state-dir")
         .arg(dir.path("state"))
+        .arg("--cache-dir")
+        .arg(wasmpod_tests::shared_cache())
         .arg(&pod)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

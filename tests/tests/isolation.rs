@@ -204,6 +204,9 @@ async fn output_is_logged_in_cri_format() {
     );
     let pod = node.start(&yaml).await;
     pod.wait().await;
+    // Once read through to its end, the log file is complete.
+    let mut logs = pod.logs("c", wasmpod::LogOptions::default()).unwrap();
+    while logs.next().await.is_some() {}
     let log = read(&pod.log_file("c", 0));
     let records: Vec<&str> = log.lines().collect();
     assert_eq!(records.len(), 2 + 3 + 100_000);

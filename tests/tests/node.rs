@@ -113,6 +113,10 @@ async fn terminated_pods_are_garbage_collected() {
             .start(&pod(&format!("done{i}"), "[print, finished]"))
             .await;
         tokio::time::timeout(LIMIT, p.wait()).await.unwrap();
+        // Read to its end: the log file is complete.
+        let mut logs = p.logs("c", wasmpod::LogOptions::default()).unwrap();
+        while logs.next().await.is_some() {}
+        assert!(p.log_file("c", 0).exists());
         pods.push(p);
     }
     // The sweep runs when a pod is created: the fifth creation finds four terminated pods.
@@ -133,14 +137,14 @@ async fn terminated_pods_are_garbage_collected() {
         pods[3].log_file("c", 0).exists(),
         "a kept pod keeps its logs"
     );
-    let gone = pods[0].dir().to_owned();
+    let gone = pods[0].log_file("c", 0);
     tokio::time::timeout(LIMIT, async {
-        while gone.exists() {
+        while gone.parent().unwrap().parent().unwrap().exists() {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     })
     .await
-    .expect("a collected pod's directory is removed");
+    .expect("a collected pod's logs are removed");
     live.delete(Some(Duration::ZERO));
 }
 

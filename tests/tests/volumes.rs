@@ -164,7 +164,7 @@ spec:
 
 /// The log file of a pod's container that ran on `node` (restart 0).
 fn node_log(node: &TestNode, pod: &str, container: &str) -> std::path::PathBuf {
-    let pods = node.dir.path().join("state/pods");
+    let pods = node.dir.path().join("state/logs");
     let dir = std::fs::read_dir(pods)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -174,8 +174,8 @@ fn node_log(node: &TestNode, pod: &str, container: &str) -> std::path::PathBuf {
                 .to_string_lossy()
                 .contains(&format!("_{pod}_"))
         })
-        .expect("the pod's directory");
-    dir.join("logs").join(container).join("0.log")
+        .expect("the pod's log directory");
+    dir.join(container).join("0.log")
 }
 
 /// `subPath` mounts a directory inside the volume (made on demand); nested mount paths each show

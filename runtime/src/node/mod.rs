@@ -489,8 +489,12 @@ impl Node {
         for gone in self.pods.collect_garbage(self.terminated_pods_kept) {
             tokio::spawn(async move {
                 gone.deleted().await;
-                if let Err(e) = std::fs::remove_dir_all(gone.dir()) {
-                    tracing::warn!(dir = %gone.dir().display(), "cannot remove a collected pod: {e}");
+                for dir in [gone.dir(), &gone.inner.log_dir] {
+                    if let Err(e) = std::fs::remove_dir_all(dir)
+                        && e.kind() != std::io::ErrorKind::NotFound
+                    {
+                        tracing::warn!(dir = %dir.display(), "cannot remove a collected pod: {e}");
+                    }
                 }
             });
         }
@@ -515,10 +519,12 @@ impl Node {
             .uid
             .clone()
             .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-        let pod_dir = self
-            .state_dir
-            .join("pods")
-            .join(format!("{}_{}_{}", spec.namespace, spec.name, uid));
+        // Volumes under `pods/`, logs under `logs/` as the kubelet lays out `/var/log/pods`
+        // (`<namespace>_<pod>_<uid>/<container>/<restart>.log`); a pod without volumes makes
+        // no directory under `pods/`.
+        let pod_key = format!("{}_{}_{}", spec.namespace, spec.name, uid);
+        let pod_dir = self.state_dir.join("pods").join(&pod_key);
+        let log_dir = self.state_dir.join("logs").join(&pod_key);
         let net = self.context.network.create_pod(&spec.hostname);
         let mut ports: Vec<PortMapping> = spec
             .host_ports()
@@ -543,6 +549,7 @@ impl Node {
         let setup = PodSetup {
             uid: uid.clone(),
             pod_dir: pod_dir.clone(),
+            log_dir: log_dir.clone(),
             images,
             tap: options.output,
             net,
@@ -563,6 +570,7 @@ impl Node {
                 name: spec.name.clone(),
                 uid,
                 pod_dir,
+                log_dir,
                 tx: channels.tx,
                 journal: channels.journal,
                 snapshot: channels.snapshot,
@@ -591,6 +599,7 @@ struct PodShared {
     name: String,
     uid: String,
     pod_dir: PathBuf,
+    log_dir: PathBuf,
     tx: mpsc::UnboundedSender<Msg>,
     journal: Arc<Journal>,
     snapshot: watch::Receiver<Snapshot>,
@@ -767,10 +776,11 @@ impl PodHandle {
 
     /// The CRI-format log file of a container's instance (`restart` = its restart count then).
     pub fn log_file(&self, container: &str, restart: i32) -> PathBuf {
-        crate::output::log_file(&self.inner.pod_dir.join("logs"), container, restart)
+        crate::output::log_file(&self.inner.log_dir, container, restart)
     }
 
-    /// The pod's own directory under the node's state dir.
+    /// The pod's own directory under the node's state dir, where its volumes are (it exists
+    /// only if the pod has volumes); its logs are under `logs/` beside it.
     pub fn dir(&self) -> &Path {
         &self.inner.pod_dir
     }

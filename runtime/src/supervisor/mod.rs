@@ -174,6 +174,7 @@ pub(crate) struct PodTask {
 pub(crate) struct PodSetup {
     pub uid: String,
     pub pod_dir: PathBuf,
+    pub log_dir: PathBuf,
     pub images: Vec<(Arc<Image>, Pull)>,
     pub tap: Option<mpsc::Sender<crate::OutputLine>>,
     pub net: Arc<PodNetwork>,
@@ -213,6 +214,7 @@ impl PodTask {
         let PodSetup {
             uid,
             pod_dir,
+            log_dir,
             images,
             tap,
             net,
@@ -243,7 +245,7 @@ impl PodTask {
         let (tx, rx) = mpsc::unbounded_channel();
         let journal = Arc::new(Journal::default());
         let (snapshot, snapshot_rx) = watch::channel(Snapshot::default());
-        let output = PodOutput::start(pod_dir.join("logs"), tap);
+        let output = PodOutput::start(log_dir, tap);
         let mut task = PodTask {
             spec,
             node,
