@@ -14,6 +14,7 @@ struct Dir {
 
 impl Dir {
     fn new() -> Dir {
+        wasmpod_tests::warm_shared_cache();
         Dir {
             tmp: tempfile::tempdir().unwrap(),
         }
@@ -410,7 +411,7 @@ spec:
     sigterm(&child);
     let status = child.wait().unwrap();
     assert!(
-        sent.elapsed() < Duration::from_secs(2),
+        sent.elapsed() < Duration::from_secs(5),
         "{:?}",
         sent.elapsed()
     );
@@ -461,7 +462,7 @@ spec:
     kill();
     let status = child.wait().unwrap();
     assert!(
-        sent.elapsed() < Duration::from_secs(2),
+        sent.elapsed() < Duration::from_secs(5),
         "{:?}",
         sent.elapsed()
     );

@@ -358,3 +358,33 @@ pub fn read_classes(
     std::fs::write(file.path(), yaml).unwrap();
     wasmpod::read_priority_classes(file.path())
 }
+
+/// Compiles every test guest into the shared compile cache, once per process, so that test
+/// processes started in parallel (the CLI tests) load them instead of all compiling at once.
+pub fn warm_shared_cache() {
+    static WARM: std::sync::Once = std::sync::Once::new();
+    WARM.call_once(|| {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let node = TestNode::new();
+        let images: Vec<String> = [
+            guests::AGNHOST_P1,
+            guests::AGNHOST_P2,
+            guests::AGNHOST_TERM_P1,
+            guests::PROBED_P2,
+        ]
+        .iter()
+        .enumerate()
+        .map(|(i, path)| format!("  - {{ name: c{i}, image: \"{path}\" }}\n"))
+        .collect();
+        let yaml = format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{ name: warm }}\nspec:\n  containers:\n{}",
+            images.concat()
+        );
+        runtime
+            .block_on(node.node.load_images(&node.spec(&yaml)))
+            .unwrap();
+    });
+}
