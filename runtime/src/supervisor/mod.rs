@@ -204,7 +204,7 @@ pub(crate) struct PodChannels {
 
 impl PodTask {
     /// Prepares the pod's sandbox (directories, volumes, log writer) and its supervisor, which
-    /// [`PodTask::start`] starts.
+    /// [`PodTask::spawn`] starts.
     pub(crate) fn prepare(
         spec: Arc<PodSpec>,
         node: Arc<NodeContext>,
