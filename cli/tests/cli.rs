@@ -37,7 +37,8 @@ impl Dir {
         cmd
     }
 
-    fn run(&self, pod: &Path, extra: &[&str]) -> Output {
+    /// `wasmpod run` on `pod` with the test's state dir, the shared compile cache and `extra`.
+    fn run_command(&self, pod: &Path, extra: &[&str]) -> Command {
         let mut cmd = self.wasmpod();
         cmd.arg("run")
             .arg("--state-dir")
@@ -46,21 +47,18 @@ impl Dir {
             .arg(wasmpod_tests::shared_cache())
             .args(extra)
             .arg(pod);
-        cmd.output().unwrap()
+        cmd
+    }
+
+    fn run(&self, pod: &Path, extra: &[&str]) -> Output {
+        self.run_command(pod, extra).output().unwrap()
     }
 
     /// Starts `wasmpod run` on `pod` and returns it once the first line of output arrived.
     #[cfg(unix)]
     fn spawn(&self, pod: &Path, extra: &[&str]) -> (std::process::Child, String) {
         let mut child = self
-            .wasmpod()
-            .arg("run")
-            .arg("--state-dir")
-            .arg(self.path("state"))
-            .arg("--cache-dir")
-            .arg(wasmpod_tests::shared_cache())
-            .args(extra)
-            .arg(pod)
+            .run_command(pod, extra)
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
@@ -783,13 +781,7 @@ spec:
 "#,
     );
     let mut child = dir
-        .wasmpod()
-        .arg("run")
-        .arg("--state-dir")
-        .arg(dir.path("state"))
-        .arg("--cache-dir")
-        .arg(wasmpod_tests::shared_cache())
-        .arg(&pod)
+        .run_command(&pod, &[])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
