@@ -184,6 +184,7 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         }
     };
     let node = Node::new(args.node.options().priority_classes(classes))?;
+    let signals = Signals::listen().context("cannot listen for signals")?;
     let (tx, mut output) = tokio::sync::mpsc::channel(1024);
     let options = args
         .publish
@@ -212,7 +213,7 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         Some(path) => Some(tokio::spawn(write_events(pod.clone(), open_output(path)?))),
         None => None,
     };
-    tokio::spawn(forward_signals(pod.clone()));
+    tokio::spawn(forward_signals(signals, pod.clone()));
     tokio::spawn(report_pending(pod.clone()));
 
     let status = pod.wait().await;
@@ -275,28 +276,50 @@ async fn write_events(pod: PodHandle, mut out: Box<dyn Write + Send>) -> std::io
 }
 
 /// Ctrl-C or SIGTERM deletes the pod gracefully; a second one forces it (grace 0).
-async fn forward_signals(pod: PodHandle) {
-    let mut forced = false;
-    loop {
-        if wait_signal().await.is_err() {
-            return;
+/// Ctrl-C and SIGTERM, listened for from before the pod is created: a signal that came before
+/// the listener would meet the default action and end wasmpod without deleting the pod.
+struct Signals {
+    #[cfg(unix)]
+    term: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    interrupt: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    #[cfg(unix)]
+    fn listen() -> std::io::Result<Signals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Signals {
+            term: signal(SignalKind::terminate())?,
+            interrupt: signal(SignalKind::interrupt())?,
+        })
+    }
+
+    #[cfg(not(unix))]
+    fn listen() -> std::io::Result<Signals> {
+        Ok(Signals {})
+    }
+
+    /// The next signal; `None` if signals can no longer be received.
+    #[cfg(unix)]
+    async fn next(&mut self) -> Option<()> {
+        tokio::select! {
+            r = self.term.recv() => r,
+            r = self.interrupt.recv() => r,
         }
+    }
+
+    #[cfg(not(unix))]
+    async fn next(&mut self) -> Option<()> {
+        tokio::signal::ctrl_c().await.ok()
+    }
+}
+
+/// The first signal deletes the pod gracefully, the second forces it.
+async fn forward_signals(mut signals: Signals, pod: PodHandle) {
+    let mut forced = false;
+    while signals.next().await.is_some() {
         pod.delete(forced.then_some(Duration::ZERO));
         forced = true;
     }
-}
-
-#[cfg(unix)]
-async fn wait_signal() -> std::io::Result<()> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate())?;
-    tokio::select! {
-        r = tokio::signal::ctrl_c() => r,
-        _ = term.recv() => Ok(()),
-    }
-}
-
-#[cfg(not(unix))]
-async fn wait_signal() -> std::io::Result<()> {
-    tokio::signal::ctrl_c().await
 }

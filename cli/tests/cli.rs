@@ -409,7 +409,7 @@ spec:
     sigterm(&child);
     let status = child.wait().unwrap();
     assert!(
-        sent.elapsed() < Duration::from_secs(5),
+        sent.elapsed() < Duration::from_secs(2),
         "{:?}",
         sent.elapsed()
     );
@@ -460,7 +460,7 @@ spec:
     kill();
     let status = child.wait().unwrap();
     assert!(
-        sent.elapsed() < Duration::from_secs(5),
+        sent.elapsed() < Duration::from_secs(2),
         "{:?}",
         sent.elapsed()
     );
