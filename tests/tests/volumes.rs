@@ -304,11 +304,15 @@ spec:
         .join(pod.uid())
         .join("m");
     let start = std::time::Instant::now();
-    while !dir.join("x").exists() {
-        assert!(start.elapsed() < LIMIT, "{} never appeared", dir.display());
+    // The guest writes the file while we look: wait for its whole content.
+    while std::fs::read_to_string(dir.join("x")).ok().as_deref() != Some("in-ram\n") {
+        assert!(
+            start.elapsed() < LIMIT,
+            "{} never held in-ram",
+            dir.display()
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    assert_eq!(read(&dir.join("x")), "in-ram\n");
     pod.delete(Some(Duration::ZERO));
     pod.deleted().await;
     assert!(!dir.exists(), "removed with the pod");
