@@ -148,6 +148,32 @@ async fn terminated_pods_are_garbage_collected() {
     live.delete(Some(Duration::ZERO));
 }
 
+/// Collection also happens when pods stop, not only when one is created: a node that creates no
+/// more pods still keeps no more than `terminated_pods_kept` terminated ones.
+#[tokio::test]
+async fn pods_are_collected_when_they_stop() {
+    let node = TestNode::with(|o| o.terminated_pods_kept(1));
+    let mut pods = Vec::new();
+    for i in 0..3 {
+        // All created while running; they end 200 ms later, oldest first.
+        let args = r#"[sleep, "200", print, done]"#;
+        pods.push(node.start(&pod(&format!("late{i}"), args)).await);
+    }
+    for old in &pods[..2] {
+        tokio::time::timeout(LIMIT, old.deleted())
+            .await
+            .expect("collected once newer pods had terminated");
+    }
+    tokio::time::timeout(LIMIT, pods[2].wait()).await.unwrap();
+    let names: Vec<String> = node
+        .node
+        .pods()
+        .iter()
+        .map(|p| p.name().to_owned())
+        .collect();
+    assert_eq!(names, ["late2"], "the newest terminated pod is kept");
+}
+
 /// The lines of a log as (stream, text).
 async fn read_all(mut logs: wasmpod::Logs) -> Vec<(wasmpod::Stream, String)> {
     let mut lines = Vec::new();

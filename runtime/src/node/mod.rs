@@ -403,6 +403,14 @@ impl Node {
         let memory = Arc::new(NodeMemory::new(threshold));
         let scheduler =
             scheduler::Scheduler::new(allocatable, options.node_name.clone(), memory.clone());
+        // Pods are collected when one is created and when one stops for good.
+        let pods: Arc<registry::Registry> = Arc::default();
+        let (registry, keep) = (Arc::downgrade(&pods), options.terminated_pods_kept);
+        scheduler.after_release(move || {
+            if let Some(pods) = registry.upgrade() {
+                pods.sweep(keep);
+            }
+        });
         let context = NodeContext {
             engine,
             backoff: options.backoff,
@@ -413,7 +421,7 @@ impl Node {
         Ok(Node {
             context: Arc::new(context),
             state_dir: options.state_dir,
-            pods: Arc::default(),
+            pods,
             terminated_pods_kept: options.terminated_pods_kept,
             scheduler,
             memory,
@@ -465,7 +473,8 @@ impl Node {
     /// At most one pod of a name runs at a time: while a pod of the same namespace and name is
     /// being deleted, the new one waits until every container of the old one has stopped and it
     /// is gone; a pod of that name that is not being deleted is [`Error::AlreadyExists`].
-    /// Terminated pods beyond [`NodeOptions::terminated_pods_kept`] are deleted, oldest first.
+    /// Terminated pods beyond [`NodeOptions::terminated_pods_kept`] are deleted, oldest first
+    /// (at each creation, and whenever a pod stops for good).
     pub async fn create_pod(&self, spec: PodSpec, options: PodOptions) -> Result<PodHandle, Error> {
         let priority = self.priorities.of(&spec)?;
         loop {
@@ -486,18 +495,7 @@ impl Node {
             Ok(pod) => self.pods.insert(&namespace, &name, pod.clone()),
             Err(_) => self.pods.release(&namespace, &name),
         }
-        for gone in self.pods.collect_garbage(self.terminated_pods_kept) {
-            tokio::spawn(async move {
-                gone.deleted().await;
-                for dir in [gone.dir(), &gone.inner.log_dir] {
-                    if let Err(e) = std::fs::remove_dir_all(dir)
-                        && e.kind() != std::io::ErrorKind::NotFound
-                    {
-                        tracing::warn!(dir = %dir.display(), "cannot remove a collected pod: {e}");
-                    }
-                }
-            });
-        }
+        self.pods.sweep(self.terminated_pods_kept);
         created
     }
 

@@ -91,8 +91,23 @@ impl Registry {
     }
 
     /// Deletes the oldest terminated pods beyond `keep`, as Kubernetes' pod garbage collector
-    /// does; returns them.
-    pub(super) fn collect_garbage(&self, keep: usize) -> Vec<PodHandle> {
+    /// does, and their directories once they are gone.
+    pub(super) fn sweep(&self, keep: usize) {
+        for gone in self.collect_garbage(keep) {
+            tokio::spawn(async move {
+                gone.deleted().await;
+                for dir in [gone.dir(), &gone.inner.log_dir] {
+                    if let Err(e) = std::fs::remove_dir_all(dir)
+                        && e.kind() != std::io::ErrorKind::NotFound
+                    {
+                        tracing::warn!(dir = %dir.display(), "cannot remove a collected pod: {e}");
+                    }
+                }
+            });
+        }
+    }
+
+    fn collect_garbage(&self, keep: usize) -> Vec<PodHandle> {
         // Cheap in the common case: with no more pods than `keep`, no more are terminated.
         if self.lock().0.len() <= keep {
             return Vec::new();

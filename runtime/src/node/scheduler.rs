@@ -8,7 +8,7 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use super::{Allocatable, PodHandle};
@@ -97,6 +97,8 @@ pub(crate) struct Scheduler {
     evicting: AtomicBool,
     /// No eviction victim was found: do not look again before then.
     quiet_until: Mutex<Option<Instant>>,
+    /// Runs after a pod was released (the node's garbage collection).
+    after_release: OnceLock<Box<dyn Fn() + Send + Sync>>,
 }
 
 /// A pod's place in admission, held by its supervisor.
@@ -135,6 +137,7 @@ impl Scheduler {
             next_key: AtomicU64::new(1),
             evicting: AtomicBool::new(false),
             quiet_until: Mutex::new(None),
+            after_release: OnceLock::new(),
         });
         let weak = Arc::downgrade(&scheduler);
         memory.on_pressure(move || {
@@ -180,7 +183,19 @@ impl Scheduler {
         }
     }
 
+    /// Sets what runs after each release, outside admission's lock.
+    pub(crate) fn after_release(&self, hook: impl Fn() + Send + Sync + 'static) {
+        let _ = self.after_release.set(Box::new(hook));
+    }
+
     fn release(&self, key: u64) {
+        self.release_seat(key);
+        if let Some(hook) = self.after_release.get() {
+            hook();
+        }
+    }
+
+    fn release_seat(&self, key: u64) {
         let mut inner = self.lock();
         if let Some(entry) = inner.entries.remove(&key) {
             match entry.state {
