@@ -119,7 +119,7 @@ async fn terminated_pods_are_garbage_collected() {
         assert!(p.log_file("c", 0).exists());
         pods.push(p);
     }
-    // The sweep runs when a pod is created: the fifth creation finds four terminated pods.
+    // The sweep runs as pods stop: by now the two oldest are collected or on their way.
     let live = node.start(&pod("live", r#"[sleep, "600000"]"#)).await;
     for old in &pods[..2] {
         tokio::time::timeout(LIMIT, old.deleted())

@@ -312,10 +312,8 @@ pub struct Node {
     context: Arc<NodeContext>,
     state_dir: PathBuf,
     pods: Arc<registry::Registry>,
-    terminated_pods_kept: usize,
     scheduler: Arc<scheduler::Scheduler>,
     memory: Arc<NodeMemory>,
-    allocatable: Allocatable,
     priorities: Arc<Priorities>,
 }
 
@@ -337,39 +335,36 @@ impl Priorities {
         let mut classes = std::collections::HashMap::new();
         let mut default: Option<(&str, Priority)> = None;
         for class in list {
-            let name = class.metadata.name.clone().unwrap_or_default();
+            let name = class.metadata.name.as_deref().unwrap_or_default();
+            let fail = |message: String| Error::PriorityClass {
+                name: name.to_owned(),
+                message,
+            };
             let priority = Priority {
                 value: class.value,
                 preempts: class.preemption_policy.as_deref() != Some("Never"),
             };
             if class.global_default == Some(true) {
                 if let Some((other, _)) = default {
-                    return Err(Error::PriorityClass {
-                        name,
-                        message: format!(
-                            "globalDefault: only one PriorityClass can be the global default; \
-                             {other} already is"
-                        ),
-                    });
+                    return Err(fail(format!(
+                        "globalDefault: only one PriorityClass can be the global default; \
+                         {other} already is"
+                    )));
                 }
-                default = Some((class.metadata.name.as_deref().unwrap_or_default(), priority));
+                default = Some((name, priority));
             }
-            if classes.insert(name.clone(), priority).is_some() {
-                return Err(Error::PriorityClass {
-                    name,
-                    message: "given twice".into(),
-                });
+            if classes.insert(name.to_owned(), priority).is_some() {
+                return Err(fail("given twice".into()));
             }
         }
+        // Without a global default, a pod without a class has priority 0.
+        let zero = Priority {
+            value: 0,
+            preempts: true,
+        };
         Ok(Priorities {
             classes,
-            default: default.map_or(
-                Priority {
-                    value: 0,
-                    preempts: true,
-                },
-                |(_, p)| p,
-            ),
+            default: default.map_or(zero, |(_, p)| p),
         })
     }
 
@@ -403,7 +398,8 @@ impl Node {
         let memory = Arc::new(NodeMemory::new(threshold));
         let scheduler =
             scheduler::Scheduler::new(allocatable, options.node_name.clone(), memory.clone());
-        // Pods are collected when one is created and when one stops for good.
+        // Terminated pods are collected whenever a pod stops for good (the only time their
+        // number grows).
         let pods: Arc<registry::Registry> = Arc::default();
         let (registry, keep) = (Arc::downgrade(&pods), options.terminated_pods_kept);
         scheduler.after_release(move || {
@@ -422,17 +418,15 @@ impl Node {
             context: Arc::new(context),
             state_dir: options.state_dir,
             pods,
-            terminated_pods_kept: options.terminated_pods_kept,
             scheduler,
             memory,
-            allocatable,
             priorities: Arc::new(priorities),
         })
     }
 
     /// What the node has for pods' requests.
     pub fn allocatable(&self) -> Allocatable {
-        self.allocatable
+        self.scheduler.allocatable()
     }
 
     /// Bytes of linear memory the node's guests hold now.
@@ -473,8 +467,8 @@ impl Node {
     /// At most one pod of a name runs at a time: while a pod of the same namespace and name is
     /// being deleted, the new one waits until every container of the old one has stopped and it
     /// is gone; a pod of that name that is not being deleted is [`Error::AlreadyExists`].
-    /// Terminated pods beyond [`NodeOptions::terminated_pods_kept`] are deleted, oldest first
-    /// (at each creation, and whenever a pod stops for good).
+    /// Terminated pods beyond [`NodeOptions::terminated_pods_kept`] are deleted, oldest first,
+    /// whenever a pod stops for good.
     pub async fn create_pod(&self, spec: PodSpec, options: PodOptions) -> Result<PodHandle, Error> {
         let priority = self.priorities.of(&spec)?;
         loop {
@@ -495,7 +489,6 @@ impl Node {
             Ok(pod) => self.pods.insert(&namespace, &name, pod.clone()),
             Err(_) => self.pods.release(&namespace, &name),
         }
-        self.pods.sweep(self.terminated_pods_kept);
         created
     }
 

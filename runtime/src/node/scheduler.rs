@@ -148,6 +148,10 @@ impl Scheduler {
         scheduler
     }
 
+    pub(crate) fn allocatable(&self) -> Allocatable {
+        self.allocatable
+    }
+
     fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -188,24 +192,29 @@ impl Scheduler {
         let _ = self.after_release.set(Box::new(hook));
     }
 
+    /// Frees the pod's room (once; a second release of the same pod does nothing).
     fn release(&self, key: u64) {
-        self.release_seat(key);
-        if let Some(hook) = self.after_release.get() {
+        if self.release_seat(key)
+            && let Some(hook) = self.after_release.get()
+        {
             hook();
         }
     }
 
-    fn release_seat(&self, key: u64) {
+    /// Whether the pod held a seat.
+    fn release_seat(&self, key: u64) -> bool {
         let mut inner = self.lock();
-        if let Some(entry) = inner.entries.remove(&key) {
-            match entry.state {
-                State::Admitted { .. } => inner.used = inner.used.minus(entry.pod.requests),
-                State::Pending { .. } => {
-                    inner.pending.remove(&(Reverse(entry.pod.priority), key));
-                }
+        let Some(entry) = inner.entries.remove(&key) else {
+            return false;
+        };
+        match entry.state {
+            State::Admitted { .. } => inner.used = inner.used.minus(entry.pod.requests),
+            State::Pending { .. } => {
+                inner.pending.remove(&(Reverse(entry.pod.priority), key));
             }
-            self.schedule(&mut inner, None);
         }
+        self.schedule(&mut inner, None);
+        true
     }
 
     /// What `requests` lacks with `used` taken, in the scheduler's words; empty when it fits.
