@@ -183,7 +183,21 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(2));
         }
     };
+    // Every output is opened before the pod exists: a bad path is bad input (exit 2), not a
+    // failure after the pod started.
+    let events_out = args.events.as_deref().map(open_output).transpose()?;
+    let status_out = match &args.status {
+        Some(path) => Some(
+            std::fs::File::create(path)
+                .with_context(|| format!("cannot create {}", path.display()))?,
+        ),
+        None => None,
+    };
     let node = Node::new(args.node.options().priority_classes(classes))?;
+    if let Err(why) = node.check_fits(&spec) {
+        eprintln!("{}: {why}", args.pod.display());
+        return Ok(ExitCode::from(2));
+    }
     let signals = Signals::listen().context("cannot listen for signals")?;
     let (tx, mut output) = tokio::sync::mpsc::channel(1024);
     let options = args
@@ -199,33 +213,40 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(2));
         }
     };
-    let printer = tokio::spawn(async move {
+    // Container output is printed by a thread of its own: a stdout nobody reads blocks that
+    // thread only (the node drops lines for a watcher that does not keep up; the logs have
+    // them), never the pod or wasmpod's exit.
+    let (printed_tx, printed) = tokio::sync::oneshot::channel::<()>();
+    std::thread::spawn(move || {
         // Write errors (a closed pipe: `wasmpod run pod.yaml | head`) are ignored: the pod runs
         // on and its output stays in the log files.
-        while let Some(out) = output.recv().await {
+        while let Some(out) = output.blocking_recv() {
             let _ = match out.stream {
                 Stream::Stdout => writeln!(std::io::stdout(), "[{}] {}", out.container, out.line),
                 Stream::Stderr => writeln!(std::io::stderr(), "[{}] {}", out.container, out.line),
             };
         }
+        drop(printed_tx);
     });
-    let events = match &args.events {
-        Some(path) => Some(tokio::spawn(write_events(pod.clone(), open_output(path)?))),
-        None => None,
-    };
+    let events = events_out.map(|out| write_events(pod.clone(), out));
     tokio::spawn(forward_signals(signals, pod.clone()));
     tokio::spawn(report_pending(pod.clone()));
 
     let status = pod.wait().await;
     pod.delete(None);
     pod.deleted().await;
+    // Everything the pod printed is on stdout before `run` ends, unless nobody reads it.
+    let _ = tokio::time::timeout(OUTPUT_PATIENCE, printed).await;
     if let Some(events) = events {
-        events.await?.context("cannot write the event stream")?;
+        // Bounded: an event stream to a pipe nobody reads does not keep wasmpod from exiting.
+        match tokio::time::timeout(OUTPUT_PATIENCE, events).await {
+            Ok(written) => written?.context("cannot write the event stream")?,
+            Err(_) => eprintln!("wasmpod: the event stream could not be written in time"),
+        }
     }
-    let _ = tokio::time::timeout(Duration::from_secs(5), printer).await;
-    if let Some(path) = &args.status {
-        let json = serde_json::to_string_pretty(&status)?;
-        std::fs::write(path, json + "\n")
+    if let (Some(path), Some(mut file)) = (&args.status, status_out) {
+        let json = serde_json::to_string_pretty(&status)? + "\n";
+        file.write_all(json.as_bytes())
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
     Ok(match status.phase.as_deref() {
@@ -233,6 +254,9 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         _ => ExitCode::from(1),
     })
 }
+
+/// How long `run` waits, once the pod is gone, for its event stream to be written out.
+const OUTPUT_PATIENCE: Duration = Duration::from_secs(5);
 
 /// The PriorityClass documents of the pod file and the `--config` files.
 fn priority_classes(pod: &Path, config: &[PathBuf]) -> Result<Vec<PriorityClass>, InvalidPod> {
@@ -254,6 +278,7 @@ async fn report_pending(pod: PodHandle) {
 }
 
 fn open_output(path: &Path) -> anyhow::Result<Box<dyn Write + Send>> {
+    // (The event stream's file; `-` is stdout.)
     if path == Path::new("-") {
         return Ok(Box::new(std::io::stdout()));
     }
@@ -262,17 +287,39 @@ fn open_output(path: &Path) -> anyhow::Result<Box<dyn Write + Send>> {
     Ok(Box::new(file))
 }
 
-async fn write_events(pod: PodHandle, mut out: Box<dyn Write + Send>) -> std::io::Result<()> {
-    let mut events = pod.events();
-    while let Some(event) = events.next().await {
-        // One write per line: with `--events -` container output shares stdout, and a line
-        // written in pieces could be split by one of theirs.
-        let mut line = serde_json::to_vec(&event)?;
-        line.push(b'\n');
-        out.write_all(&line)?;
-        out.flush()?;
-    }
-    Ok(())
+/// Writes the pod's event stream from a thread of its own (a blocking writer never holds up
+/// the async runtime); the handle completes once every event was written.
+fn write_events(
+    pod: PodHandle,
+    mut out: Box<dyn Write + Send>,
+) -> tokio::sync::oneshot::Receiver<std::io::Result<()>> {
+    let (lines_tx, mut lines) = tokio::sync::mpsc::channel::<Vec<u8>>(1024);
+    let (done_tx, done) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let mut result = Ok(());
+        while let Some(line) = lines.blocking_recv() {
+            // One write per line: with `--events -` container output shares stdout, and a line
+            // written in pieces could be split by one of theirs.
+            if let Err(e) = out.write_all(&line).and_then(|()| out.flush()) {
+                result = Err(e);
+                break;
+            }
+        }
+        let _ = done_tx.send(result);
+    });
+    tokio::spawn(async move {
+        let mut events = pod.events();
+        while let Some(event) = events.next().await {
+            let Ok(mut line) = serde_json::to_vec(&event) else {
+                continue;
+            };
+            line.push(b'\n');
+            if lines_tx.send(line).await.is_err() {
+                break;
+            }
+        }
+    });
+    done
 }
 
 /// Ctrl-C or SIGTERM deletes the pod gracefully; a second one forces it (grace 0).

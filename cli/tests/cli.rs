@@ -453,8 +453,10 @@ spec:
     let sent = Instant::now();
     kill();
     std::thread::sleep(Duration::from_millis(200));
-    assert!(
-        std::fs::metadata(&st).is_err(),
+    // (`run` creates the status file before the pod starts, and writes it at the end.)
+    assert_eq!(
+        std::fs::metadata(&st).unwrap().len(),
+        0,
         "still in its grace period after the first signal"
     );
     kill();
@@ -763,11 +765,10 @@ spec:
     );
 }
 
-/// A pod the machine has no room for waits Pending, and `run` says why on stderr; deleting it
-/// (SIGTERM) ends the run with exit 1.
-#[cfg(unix)]
+/// A pod whose requests are more than the whole node has would wait Pending forever: `run`
+/// says why and exits 2 at once, without starting it.
 #[test]
-fn a_pod_that_does_not_fit_says_why() {
+fn a_pod_that_can_never_fit_is_bad_input() {
     let dir = Dir::new();
     let pod = dir.write(
         "huge.yaml",
@@ -780,23 +781,141 @@ spec:
   - { name: c, image: "{p1}", args: [print, never], resources: { requests: { memory: 100Ti } } }
 "#,
     );
+    let out = dir.run(&pod, &[]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("huge.yaml: 0/1 nodes are available: 1 Insufficient memory.")
+            && stderr.contains("can never be scheduled"),
+        "{stderr}"
+    );
+    assert_eq!(text(&out.stdout), "", "nothing ran");
+}
+
+/// Output paths that cannot be written are bad input found before the pod starts: nothing runs
+/// and nothing is left behind.
+#[test]
+fn unwritable_outputs_are_refused_before_the_pod_starts() {
+    let dir = Dir::new();
+    let pod = dir.write(
+        "pod.yaml",
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: { name: out }
+spec:
+  restartPolicy: Never
+  volumes: [ { name: v, emptyDir: {} } ]
+  containers:
+  - { name: c, image: "{p1}", args: [print, ran], volumeMounts: [ { name: v, mountPath: /v } ] }
+"#,
+    );
+    let nowhere = dir.path("no/such/dir/file.json");
+    for option in ["--events", "--status"] {
+        let out = dir.run(&pod, &[option, nowhere.to_str().unwrap()]);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{option}: {}",
+            text(&out.stderr)
+        );
+        assert!(text(&out.stderr).contains("cannot create"), "{option}");
+        assert_eq!(text(&out.stdout), "", "{option}: nothing ran");
+        assert_eq!(dir.pods_started(), 0, "{option}");
+        let volumes = std::fs::read_dir(dir.path("state").join("pods"))
+            .map(|d| d.count())
+            .unwrap_or(0);
+        assert_eq!(volumes, 0, "{option}: no volume left behind");
+    }
+}
+
+/// `run` ends when its pod does even if nobody reads its stdout (container output and the event
+/// stream both going there): the lines it could not print are in the log.
+#[cfg(unix)]
+#[test]
+fn run_does_not_hang_when_nobody_reads_its_stdout() {
+    let dir = Dir::new();
+    let pod = dir.write(
+        "pod.yaml",
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: { name: flood }
+spec:
+  restartPolicy: Never
+  containers:
+  - { name: c, image: "{p1}", args: [flood, "200000", print, done] }
+"#,
+    );
     let mut child = dir
-        .run_command(&pod, &[])
+        .run_command(&pod, &["--events", "-"])
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut stderr, &mut line).unwrap();
-    assert!(
-        line.starts_with(
-            "wasmpod: pod huge is Pending: 0/1 nodes are available: 1 Insufficient memory."
-        ),
-        "{line}"
+    // Hold the pipe open, unread.
+    let _stdout = child.stdout.take();
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("wasmpod run hangs on a stdout nobody reads");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(0));
+    let logs = dir.path("state").join("logs");
+    let pod_dir = std::fs::read_dir(logs)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let log = std::fs::read_to_string(pod_dir.join("c/0.log")).unwrap();
+    assert!(log.ends_with(" stdout F done\n"), "the log has every line");
+}
+
+/// Numbers at the edge of their types (grace periods, deadlines, backoff options) are held, not
+/// overflowed: the pod runs and is deleted, and `run` reports it and exits.
+#[test]
+fn huge_numbers_do_not_break_run() {
+    let dir = Dir::new();
+    let pod = dir.write(
+        "pod.yaml",
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: { name: huge }
+spec:
+  restartPolicy: OnFailure
+  terminationGracePeriodSeconds: 9223372036854775807
+  activeDeadlineSeconds: 2147483647
+  containers:
+  - name: c
+    image: "{p1}"
+    args: [print, fine]
+    livenessProbe: { exec: { command: [liveness] }, terminationGracePeriodSeconds: 9223372036854775807 }
+"#,
     );
-    sigterm(&child);
-    let out = child.wait_with_output().unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    assert_eq!(text(&out.stdout), "", "nothing ran");
+    let huge = "9000000000000000000s";
+    let out = dir.run(
+        &pod,
+        &[
+            "--events",
+            "-",
+            "--backoff-initial",
+            huge,
+            "--backoff-max",
+            huge,
+            "--backoff-reset",
+            huge,
+        ],
+    );
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(stdout.contains("[c] fine"), "{stdout}");
+    assert!(stdout.contains(r#""reason":"Deleted""#), "{stdout}");
 }

@@ -80,26 +80,67 @@ pub(crate) fn now_micros() -> String {
         .to_string()
 }
 
-/// A pod's events so far; readers follow it without missing any.
+/// The first events of a pod, always kept (how it started).
+const KEPT_FIRST: usize = 128;
+/// The most recent events kept after the first ones: a pod that restarts or fails probes for
+/// weeks keeps a bounded journal, as Kubernetes keeps events for a while, not forever.
+const KEPT_LAST: usize = 1024;
+
+/// A pod's events so far, bounded; readers follow it without missing any while they keep up.
 #[derive(Default)]
 pub(crate) struct Journal {
-    events: Mutex<Vec<Event>>,
+    events: Mutex<Kept>,
     /// Number of events and whether the journal is closed.
     version: watch::Sender<(usize, bool)>,
+}
+
+/// The first [`KEPT_FIRST`] events and the last [`KEPT_LAST`] of the rest.
+#[derive(Default)]
+struct Kept {
+    first: Vec<Event>,
+    last: std::collections::VecDeque<Event>,
+    /// How many events were recorded in all.
+    total: usize,
+}
+
+impl Kept {
+    fn push(&mut self, event: Event) {
+        if self.first.len() < KEPT_FIRST {
+            self.first.push(event);
+        } else {
+            if self.last.len() == KEPT_LAST {
+                self.last.pop_front();
+            }
+            self.last.push_back(event);
+        }
+        self.total += 1;
+    }
+
+    /// The event at position `at`, or the next one still kept if it was dropped: (its
+    /// position, the event).
+    fn get(&self, at: usize) -> Option<(usize, &Event)> {
+        if let Some(e) = self.first.get(at) {
+            return Some((at, e));
+        }
+        let base = self.total - self.last.len();
+        let at = at.max(base);
+        self.last.get(at - base).map(|e| (at, e))
+    }
 }
 
 impl Journal {
     pub(crate) fn push(&self, event: Event) {
         tracing::debug!(pod = %event.pod, container = ?event.container, reason = ?event.reason, "{}", event.message);
-        let mut events = self.events.lock().unwrap();
+        let mut events = self.events.lock().unwrap_or_else(|e| e.into_inner());
         events.push(event);
-        let len = events.len();
+        let len = events.total;
         drop(events);
         self.version.send_modify(|v| v.0 = len);
     }
 
     pub(crate) fn close(&self) {
-        self.version.send_modify(|v| v.1 = true);
+        self.version
+            .send_if_modified(|v| !std::mem::replace(&mut v.1, true));
     }
 
     pub(crate) fn stream(self: &Arc<Self>) -> EventStream {
@@ -113,7 +154,9 @@ impl Journal {
 
 /// The events of one pod, from its first to its last (`Deleted`).
 ///
-/// Every reader sees every event, in order, however late it starts reading.
+/// A reader sees every event, in order, however late it starts reading, unless the pod has
+/// recorded very many: a journal keeps a pod's first 128 events and its last 1,024, and a reader
+/// that falls further behind skips to the oldest event still kept.
 pub struct EventStream {
     journal: Arc<Journal>,
     next: usize,
@@ -127,9 +170,17 @@ impl EventStream {
             // Mark the version seen *before* looking at the journal: an event recorded after
             // this line changes the version, so `changed` below cannot miss it.
             let (_, closed) = *self.version.borrow_and_update();
-            if let Some(event) = self.journal.events.lock().unwrap().get(self.next) {
-                self.next += 1;
-                return Some(event.clone());
+            let found = {
+                let kept = self
+                    .journal
+                    .events
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner());
+                kept.get(self.next).map(|(at, e)| (at, e.clone()))
+            };
+            if let Some((at, event)) = found {
+                self.next = at + 1;
+                return Some(event);
             }
             if closed {
                 return None;
@@ -158,6 +209,29 @@ mod tests {
             restart_count: None,
             phase: None,
         }
+    }
+
+    /// A journal keeps the first and the last events of a long life, and a late reader reads
+    /// those, in order.
+    #[tokio::test]
+    async fn the_journal_is_bounded_and_keeps_the_first_and_last_events() {
+        let journal = Arc::new(Journal::default());
+        let total = KEPT_FIRST + KEPT_LAST * 3;
+        for i in 0..total {
+            journal.push(event(i));
+        }
+        journal.close();
+        {
+            let kept = journal.events.lock().unwrap();
+            assert_eq!(kept.first.len() + kept.last.len(), KEPT_FIRST + KEPT_LAST);
+        }
+        let mut stream = journal.stream();
+        let mut seen = Vec::new();
+        while let Some(e) = stream.next().await {
+            seen.push(e.message.parse::<usize>().unwrap());
+        }
+        let expected: Vec<usize> = (0..KEPT_FIRST).chain(total - KEPT_LAST..total).collect();
+        assert_eq!(seen, expected);
     }
 
     /// Readers racing a writer on another thread see every event, in order: a wake-up lost

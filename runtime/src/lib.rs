@@ -36,9 +36,11 @@
 mod container;
 mod engine;
 mod events;
+mod memory;
 mod network;
 mod node;
 mod output;
+mod paths;
 mod spec;
 mod supervisor;
 mod volumes;
@@ -47,7 +49,7 @@ pub use engine::LoadError;
 pub use events::{Event, EventStream, EventType, Reason};
 pub use network::Egress;
 pub use node::{Allocatable, Error, Node, NodeOptions, PodHandle, PodOptions};
-pub use output::{LogOptions, Logs, OutputLine, Stream};
+pub use output::{LogLimits, LogOptions, Logs, OutputLine, Stream};
 pub use spec::{FieldError, InvalidPod, PodSpec, read_priority_classes};
 pub use supervisor::BackoffOptions;
 

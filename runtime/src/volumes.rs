@@ -4,19 +4,61 @@
 //! RAM), removed with the pod; `configMap` and `secret` volumes are directories of files written
 //! at pod start (mounted read-only); `hostPath` is the host's own directory. A guest sees a volume
 //! only through WASI preopens, which cap-std confines: neither `..` nor a symlink leads out.
+//!
+//! Each mount of a container is opened once when the container starts ([`MountDir`]), its
+//! `subPath` resolved inside the volume by cap-std, and every instance of that container (the
+//! entry point, probes, hooks, `exec`) preopens that same open directory: a symlink planted at
+//! the `subPath` afterwards, by another container sharing the volume, changes nothing.
 
+use std::fs::File;
 use std::path::{Path, PathBuf};
+
+use cap_std::ambient_authority;
+use cap_std::fs::Dir;
 
 use crate::spec::{HostCreate, PodSpec, VolumeSource};
 
 /// Where RAM-backed `emptyDir` volumes live, when the host has it.
 const SHM: &str = "/dev/shm";
+/// The lock a pod holds in its `/dev/shm/wasmpod/<uid>` directory while it lives.
+const SHM_LOCK: &str = ".lock";
 
 /// The host directories of a pod's volumes, in `spec.volumes` order.
 pub(crate) struct PodVolumes {
     dirs: Vec<PathBuf>,
     /// Made by wasmpod for this pod (removed with it), as opposed to a host path.
     owned: Vec<bool>,
+    /// The pod's directory under `/dev/shm`, locked while the pod lives, when it has one.
+    shm: Option<(PathBuf, File)>,
+}
+
+/// One mount's directory, opened once for a container's instances.
+#[derive(Debug)]
+pub(crate) struct MountDir {
+    dir: Dir,
+    /// The host path it was opened at, for messages.
+    shown: PathBuf,
+}
+
+impl MountDir {
+    /// A path that opens this very directory (not whatever is at its name now): its descriptor
+    /// under `/proc/self/fd`, where the host has `/proc`.
+    pub(crate) fn path(&self) -> PathBuf {
+        #[cfg(target_os = "linux")]
+        {
+            use std::os::fd::AsRawFd;
+            let fd = Path::new("/proc/self/fd").join(self.dir.as_raw_fd().to_string());
+            if fd.exists() {
+                return fd;
+            }
+        }
+        self.shown.clone()
+    }
+
+    /// The host path it was opened at.
+    pub(crate) fn shown(&self) -> &Path {
+        &self.shown
+    }
 }
 
 impl PodVolumes {
@@ -29,6 +71,7 @@ impl PodVolumes {
         let mut volumes = PodVolumes {
             dirs: Vec::new(),
             owned: Vec::new(),
+            shm: None,
         };
         for v in &spec.volumes {
             let (dir, owned) = match &v.source {
@@ -46,7 +89,7 @@ impl PodVolumes {
                     (p.clone(), false)
                 }
                 VolumeSource::EmptyDir { memory: true, .. } if Path::new(SHM).is_dir() => {
-                    (Path::new(SHM).join("wasmpod").join(uid).join(&v.name), true)
+                    (volumes.shm_dir(uid)?.join(&v.name), true)
                 }
                 VolumeSource::EmptyDir { .. } | VolumeSource::Files(_) => {
                     (pod_dir.join("volumes").join(&v.name), true)
@@ -56,12 +99,16 @@ impl PodVolumes {
                 std::fs::create_dir_all(&dir)?;
             }
             if let VolumeSource::Files(files) = &v.source {
+                // Written through the directory handle: item paths are validated relative
+                // paths, and cap-std keeps them inside.
+                let root = Dir::open_ambient_dir(&dir, ambient_authority())?;
                 for (path, data) in files {
-                    let file = dir.join(path);
-                    if let Some(parent) = file.parent() {
-                        std::fs::create_dir_all(parent)?;
+                    if let Some(parent) = Path::new(path).parent()
+                        && !parent.as_os_str().is_empty()
+                    {
+                        root.create_dir_all(parent)?;
                     }
-                    std::fs::write(file, data)?;
+                    root.write(path, data)?;
                 }
             }
             volumes.dirs.push(dir);
@@ -70,35 +117,62 @@ impl PodVolumes {
         Ok(volumes)
     }
 
-    /// The host directory a mount of volume `index` shows: the volume's, or its `subPath`
-    /// (made if missing, as the kubelet does). A `subPath` that leads out of the volume through
-    /// a symlink is refused.
+    /// The pod's directory under `/dev/shm`, made and locked on first use.
+    fn shm_dir(&mut self, uid: &str) -> std::io::Result<PathBuf> {
+        if let Some((dir, _)) = &self.shm {
+            return Ok(dir.clone());
+        }
+        let dir = Path::new(SHM).join("wasmpod").join(uid);
+        std::fs::create_dir_all(&dir)?;
+        let lock = File::create(dir.join(SHM_LOCK))?;
+        lock.try_lock().map_err(|_| {
+            std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                format!("{} is in use by another pod", dir.display()),
+            )
+        })?;
+        self.shm = Some((dir.clone(), lock));
+        Ok(dir)
+    }
+
+    /// Opens the directory a mount of volume `index` shows: the volume's, or its `subPath`
+    /// (made if missing, as the kubelet does), resolved inside the volume: a `subPath` that
+    /// leads out through a symlink is refused.
     pub(crate) fn mount_dir(
         &self,
         index: usize,
         sub_path: Option<&str>,
-    ) -> Result<PathBuf, String> {
+    ) -> Result<MountDir, String> {
         let dir = &self.dirs[index];
+        let root = Dir::open_ambient_dir(dir, ambient_authority())
+            .map_err(|e| format!("cannot open {}: {e}", dir.display()))?;
         let Some(sub) = sub_path else {
-            return Ok(dir.clone());
+            return Ok(MountDir {
+                dir: root,
+                shown: dir.clone(),
+            });
         };
-        let target = dir.join(sub);
-        let inside = |t: &Path| -> std::io::Result<bool> {
-            Ok(t.canonicalize()?.starts_with(dir.canonicalize()?))
+        let why = |e: std::io::Error| {
+            if e.kind() == std::io::ErrorKind::PermissionDenied
+                || e.to_string().contains("outside of the filesystem")
+            {
+                format!("subPath {sub:?} leads out of the volume")
+            } else {
+                format!("subPath {sub:?}: {e}")
+            }
         };
-        // Check before making anything (a symlinked parent), and after (the result).
-        let existing = target.ancestors().find(|a| a.exists()).unwrap_or(dir);
-        match inside(existing) {
-            Ok(true) => {}
-            Ok(false) => return Err(format!("subPath {sub:?} leads out of the volume")),
-            Err(e) => return Err(format!("subPath {sub:?}: {e}")),
+        let opened = match root.open_dir(sub) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                root.create_dir_all(sub).map_err(why)?;
+                root.open_dir(sub)
+            }
+            other => other,
         }
-        std::fs::create_dir_all(&target).map_err(|e| format!("subPath {sub:?}: {e}"))?;
-        match inside(&target) {
-            Ok(true) => Ok(target),
-            Ok(false) => Err(format!("subPath {sub:?} leads out of the volume")),
-            Err(e) => Err(format!("subPath {sub:?}: {e}")),
-        }
+        .map_err(why)?;
+        Ok(MountDir {
+            dir: opened,
+            shown: dir.join(sub),
+        })
     }
 
     /// The first `emptyDir` whose contents exceed its `sizeLimit`: (name, usage, limit).
@@ -127,8 +201,32 @@ impl PodVolumes {
             }
         }
         let _ = std::fs::remove_dir(pod_dir.join("volumes"));
-        let _ = std::fs::remove_dir(Path::new(SHM).join("wasmpod").join(uid));
+        let _ = uid;
+        if let Some((dir, _lock)) = &self.shm {
+            // The lock goes with the directory; it is released when `self` drops.
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
+}
+
+/// Removes what pods of processes that ended without cleaning up (`kill -9`, a crash) left in
+/// `/dev/shm/wasmpod`: a directory whose lock nobody holds. Returns how many were removed.
+pub(crate) fn remove_orphans() -> usize {
+    let Ok(entries) = std::fs::read_dir(Path::new(SHM).join("wasmpod")) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let dir = entry.path();
+        let Ok(lock) = File::open(dir.join(SHM_LOCK)) else {
+            continue;
+        };
+        if lock.try_lock().is_ok() && std::fs::remove_dir_all(&dir).is_ok() {
+            tracing::info!(dir = %dir.display(), "removed a volume left by an ended process");
+            removed += 1;
+        }
+    }
+    removed
 }
 
 /// Bytes used by the files under `dir` (symlinks not followed).

@@ -150,6 +150,14 @@ spec:
     assert!(!outside.join("planted").exists());
     let sub = terminated(&status, "sub");
     assert_eq!(sub.exit_code, 128);
+    // The event says why, as the kubelet's `Failed` event does.
+    assert!(
+        t.0.iter().any(|e| e.reason == wasmpod::Reason::Failed
+            && e.container.as_deref() == Some("sub")
+            && e.message.starts_with("Error: ")
+            && e.message.contains("leads out of the volume")),
+        "{t}"
+    );
     assert!(
         sub.message
             .as_deref()

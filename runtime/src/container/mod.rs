@@ -5,12 +5,10 @@
 //! action, KILL) is dropping its future: that works whether the guest computes or waits in a
 //! host call.
 
-mod meter;
 mod term;
 
-use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use wasmtime::component::ResourceTable;
 use wasmtime::{ResourceLimiter, Store, UpdateDeadline};
@@ -20,14 +18,17 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{FsPerms, I32Exit, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use crate::engine::Image;
+use crate::memory::{Budget, Charge, PodMemory};
 use crate::network::PodNetwork;
 use crate::network::wasi::{Sockets, SocketsView};
 use crate::output::OutputSink;
-pub(crate) use meter::{NodeMemory, PodMemory};
+use crate::volumes::MountDir;
 pub(crate) use term::{
     KillClock, TERM_INTERFACE, TERM_MODULE, TermSignal, add_p1_termination, add_p2_termination,
 };
 
+/// Exit code of a container that could not be started (its sandbox could not be made).
+pub(crate) const EXIT_START_ERROR: i32 = 128;
 /// Exit code of a container whose guest trapped.
 pub(crate) const EXIT_TRAP: i32 = 134;
 /// Exit code of a container killed (KILL) or out of memory.
@@ -45,6 +46,7 @@ pub(crate) struct P2State {
     ctx: WasiCtx,
     pub(crate) table: ResourceTable,
     net: Arc<PodNetwork>,
+    budget: Arc<Budget>,
     pub(crate) term: TermSignal,
     limiter: MemoryLimiter,
 }
@@ -63,16 +65,32 @@ impl SocketsView for P2State {
         Sockets {
             table: &mut self.table,
             net: &self.net,
+            budget: &self.budget,
         }
     }
 }
 
-/// Caps a container's linear memories, remembers whether the cap was hit, and charges what
-/// they hold to the pod.
+/// What the host holds for one table element (a pointer).
+const TABLE_ELEMENT_BYTES: u64 = 8;
+/// The most core instances, memories and tables one store may have: a component of a few
+/// modules needs a handful of each; the defaults (10,000) would let a guest make thousands.
+const MAX_INSTANCES: usize = 64;
+const MAX_MEMORIES: usize = 16;
+const MAX_TABLES: usize = 64;
+
+/// Grows a store's linear memories and tables only within its container's budget, remembers
+/// whether the budget was hit, and counts what they hold for the pod and node.
 struct MemoryLimiter {
-    limit: usize,
     hit: bool,
-    charge: meter::Charge,
+    charge: Charge,
+}
+
+impl MemoryLimiter {
+    fn grow(&mut self, bytes: u64) -> bool {
+        let ok = self.charge.grow(bytes);
+        self.hit |= !ok;
+        ok
+    }
 }
 
 impl ResourceLimiter for MemoryLimiter {
@@ -82,28 +100,36 @@ impl ResourceLimiter for MemoryLimiter {
         desired: usize,
         _max: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        let ok = desired <= self.limit;
-        self.hit |= !ok;
-        if ok {
-            self.charge.grew(current, desired);
-        }
-        Ok(ok)
+        Ok(self.grow(desired.saturating_sub(current) as u64))
     }
 
     fn table_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _max: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        Ok(desired <= 1_000_000)
+        let elements = desired.saturating_sub(current) as u64;
+        Ok(self.grow(elements.saturating_mul(TABLE_ELEMENT_BYTES)))
+    }
+
+    fn instances(&self) -> usize {
+        MAX_INSTANCES
+    }
+
+    fn memories(&self) -> usize {
+        MAX_MEMORIES
+    }
+
+    fn tables(&self) -> usize {
+        MAX_TABLES
     }
 }
 
 /// A directory the guest sees.
 pub(crate) struct Preopen {
-    /// The host directory, or why it cannot be mounted.
-    pub(crate) host: Result<PathBuf, String>,
+    /// The host directory, opened once for every instance, or why it cannot be mounted.
+    pub(crate) host: Result<MountDir, String>,
     pub(crate) guest: String,
     pub(crate) read_only: bool,
 }
@@ -117,7 +143,8 @@ pub(crate) struct Sandbox {
     pub(crate) env: Vec<(String, String)>,
     pub(crate) preopens: Vec<Preopen>,
     pub(crate) working_dir: Option<String>,
-    pub(crate) memory_limit: usize,
+    /// The container's memory budget, shared by all its instances.
+    pub(crate) budget: Arc<Budget>,
     /// The CPU limit as a share of one core, below 1.
     pub(crate) cpu_share: Option<f64>,
     pub(crate) term: TermSignal,
@@ -200,10 +227,10 @@ impl Sandbox {
                 .host
                 .as_ref()
                 .map_err(|e| std::io::Error::other(format!("cannot mount at {}: {e}", p.guest)))?;
-            b.preopened_dir(host, &p.guest, perms).map_err(|e| {
+            b.preopened_dir(host.path(), &p.guest, perms).map_err(|e| {
                 std::io::Error::other(format!(
                     "cannot mount {} at {}: {e}",
-                    host.display(),
+                    host.shown().display(),
                     p.guest
                 ))
             })?;
@@ -216,9 +243,8 @@ impl Sandbox {
 
     fn limiter(&self) -> MemoryLimiter {
         MemoryLimiter {
-            limit: self.memory_limit,
             hit: false,
-            charge: meter::Charge::new(self.memory.clone()),
+            charge: Charge::new(self.memory.clone(), self.budget.clone()),
         }
     }
 
@@ -245,6 +271,7 @@ impl Sandbox {
             ctx: wasi.build(),
             table: ResourceTable::new(),
             net: self.net.clone(),
+            budget: self.budget.clone(),
             term: self.term.clone(),
             limiter: self.limiter(),
         };
@@ -263,7 +290,7 @@ impl Sandbox {
         match self.wasi(&self.argv, stdout, stderr) {
             Ok(wasi) => self.run_entry(wasi).await,
             Err(e) => Exit {
-                code: 128,
+                code: EXIT_START_ERROR,
                 oom: false,
                 message: Some(e.to_string()),
             },
@@ -384,43 +411,53 @@ fn prepare<T: 'static>(
     kill: KillClock,
 ) {
     store.limiter(move |s| limiter(s) as &mut dyn ResourceLimiter);
-    crate::engine::activity::track(store);
     // At every epoch tick the guest yields through tokio's `yield_now`, which lets the runtime
     // poll its timers and I/O before the guest runs again: a busy guest cannot delay a kill
     // deadline, a probe or a neighbour's wake-up by more than one tick.
     //
     // A guest with a CPU limit (a share f of one core) owes ran × (1 − f) / f of idle time for
-    // every slice it runs; it pays once the debt reaches THROTTLE_PAUSE, and time overslept is
-    // credited back, so that over a few pauses it uses f of a core.
-    let throttle = Arc::new(std::sync::Mutex::new(Throttle {
-        resumed: std::time::Instant::now(),
-        debt: 0.0,
-    }));
+    // the time it ran wasm; it pays once the debt reaches THROTTLE_PAUSE, and time overslept is
+    // credited back, so that over a few pauses it uses f of a core. Only time inside wasm counts
+    // (the call hooks say when the guest enters and leaves it): time blocked in host calls,
+    // sleeping or waiting for I/O, is not CPU.
+    let throttle = Arc::new(std::sync::Mutex::new(Throttle::default()));
+    let hook = cpu_share.map(|_| throttle.clone());
+    crate::engine::activity::track(store, move |inside| {
+        if let Some(t) = &hook {
+            let mut t = t.lock().unwrap_or_else(|e| e.into_inner());
+            if inside {
+                t.entered = Some(Instant::now());
+            } else if let Some(entered) = t.entered.take() {
+                t.ran += entered.elapsed().as_secs_f64();
+            }
+        }
+    });
     store.set_epoch_deadline(1);
     store.epoch_deadline_callback(move |_| {
         if kill.passed() {
             return Err(term::Killed.into());
         }
-        let pause = {
-            let mut t = throttle.lock().unwrap();
-            if let Some(f) = cpu_share {
-                t.debt += t.resumed.elapsed().as_secs_f64() * (1.0 - f) / f;
+        let pause = cpu_share.and_then(|f| {
+            let mut t = throttle.lock().unwrap_or_else(|e| e.into_inner());
+            let now = Instant::now();
+            if let Some(entered) = t.entered.replace(now) {
+                t.ran += now.saturating_duration_since(entered).as_secs_f64();
             }
+            t.debt += std::mem::take(&mut t.ran) * (1.0 - f) / f;
             (t.debt >= THROTTLE_PAUSE.as_secs_f64()).then(|| Duration::from_secs_f64(t.debt))
-        };
+        });
         let throttle = throttle.clone();
         let slice = async move {
-            let start = std::time::Instant::now();
-            match pause {
-                Some(pause) => tokio::time::sleep(pause).await,
-                None => tokio::task::yield_now().await,
-            }
-            let mut t = throttle.lock().unwrap();
-            if pause.is_some() {
-                t.debt =
-                    (t.debt - start.elapsed().as_secs_f64()).max(-THROTTLE_PAUSE.as_secs_f64());
-            }
-            t.resumed = std::time::Instant::now();
+            let Some(pause) = pause else {
+                tokio::task::yield_now().await;
+                return;
+            };
+            let start = Instant::now();
+            tokio::time::sleep(pause).await;
+            let mut t = throttle.lock().unwrap_or_else(|e| e.into_inner());
+            t.debt = (t.debt - start.elapsed().as_secs_f64()).max(-THROTTLE_PAUSE.as_secs_f64());
+            // The pause was not wasm time.
+            t.entered = Some(Instant::now());
         };
         Ok(UpdateDeadline::YieldCustom(1, Box::pin(slice)))
     });
@@ -429,10 +466,13 @@ fn prepare<T: 'static>(
 /// The shortest pause of a CPU-limited guest; shorter ones would be mostly timer rounding.
 const THROTTLE_PAUSE: Duration = Duration::from_millis(10);
 
-/// CPU accounting of a CPU-limited guest: when it last resumed, and the idle time it owes
-/// (seconds; negative when it overslept).
+/// CPU accounting of a CPU-limited guest: since when it executes wasm (if it does), the seconds
+/// of wasm it ran since the last tick, and the idle time it owes (seconds; negative when it
+/// overslept).
+#[derive(Default)]
 struct Throttle {
-    resumed: std::time::Instant,
+    entered: Option<Instant>,
+    ran: f64,
     debt: f64,
 }
 

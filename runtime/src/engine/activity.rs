@@ -69,14 +69,19 @@ impl Drop for Presence {
     }
 }
 
-/// Makes `store` count in [`running`] while it executes wasm.
-pub(crate) fn track<T: 'static>(store: &mut Store<T>) {
+/// Makes `store` count in [`running`] while it executes wasm, and tells `on_change` each time it
+/// enters (`true`) or leaves (`false`) wasm. (A store has one call hook: this is it.)
+pub(crate) fn track<T: 'static>(
+    store: &mut Store<T>,
+    mut on_change: impl FnMut(bool) + Send + Sync + 'static,
+) {
     let mut presence = Presence { inside: false };
     store.call_hook(move |_, hook| {
-        presence.set(matches!(
-            hook,
-            CallHook::CallingWasm | CallHook::ReturningFromHost
-        ));
+        let inside = matches!(hook, CallHook::CallingWasm | CallHook::ReturningFromHost);
+        if inside != presence.inside {
+            on_change(inside);
+        }
+        presence.set(inside);
         Ok(())
     });
 }

@@ -25,7 +25,13 @@ impl CompileCache {
         key.update(env!("CARGO_PKG_VERSION"));
         key.update(hasher.finish().to_le_bytes());
         CompileCache {
-            dir,
+            dir: dir.filter(|d| match trusted_dir(d) {
+                Ok(()) => true,
+                Err(why) => {
+                    tracing::warn!(dir = %d.display(), "compile cache disabled: {why}");
+                    false
+                }
+            }),
             engine_key: key.finalize().into(),
         }
     }
@@ -57,7 +63,6 @@ impl CompileCache {
     /// Stores `artefact` at `path` atomically (write to a temporary file, then rename).
     pub(crate) fn write(path: &Path, artefact: &[u8]) -> std::io::Result<()> {
         let dir = path.parent().unwrap_or(Path::new("."));
-        std::fs::create_dir_all(dir)?;
         let tmp = dir.join(format!(
             ".tmp-{}-{:?}",
             std::process::id(),
@@ -72,6 +77,56 @@ impl CompileCache {
     }
 }
 
+/// Makes the cache directory (only its owner may enter it) and checks that it is safe to load
+/// native code from: owned by this user and writable by nobody else. A cache file is compiled
+/// machine code that wasmpod runs: one another user could write would run as this one.
+fn trusted_dir(dir: &Path) -> Result<(), String> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| format!("cannot create it: {e}"))?;
+        let meta = std::fs::metadata(dir).map_err(|e| e.to_string())?;
+        // SAFETY: geteuid has no preconditions.
+        let me = unsafe { libc::geteuid() };
+        if meta.uid() != me {
+            return Err(format!(
+                "it is owned by uid {}, not by this user ({me})",
+                meta.uid()
+            ));
+        }
+        if meta.mode() & 0o022 != 0 {
+            return Err(format!(
+                "others may write to it (mode {:o}); it must be writable by its owner only",
+                meta.mode() & 0o777
+            ));
+        }
+    }
+    #[cfg(not(unix))]
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create it: {e}"))?;
+    Ok(())
+}
+
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+    #[test]
+    fn the_cache_dir_is_private_and_a_shared_one_is_refused() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("cache");
+        trusted_dir(&dir).unwrap();
+        assert_eq!(std::fs::metadata(&dir).unwrap().mode() & 0o777, 0o700);
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let why = trusted_dir(&dir).unwrap_err();
+        assert!(why.contains("others may write"), "{why}");
+    }
 }

@@ -54,10 +54,20 @@ pub(crate) fn publish(
     Ok(Published(tasks))
 }
 
+/// How long the accept loop of a published port waits after a failed accept.
+const ACCEPT_BACKOFF: std::time::Duration = std::time::Duration::from_millis(100);
+
 async fn forward(listener: tokio::net::TcpListener, pod: Weak<PodNetwork>, port: u16) {
     loop {
-        let Ok((mut outside, peer)) = listener.accept().await else {
-            continue;
+        let (mut outside, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                // Out of descriptors (EMFILE/ENFILE) or memory: the pending connection stays
+                // queued and accept would fail again at once. Wait instead of spinning.
+                tracing::warn!(port, "cannot accept a published connection: {e}");
+                tokio::time::sleep(ACCEPT_BACKOFF).await;
+                continue;
+            }
         };
         let Some(pod) = pod.upgrade() else {
             return;

@@ -17,6 +17,7 @@ use super::wasi::{
     ErrorCode, Family, IpAddressFamily, IpSocketAddress, Network, SocketResult, Sockets, tcp,
 };
 use super::{Egress, HostStream, PodNetwork, PortGuard, Route};
+use crate::memory::Reservation;
 
 /// Linux's default `somaxconn`, the backlog when the guest does not choose one.
 const DEFAULT_BACKLOG: usize = 128;
@@ -177,6 +178,8 @@ enum State {
         remote: SocketAddr,
         rx: Arc<Pipe>,
         tx: Arc<Pipe>,
+        /// The buffers' part of the container's memory budget.
+        _buffers: Reservation,
     },
     Closed,
 }
@@ -214,11 +217,18 @@ pub struct TcpSocket {
     state: State,
     backlog: usize,
     options: Options,
+    /// The socket's own part of the container's memory budget (its buffers are charged when
+    /// it connects).
+    _charge: Reservation,
 }
 
 impl TcpSocket {
-    pub(crate) fn new(family: Family) -> TcpSocket {
+    /// What a socket costs the host before it connects.
+    pub(crate) const BUDGET: u64 = 4096;
+
+    pub(crate) fn new(family: Family, charge: Reservation) -> TcpSocket {
         TcpSocket {
+            _charge: charge,
             family,
             port: None,
             state: State::Idle,
@@ -307,6 +317,11 @@ impl Sockets<'_> {
         this: &Resource<TcpSocket>,
         conn: Conn,
     ) -> SocketResult<(Resource<DynInputStream>, Resource<DynOutputStream>)> {
+        // Both directions' buffers can fill: they count against the container's memory.
+        let buffers = self
+            .budget
+            .reserve(2 * super::pipe::CAPACITY as u64)
+            .ok_or(ErrorCode::OutOfMemory)?;
         let input: DynInputStream = Box::new(conn.reader);
         let output: DynOutputStream = Box::new(conn.writer);
         self.tcp(this)?.state = State::Connected {
@@ -314,6 +329,7 @@ impl Sockets<'_> {
             remote: conn.remote,
             rx: conn.rx,
             tx: conn.tx,
+            _buffers: buffers,
         };
         let input = self.table.push_child(input, this)?;
         let output = self.table.push_child(output, this)?;
@@ -460,12 +476,16 @@ impl tcp::HostTcpSocket for Sockets<'_> {
         Resource<DynInputStream>,
         Resource<DynOutputStream>,
     )> {
+        let charge = self
+            .budget
+            .reserve(TcpSocket::BUDGET)
+            .ok_or(ErrorCode::OutOfMemory)?;
         let socket = self.tcp(&this)?;
         let State::Listening(listener) = &socket.state else {
             return Err(ErrorCode::InvalidState.into());
         };
         let conn = listener.try_accept().ok_or(ErrorCode::WouldBlock)?;
-        let mut accepted = TcpSocket::new(socket.family);
+        let mut accepted = TcpSocket::new(socket.family, charge);
         accepted.options = socket.options.clone();
         let accepted = self.table.push(accepted)?;
         let (input, output) = self.connected(&accepted, conn)?;

@@ -17,9 +17,13 @@ use super::wasi::{
     Sockets, udp,
 };
 use super::{Egress, PodNetwork, PortGuard, Route};
+use crate::memory::Reservation;
 
 /// The most bytes a socket's inbox holds before new datagrams are dropped.
 const INBOX_BYTES: usize = 256 * 1024;
+/// What a queued datagram costs besides its payload (its queue entry and sender address), so
+/// that empty datagrams count against the inbox too.
+const DATAGRAM_OVERHEAD: usize = 64;
 /// The largest datagram (IPv4's limit).
 const MAX_DATAGRAM: usize = 65_507;
 /// Datagrams a guest may send per `send` call.
@@ -43,10 +47,11 @@ impl Inbox {
 
     fn deliver(&self, data: Vec<u8>, from: SocketAddr) {
         let mut s = self.lock();
-        if s.bytes + data.len() > INBOX_BYTES {
+        let cost = data.len() + DATAGRAM_OVERHEAD;
+        if s.bytes + cost > INBOX_BYTES {
             return;
         }
-        s.bytes += data.len();
+        s.bytes += cost;
         s.queue.push_back((data, from));
         if let Some(w) = s.waker.take() {
             w.wake();
@@ -60,7 +65,7 @@ impl Inbox {
             let Some((data, remote)) = s.queue.pop_front() else {
                 break;
             };
-            s.bytes -= data.len();
+            s.bytes -= data.len() + DATAGRAM_OVERHEAD;
             if from.is_none_or(|f| f == remote) {
                 out.push(udp::IncomingDatagram {
                     data,
@@ -91,11 +96,17 @@ pub struct UdpSocket {
     hop_limit: u8,
     receive_buffer: u64,
     send_buffer: u64,
+    /// The inbox's part of the container's memory budget.
+    _inbox_charge: Reservation,
 }
 
 impl UdpSocket {
-    pub(crate) fn new(family: Family) -> UdpSocket {
+    /// What a socket holds at most: its inbox.
+    pub(crate) const BUDGET: u64 = INBOX_BYTES as u64;
+
+    pub(crate) fn new(family: Family, charge: Reservation) -> UdpSocket {
         UdpSocket {
+            _inbox_charge: charge,
             family,
             port: None,
             inbox: Arc::default(),
@@ -424,5 +435,24 @@ impl udp::HostOutgoingDatagramStream for Sockets<'_> {
     fn drop(&mut self, this: Resource<OutgoingDatagrams>) -> wasmtime::Result<()> {
         self.table.delete(this)?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_datagrams_count_against_the_inbox() {
+        let inbox = Inbox::default();
+        let from = SocketAddr::from(([127, 0, 0, 1], 9));
+        for _ in 0..1_000_000 {
+            inbox.deliver(Vec::new(), from);
+        }
+        let kept = inbox.lock().queue.len();
+        assert_eq!(kept, INBOX_BYTES / DATAGRAM_OVERHEAD);
+        let taken = inbox.take(usize::MAX, None);
+        assert_eq!(taken.len(), kept);
+        assert_eq!(inbox.lock().bytes, 0);
     }
 }

@@ -72,6 +72,8 @@ pub struct Network;
 pub(crate) struct Sockets<'a> {
     pub(crate) table: &'a mut ResourceTable,
     pub(crate) net: &'a Arc<PodNetwork>,
+    /// The container's memory budget, which socket buffers count against.
+    pub(crate) budget: &'a Arc<crate::memory::Budget>,
 }
 
 struct HasSockets;
@@ -298,7 +300,13 @@ impl bindings::wasi::sockets::tcp_create_socket::Host for Sockets<'_> {
         &mut self,
         family: IpAddressFamily,
     ) -> SocketResult<Resource<super::tcp::TcpSocket>> {
-        Ok(self.table.push(super::tcp::TcpSocket::new(family.into()))?)
+        let charge = self
+            .budget
+            .reserve(super::tcp::TcpSocket::BUDGET)
+            .ok_or(ErrorCode::OutOfMemory)?;
+        Ok(self
+            .table
+            .push(super::tcp::TcpSocket::new(family.into(), charge))?)
     }
 }
 
@@ -307,7 +315,13 @@ impl bindings::wasi::sockets::udp_create_socket::Host for Sockets<'_> {
         &mut self,
         family: IpAddressFamily,
     ) -> SocketResult<Resource<super::udp::UdpSocket>> {
-        Ok(self.table.push(super::udp::UdpSocket::new(family.into()))?)
+        let charge = self
+            .budget
+            .reserve(super::udp::UdpSocket::BUDGET)
+            .ok_or(ErrorCode::OutOfMemory)?;
+        Ok(self
+            .table
+            .push(super::udp::UdpSocket::new(family.into(), charge))?)
     }
 }
 

@@ -12,12 +12,13 @@ use k8s_openapi::api::core::v1::PodStatus;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::container::{NodeMemory, PodMemory};
 use crate::engine::{Engine, Image, LoadError, Pull};
 use crate::events::{EventStream, Journal};
+use crate::memory::{NodeMemory, PodMemory};
 use crate::network::publish::{PortMapping, publish};
 use crate::network::{Egress, NodeNetwork};
-use crate::output::{LogBook, LogOptions, Logs, OutputLine};
+use crate::output::{LogBook, LogLimits, LogOptions, Logs, OutputLine};
+use crate::paths::{ClaimError, PodPaths};
 use crate::spec::PodSpec;
 use crate::supervisor::{BackoffOptions, Msg, NodeContext, PodSetup, PodTask, Snapshot};
 pub(crate) use scheduler::Seat;
@@ -80,6 +81,10 @@ pub enum Error {
     /// instance); the message says which, as `kubectl logs` does.
     #[error("{0}")]
     NoLogs(String),
+    /// Another pod (in this process, or in another one using the same state dir) has this
+    /// `metadata.uid`.
+    #[error("metadata.uid: {0:?} is in use by another pod sharing this state dir")]
+    UidInUse(String),
     /// A file or directory of the node's state could not be made.
     #[error("{}: {source}", path.display())]
     Io {
@@ -118,6 +123,8 @@ pub struct NodeOptions {
     pub eviction_threshold: Option<u64>,
     /// The PriorityClasses pods may name in `spec.priorityClassName`.
     pub priority_classes: Vec<PriorityClass>,
+    /// How large containers' logs may grow (the kubelet's rotation settings).
+    pub log_limits: LogLimits,
 }
 
 /// What a node has for pods: the sum of the requests of the pods it runs stays within it.
@@ -191,6 +198,7 @@ impl Default for NodeOptions {
             allocatable: Allocatable::from_machine(),
             eviction_threshold: None,
             priority_classes: Vec::new(),
+            log_limits: LogLimits::default(),
         }
     }
 }
@@ -253,6 +261,12 @@ impl NodeOptions {
     /// Sets [`NodeOptions::backoff`].
     pub fn backoff(mut self, backoff: BackoffOptions) -> Self {
         self.backoff = backoff;
+        self
+    }
+
+    /// Sets [`NodeOptions::log_limits`].
+    pub fn log_limits(mut self, limits: LogLimits) -> Self {
+        self.log_limits = limits;
         self
     }
 }
@@ -383,6 +397,8 @@ impl Priorities {
 impl Node {
     /// Builds a node: sets up the engine and its compile cache.
     pub fn new(options: NodeOptions) -> Result<Node, Error> {
+        raise_fd_limit();
+        crate::volumes::remove_orphans();
         let engine =
             Engine::new(options.cache_dir.clone()).map_err(|e| Error::Engine(format!("{e:#}")))?;
         std::fs::create_dir_all(&options.state_dir).map_err(|source| Error::Io {
@@ -413,6 +429,7 @@ impl Node {
             network: NodeNetwork::new(options.egress),
             node_name: options.node_name,
             memory_limit: usize::try_from(options.memory_limit).unwrap_or(usize::MAX),
+            log_limits: options.log_limits,
         };
         Ok(Node {
             context: Arc::new(context),
@@ -427,6 +444,31 @@ impl Node {
     /// What the node has for pods' requests.
     pub fn allocatable(&self) -> Allocatable {
         self.scheduler.allocatable()
+    }
+
+    /// Whether the pod could ever be admitted: `Err` says which of its requests is larger than
+    /// everything the node has (such a pod would stay Pending forever).
+    pub fn check_fits(&self, spec: &PodSpec) -> Result<(), String> {
+        let has = self.scheduler.allocatable();
+        let wants = spec.requests();
+        if wants.memory > has.memory {
+            return Err(format!(
+                "0/1 nodes are available: 1 Insufficient memory. The pod requests {} bytes and \
+                 the node has {} allocatable: it can never be scheduled",
+                wants.memory, has.memory
+            ));
+        }
+        if wants.cpu_milli > has.cpu_milli {
+            return Err(format!(
+                "0/1 nodes are available: 1 Insufficient cpu. The pod requests {}m and the node \
+                 has {}m allocatable: it can never be scheduled",
+                wants.cpu_milli, has.cpu_milli
+            ));
+        }
+        if has.pods == 0 {
+            return Err("the node admits no pods (allocatable pods is 0)".into());
+        }
+        Ok(())
     }
 
     /// Bytes of linear memory the node's guests hold now.
@@ -510,12 +552,23 @@ impl Node {
             .uid
             .clone()
             .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-        // Volumes under `pods/`, logs under `logs/` as the kubelet lays out `/var/log/pods`
-        // (`<namespace>_<pod>_<uid>/<container>/<restart>.log`); a pod without volumes makes
-        // no directory under `pods/`.
-        let pod_key = format!("{}_{}_{}", spec.namespace, spec.name, uid);
-        let pod_dir = self.state_dir.join("pods").join(&pod_key);
-        let log_dir = self.state_dir.join("logs").join(&pod_key);
+        // Volumes under `pods/<uid>`, logs under `logs/` as the kubelet lays out
+        // `/var/log/pods` (`<namespace>_<pod>_<uid>/<container>/<restart>.log`); a pod without
+        // volumes makes no directory under `pods/`.
+        let paths = PodPaths::claim(&self.state_dir, &spec.namespace, &spec.name, &uid).map_err(
+            |e| match e {
+                ClaimError::InUse(uid) => Error::UidInUse(uid),
+                ClaimError::BadComponent(part) => Error::Io {
+                    path: self.state_dir.clone(),
+                    source: std::io::Error::new(
+                        std::io::ErrorKind::InvalidInput,
+                        format!("{part:?} cannot be part of a path"),
+                    ),
+                },
+                ClaimError::Io { path, source } => Error::Io { path, source },
+            },
+        )?;
+        let (pod_dir, log_dir) = (paths.pod_dir.clone(), paths.log_dir.clone());
         let net = self.context.network.create_pod(&spec.hostname);
         let mut ports: Vec<PortMapping> = spec
             .host_ports()
@@ -539,8 +592,7 @@ impl Node {
         let memory = PodMemory::new(self.memory.clone());
         let setup = PodSetup {
             uid: uid.clone(),
-            pod_dir: pod_dir.clone(),
-            log_dir: log_dir.clone(),
+            paths,
             images,
             tap: options.output,
             net,
@@ -581,6 +633,29 @@ impl Node {
         }
         task.spawn();
         Ok(handle)
+    }
+}
+
+/// Raises the soft limit on open files to the hard one: each container holds descriptors (its
+/// log, its mounts, its sockets), and the usual soft limit of 1,024 is reached by a few hundred.
+fn raise_fd_limit() {
+    #[cfg(unix)]
+    {
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit and setrlimit read and write the struct passed, nothing else.
+        unsafe {
+            if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0
+                && limit.rlim_cur < limit.rlim_max
+            {
+                limit.rlim_cur = limit.rlim_max;
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                    tracing::warn!("cannot raise the open-file limit");
+                }
+            }
+        }
     }
 }
 

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use super::{Allocatable, PodHandle};
-use crate::container::{NodeMemory, PodMemory};
+use crate::memory::{NodeMemory, PodMemory};
 use crate::spec::Requests;
 use crate::supervisor::Msg;
 

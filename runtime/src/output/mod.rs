@@ -22,6 +22,43 @@ use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 
 pub use reader::{LogOptions, Logs};
 
+/// How big a container's log may grow: the kubelet's `containerLogMaxSize` and
+/// `containerLogMaxFiles`. Past `max_size` bytes the log file is rotated (renamed
+/// `<n>.log.<time>`), and at most `max_files` files (the current one included) are kept per
+/// container instance; of earlier instances only the previous one's logs are kept, as the
+/// kubelet keeps one dead container per container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LogLimits {
+    /// Bytes of one log file before it is rotated (Kubernetes: 10 MiB).
+    pub max_size: u64,
+    /// Log files kept per container instance, the current one included (Kubernetes: 5).
+    pub max_files: usize,
+}
+
+impl Default for LogLimits {
+    fn default() -> Self {
+        LogLimits {
+            max_size: 10 * 1024 * 1024,
+            max_files: 5,
+        }
+    }
+}
+
+impl LogLimits {
+    /// Sets both limits (`max_files` of at least 1).
+    pub fn new(max_size: u64, max_files: usize) -> LogLimits {
+        LogLimits {
+            max_size: max_size.max(1),
+            max_files: max_files.max(1),
+        }
+    }
+}
+
+/// How long the log writer waits for a slow watcher of the pod's output (`PodOptions::output`)
+/// before it drops lines for it; the log files get every line regardless.
+const TAP_PATIENCE: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// The longest line kept in one log record; longer lines are split.
 pub(crate) const MAX_LINE: usize = 16 * 1024;
 /// Chunks buffered per pod between the guests and the log writer.
@@ -198,7 +235,11 @@ impl LogBook {
 
 impl PodOutput {
     /// Starts the pod's log writer, writing under `dir` and forwarding lines to `tap`.
-    pub(crate) fn start(dir: PathBuf, tap: Option<mpsc::Sender<OutputLine>>) -> PodOutput {
+    pub(crate) fn start(
+        dir: PathBuf,
+        tap: Option<mpsc::Sender<OutputLine>>,
+        limits: LogLimits,
+    ) -> PodOutput {
         let (tx, rx) = mpsc::channel(CHANNEL_CHUNKS);
         let (written_tx, written) = watch::channel(());
         let book = Arc::new(LogBook {
@@ -206,7 +247,7 @@ impl PodOutput {
             ended: Mutex::default(),
             written,
         });
-        tokio::spawn(write_logs(dir, rx, tap, book.clone(), written_tx));
+        tokio::spawn(write_logs(dir, rx, tap, book.clone(), written_tx, limits));
         PodOutput { tx, book }
     }
 
@@ -252,8 +293,10 @@ async fn write_logs(
     tap: Option<mpsc::Sender<OutputLine>>,
     book: Arc<LogBook>,
     written: watch::Sender<()>,
+    limits: LogLimits,
 ) {
-    let mut files: HashMap<Arc<str>, (i32, std::io::BufWriter<std::fs::File>)> = HashMap::new();
+    let mut files: HashMap<Arc<str>, LogFile> = HashMap::new();
+    let mut dropped_for_tap = 0u64;
     while let Some(chunk) = rx.recv().await {
         let mut batch = vec![chunk];
         while let Ok(more) = rx.try_recv() {
@@ -266,28 +309,30 @@ async fn write_logs(
                 continue;
             }
             let file = match files.get_mut(&chunk.container) {
-                Some((instance, file)) if *instance == chunk.instance => Some(file),
-                _ => open_log(&dir, &chunk.container, chunk.instance).map(|f| {
-                    &mut files
+                Some(f) if f.instance == chunk.instance => Some(f),
+                _ => LogFile::open(&dir, &chunk.container, chunk.instance).map(|f| {
+                    files
                         .entry(chunk.container.clone())
-                        .insert_entry((chunk.instance, f))
+                        .insert_entry(f)
                         .into_mut()
-                        .1
                 }),
             };
             let time = chunk.time.strftime("%Y-%m-%dT%H:%M:%S%.9fZ").to_string();
             if let Some(file) = file {
                 for (partial, line) in &chunk.lines {
                     let tag = if *partial { 'P' } else { 'F' };
-                    let _ = writeln!(file, "{time} {} {tag} {line}", chunk.stream.as_str());
+                    file.record(&time, chunk.stream.as_str(), tag, line, &limits);
                 }
             }
         }
-        for (_, file) in files.values_mut() {
-            let _ = file.flush();
+        for file in files.values_mut() {
+            let _ = file.out.flush();
         }
         for (container, instance) in ended {
-            if files.get(&container).is_some_and(|(i, _)| *i == instance) {
+            if files
+                .get(&container)
+                .is_some_and(|f| f.instance == instance)
+            {
                 files.remove(&container);
             }
             let mut set = book.ended.lock().unwrap_or_else(|e| e.into_inner());
@@ -295,41 +340,162 @@ async fn write_logs(
         }
         written.send_replace(());
         if let Some(tap) = &tap {
-            for chunk in batch {
-                for (partial, line) in chunk.lines {
-                    let out = OutputLine {
-                        container: chunk.container.to_string(),
-                        stream: chunk.stream,
+            // A watcher that does not keep up (a full pipe nobody reads) must not stall the
+            // pod's output: past a short wait its lines are dropped (the log has them).
+            let lines = batch.into_iter().flat_map(|chunk| {
+                let (container, stream) = (chunk.container, chunk.stream);
+                chunk
+                    .lines
+                    .into_iter()
+                    .map(move |(partial, line)| OutputLine {
+                        container: container.to_string(),
+                        stream,
                         line,
                         partial,
-                    };
-                    if tap.send(out).await.is_err() {
-                        break;
+                    })
+            });
+            for out in lines {
+                let sent = match tap.try_send(out) {
+                    Ok(()) => Ok(()),
+                    Err(mpsc::error::TrySendError::Full(out)) if dropped_for_tap == 0 => {
+                        match tokio::time::timeout(TAP_PATIENCE, tap.send(out)).await {
+                            Ok(Ok(())) => Ok(()),
+                            Ok(Err(_)) => Err(true),
+                            Err(_) => Err(false),
+                        }
                     }
+                    Err(mpsc::error::TrySendError::Full(_)) => Err(false),
+                    Err(mpsc::error::TrySendError::Closed(_)) => Err(true),
+                };
+                match sent {
+                    Ok(()) if dropped_for_tap > 0 => {
+                        tracing::warn!(
+                            dropped = dropped_for_tap,
+                            "the pod's output watcher missed lines (they are in the log)"
+                        );
+                        dropped_for_tap = 0;
+                    }
+                    Ok(()) => {}
+                    Err(true) => break,
+                    Err(false) => dropped_for_tap += 1,
                 }
             }
         }
     }
 }
 
-fn open_log(
-    dir: &std::path::Path,
-    container: &str,
+/// The open log file of one container instance.
+struct LogFile {
     instance: i32,
-) -> Option<std::io::BufWriter<std::fs::File>> {
-    let path = log_file(dir, container, instance);
-    let open = || -> std::io::Result<std::fs::File> {
-        std::fs::create_dir_all(path.parent().unwrap_or(dir))?;
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-    };
-    match open() {
-        Ok(f) => Some(std::io::BufWriter::new(f)),
-        Err(e) => {
-            tracing::warn!(file = %path.display(), "cannot write the container log: {e}");
-            None
+    path: PathBuf,
+    out: std::io::BufWriter<std::fs::File>,
+    /// Bytes in the current file.
+    size: u64,
+}
+
+impl LogFile {
+    /// Opens (appending) the log of `instance`, and removes the logs of instances before the
+    /// previous one.
+    fn open(dir: &std::path::Path, container: &str, instance: i32) -> Option<LogFile> {
+        let path = log_file(dir, container, instance);
+        let open = || -> std::io::Result<std::fs::File> {
+            std::fs::create_dir_all(path.parent().unwrap_or(dir))?;
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&path)
+        };
+        match open() {
+            Ok(f) => {
+                let size = f.metadata().map_or(0, |m| m.len());
+                if let Some(parent) = path.parent() {
+                    remove_old_instances(parent, instance);
+                }
+                Some(LogFile {
+                    instance,
+                    path,
+                    out: std::io::BufWriter::new(f),
+                    size,
+                })
+            }
+            Err(e) => {
+                tracing::warn!(file = %path.display(), "cannot write the container log: {e}");
+                None
+            }
+        }
+    }
+
+    /// Writes one CRI record, rotating the file first when it is full.
+    fn record(&mut self, time: &str, stream: &str, tag: char, line: &str, limits: &LogLimits) {
+        let len = (time.len() + stream.len() + line.len() + 5) as u64;
+        if self.size > 0 && self.size.saturating_add(len) > limits.max_size {
+            self.rotate(limits);
+        }
+        if writeln!(self.out, "{time} {stream} {tag} {line}").is_ok() {
+            self.size = self.size.saturating_add(len);
+        }
+    }
+
+    /// Renames the current file `<n>.log.<time>`, starts a new one, and keeps at most
+    /// `max_files - 1` rotated files.
+    fn rotate(&mut self, limits: &LogLimits) {
+        let _ = self.out.flush();
+        let stamp = jiff::Timestamp::now()
+            .strftime("%Y%m%d-%H%M%S.%f")
+            .to_string();
+        let mut rotated = self.path.clone().into_os_string();
+        rotated.push(format!(".{stamp}"));
+        let reopened = std::fs::rename(&self.path, &rotated).and_then(|()| {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&self.path)
+        });
+        match reopened {
+            Ok(f) => {
+                self.out = std::io::BufWriter::new(f);
+                self.size = 0;
+            }
+            Err(e) => {
+                tracing::warn!(file = %self.path.display(), "cannot rotate the container log: {e}");
+                return;
+            }
+        }
+        let (Some(dir), Some(name)) = (self.path.parent(), self.path.file_name()) else {
+            return;
+        };
+        let prefix = format!("{}.", name.to_string_lossy());
+        let mut old: Vec<PathBuf> = std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+            .map(|e| e.path())
+            .collect();
+        // The stamps sort by time.
+        old.sort();
+        let excess = old.len().saturating_sub(limits.max_files.saturating_sub(1));
+        for file in &old[..excess] {
+            let _ = std::fs::remove_file(file);
+        }
+    }
+}
+
+/// Removes the log files (current and rotated) of instances older than the one before
+/// `instance` in a container's log directory.
+fn remove_old_instances(dir: &std::path::Path, instance: i32) {
+    if instance < 2 {
+        return;
+    }
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        let old = name
+            .split_once(".log")
+            .and_then(|(n, _)| n.parse::<i32>().ok())
+            .is_some_and(|n| n < instance - 1);
+        if old {
+            let _ = std::fs::remove_file(entry.path());
         }
     }
 }

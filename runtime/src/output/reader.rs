@@ -87,6 +87,9 @@ impl Logs {
             if !self.lines.is_empty() {
                 continue;
             }
+            if self.file.is_some() && self.partial.is_empty() && !self.at_end().await {
+                continue;
+            }
             if !self.to_end || ended || self.written.changed().await.is_err() {
                 // One last read: the writer may have flushed before it went away.
                 self.read_more().await;
@@ -95,7 +98,9 @@ impl Logs {
         }
     }
 
-    /// Reads what the file holds past what was read, as lines.
+    /// Reads the next piece of the file (at most [`READ_CHUNK`] bytes, so a large log is never
+    /// held in memory whole) as lines; at its end, moves on to a new file at the path when the
+    /// writer has rotated the log.
     async fn read_more(&mut self) {
         if self.file.is_none() {
             match tokio::fs::File::open(&self.path).await {
@@ -104,12 +109,23 @@ impl Logs {
             }
         }
         let Some(file) = &mut self.file else { return };
-        let start = self.partial.len();
-        if let Err(e) = file.read_to_end(&mut self.partial).await {
-            tracing::warn!(file = %self.path.display(), "cannot read the container log: {e}");
-            self.partial.truncate(start);
+        let mut chunk = vec![0u8; READ_CHUNK];
+        let n = match file.read(&mut chunk).await {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::warn!(file = %self.path.display(), "cannot read the container log: {e}");
+                return;
+            }
+        };
+        if n == 0 {
+            if self.rotated().await {
+                self.file = None;
+                self.partial.clear();
+                Box::pin(self.read_more()).await;
+            }
             return;
         }
+        self.partial.extend_from_slice(&chunk[..n]);
         let mut consumed = 0;
         while let Some(nl) = self.partial[consumed..].iter().position(|&b| b == b'\n') {
             let record = &self.partial[consumed..consumed + nl];
@@ -119,8 +135,42 @@ impl Logs {
             consumed += nl + 1;
         }
         self.partial.drain(..consumed);
+        if self.partial.len() > READ_CHUNK * 4 {
+            // No record is this long (lines are split at 16 KiB): not a log the writer made.
+            self.partial.clear();
+        }
+    }
+
+    /// Whether everything the open file holds now was read.
+    async fn at_end(&mut self) -> bool {
+        use tokio::io::AsyncSeekExt;
+        let Some(file) = &mut self.file else {
+            return true;
+        };
+        match (file.stream_position().await, file.metadata().await) {
+            (Ok(at), Ok(meta)) => at >= meta.len(),
+            _ => true,
+        }
+    }
+
+    /// Whether the file at the path is no longer the one being read (the log was rotated).
+    async fn rotated(&self) -> bool {
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::MetadataExt;
+            let Some(file) = &self.file else { return false };
+            match (file.metadata().await, tokio::fs::metadata(&self.path).await) {
+                (Ok(open), Ok(now)) => open.ino() != now.ino() || open.dev() != now.dev(),
+                _ => false,
+            }
+        }
+        #[cfg(not(unix))]
+        false
     }
 }
+
+/// The most bytes of a log read at once.
+const READ_CHUNK: usize = 64 * 1024;
 
 /// One CRI log record: `<time> <stdout|stderr> <F|P> <line>`.
 fn parse(container: &str, record: &[u8]) -> Option<OutputLine> {

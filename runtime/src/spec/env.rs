@@ -114,6 +114,37 @@ pub(crate) fn resolve(
     (env, argv)
 }
 
+/// The longest value of one variable or argument after `$(VAR)` expansion (Linux's own limit on
+/// one argument or variable, `MAX_ARG_STRLEN`).
+pub(crate) const MAX_EXPANDED: u64 = 128 * 1024;
+/// The most bytes of environment and arguments of one container, expanded.
+pub(crate) const MAX_EXPANDED_TOTAL: u64 = 1024 * 1024;
+
+/// The length `expand_vars` gives `input`, with `len` the length of each defined variable;
+/// saturating, so that it is cheap and exact however large the expansion would be.
+pub(crate) fn expanded_len(input: &str, len: impl Fn(&str) -> Option<u64>) -> u64 {
+    let mut total = 0u64;
+    let mut rest = input;
+    while let Some(i) = rest.find('$') {
+        total = total.saturating_add(i as u64);
+        let after = &rest[i + 1..];
+        if let Some(tail) = after.strip_prefix('$') {
+            total = total.saturating_add(1);
+            rest = tail;
+        } else if let Some(body) = after.strip_prefix('(')
+            && let Some(end) = body.find(')')
+        {
+            let name = &body[..end];
+            total = total.saturating_add(len(name).unwrap_or(name.len() as u64 + 3));
+            rest = &body[end + 1..];
+        } else {
+            total = total.saturating_add(1);
+            rest = after;
+        }
+    }
+    total.saturating_add(rest.len() as u64)
+}
+
 /// Kubernetes' expansion: `$(NAME)` becomes the variable's value when it is defined and stays
 /// as written otherwise; `$$` is a literal `$`.
 pub(crate) fn expand_vars(input: &str, lookup: impl Fn(&str) -> Option<String>) -> String {
@@ -142,8 +173,17 @@ pub(crate) fn expand_vars(input: &str, lookup: impl Fn(&str) -> Option<String>) 
             out.push('$');
             rest = after;
         }
+        if out.len() as u64 > MAX_EXPANDED {
+            // Validation bounds every expansion; this holds should a value come from elsewhere.
+            break;
+        }
     }
     out.push_str(rest);
+    let mut end = out.len().min(MAX_EXPANDED as usize);
+    while !out.is_char_boundary(end) {
+        end -= 1;
+    }
+    out.truncate(end);
     out
 }
 
@@ -189,6 +229,25 @@ mod tests {
         let (env, argv) = resolve(&env, &["$(URL)".into(), "$(IP)".into()], &pod);
         assert_eq!(env[1], ("URL".into(), "http://$(IP):80/web".into()));
         assert_eq!(argv, ["http://$(IP):80/web", "10.88.0.2"]);
+    }
+
+    #[test]
+    fn expanded_length_matches_the_expansion_and_saturates() {
+        let len = |n: &str| lookup(n).map(|v| v.len() as u64);
+        for input in [
+            "$(A)-$(A)",
+            "$(B) stays",
+            "$$(A) escapes",
+            "cost $5 $(A",
+            "end$",
+            "",
+        ] {
+            assert_eq!(
+                expanded_len(input, len),
+                expand_vars(input, lookup).len() as u64
+            );
+        }
+        assert_eq!(expanded_len("$(X)$(X)", |_| Some(u64::MAX)), u64::MAX);
     }
 
     #[test]

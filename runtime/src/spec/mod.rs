@@ -6,6 +6,7 @@ mod env;
 mod priority;
 mod quantity;
 mod shape;
+mod yaml;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -14,12 +15,12 @@ use std::time::Duration;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1 as k8s;
-use serde::Deserialize;
 use serde_json::Value;
 
 use config::{ConfigStore, Kind};
 pub(crate) use env::{EnvValue, PodInfo, resolve as resolve_env};
 pub use priority::read_priority_classes;
+use yaml::documents;
 
 /// One problem in a Pod document, at a field path such as `spec.containers[1].image`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -312,9 +313,9 @@ impl PodSpec {
     /// (`wasmpod run --config FILE`).
     pub fn from_files(path: &Path, config: &[PathBuf]) -> Result<PodSpec, InvalidPod> {
         let read = |path: &Path| {
-            std::fs::read_to_string(path).map_err(|e| InvalidPod {
+            read_bounded(path).map_err(|message| InvalidPod {
                 file: Some(path.to_owned()),
-                errors: vec![FieldError::new("", format!("cannot read the file: {e}"))],
+                errors: vec![FieldError::new("", message)],
             })
         };
         let in_file = |path: &Path| {
@@ -506,28 +507,21 @@ impl PodSpec {
     }
 }
 
-/// The YAML documents of a text (empty ones skipped).
-fn documents(text: &str) -> Result<Vec<Value>, InvalidPod> {
-    let mut docs = Vec::new();
-    for doc in serde_yaml_ng::Deserializer::from_str(text) {
-        let value = Value::deserialize(doc).map_err(|e| InvalidPod {
-            file: None,
-            errors: vec![FieldError::new("", format!("not valid YAML: {e}"))],
-        })?;
-        if !value.is_null() {
-            docs.push(value);
-        }
+/// A YAML file's text, refused when it is larger than the parser reads.
+fn read_bounded(path: &Path) -> Result<String, String> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(|e| format!("cannot read the file: {e}"))?;
+    let mut text = String::new();
+    file.take(yaml::MAX_INPUT as u64 + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("cannot read the file: {e}"))?;
+    if text.len() > yaml::MAX_INPUT {
+        return Err(format!(
+            "too large: more than {} bytes, at most that many are read",
+            yaml::MAX_INPUT
+        ));
     }
-    if docs.is_empty() {
-        return Err(InvalidPod {
-            file: None,
-            errors: vec![FieldError::new(
-                "",
-                "not a Kubernetes object: expected a mapping with apiVersion and kind",
-            )],
-        });
-    }
-    Ok(docs)
+    Ok(text)
 }
 
 fn is_v1(doc: &Value) -> bool {
@@ -563,6 +557,14 @@ fn convert(
         errors.push(FieldError::new(
             "metadata.namespace",
             format!("invalid value {namespace:?}: {why}"),
+        ));
+    }
+    if let Some(uid) = &meta.uid
+        && let Err(why) = check_uid(uid)
+    {
+        errors.push(FieldError::new(
+            "metadata.uid",
+            format!("invalid value {uid:?}: {why}"),
         ));
     }
     let spec = pod.spec.as_ref()?;
@@ -672,6 +674,25 @@ fn convert(
         });
     }
 
+    // The longest each downward-API value can be once the pod runs: its own metadata, or a
+    // generated UID, a node name, an IPv6 address.
+    let field_len = |f: &env::FieldRef| -> u64 {
+        use env::FieldRef;
+        let of = |map: &Option<BTreeMap<String, String>>, k: &str| {
+            map.as_ref()
+                .and_then(|m| m.get(k))
+                .map_or(0, |v| v.len() as u64)
+        };
+        match f {
+            FieldRef::Name => name.len() as u64,
+            FieldRef::Namespace => meta.namespace.as_ref().map_or(7, |n| n.len() as u64),
+            FieldRef::Uid => 64,
+            FieldRef::Label(k) => of(&meta.labels, k),
+            FieldRef::Annotation(k) => of(&meta.annotations, k),
+            FieldRef::NodeName => 253,
+            FieldRef::PodIp => 45,
+        }
+    };
     let mut containers = Vec::new();
     let inits = spec
         .init_containers
@@ -685,9 +706,9 @@ fn convert(
         .enumerate()
         .map(|(i, c)| (format!("spec.containers[{i}]"), c, false));
     for (path, c, is_init) in inits.chain(regulars) {
-        if let Some(container) =
-            convert_container(&path, c, is_init, base_dir, &volumes, store, errors)
-        {
+        if let Some(container) = convert_container(
+            &path, c, is_init, base_dir, &volumes, store, &field_len, errors,
+        ) {
             if containers
                 .iter()
                 .any(|o: &ContainerSpec| o.name == container.name)
@@ -709,7 +730,7 @@ fn convert(
 
     let grace_period = match spec.termination_grace_period_seconds {
         None => Duration::from_secs(30),
-        Some(s) if s >= 0 => Duration::from_secs(s as u64),
+        Some(s) if s >= 0 => bounded_seconds(s),
         Some(s) => {
             errors.push(FieldError::new(
                 "spec.terminationGracePeriodSeconds",
@@ -718,13 +739,14 @@ fn convert(
             Duration::ZERO
         }
     };
+    // The API server's bounds: 1 to 2^31 - 1 seconds.
     let active_deadline = match spec.active_deadline_seconds {
         None => None,
-        Some(s) if s > 0 => Some(Duration::from_secs(s as u64)),
+        Some(s) if (1..=i64::from(i32::MAX)).contains(&s) => Some(bounded_seconds(s)),
         Some(s) => {
             errors.push(FieldError::new(
                 "spec.activeDeadlineSeconds",
-                format!("invalid value {s}: must be > 0"),
+                format!("invalid value {s}: must be between 1 and 2147483647, inclusive"),
             ));
             None
         }
@@ -852,10 +874,24 @@ fn projected(
     let mut files = Vec::new();
     for (i, item) in items.iter().enumerate() {
         let path = &item.path;
-        if path.is_empty() || path.starts_with('/') || path.split('/').any(|p| p == "..") {
+        if let Err(why) = check_relative_path(path) {
             errors.push(FieldError::new(
                 format!("{at}.items[{i}].path"),
-                format!("invalid value {path:?}: must be a relative path without '..'"),
+                format!("invalid value {path:?}: {why}"),
+            ));
+            continue;
+        }
+        // A file cannot also be a directory of another item (`a` and `a/b`), nor two items one
+        // file.
+        if let Some(other) = files.iter().position(|(p, _): &(String, Vec<u8>)| {
+            p == path || is_parent(p, path) || is_parent(path, p)
+        }) {
+            errors.push(FieldError::new(
+                format!("{at}.items[{i}].path"),
+                format!(
+                    "invalid value {path:?}: conflicts with the path {:?} of another item",
+                    files[other].0
+                ),
             ));
             continue;
         }
@@ -1004,6 +1040,60 @@ fn convert_env(
     env
 }
 
+/// Bounds what `$(VAR)` expansion can make of the environment and argv at start (each value, and
+/// all of them together), computed from lengths only: a few lines of YAML can otherwise expand
+/// exponentially.
+fn check_expansion(
+    path: &str,
+    env: &[(String, EnvValue)],
+    argv: &[String],
+    field_len: &dyn Fn(&env::FieldRef) -> u64,
+    errors: &mut Vec<FieldError>,
+) {
+    use env::{MAX_EXPANDED, MAX_EXPANDED_TOTAL, expanded_len};
+    let mut lengths: std::collections::HashMap<&str, u64> = std::collections::HashMap::new();
+    let mut total = 0u64;
+    let over = |what: String, len: u64, total: &mut u64, errors: &mut Vec<FieldError>| {
+        *total = total.saturating_add(len);
+        if len > MAX_EXPANDED {
+            errors.push(FieldError::new(
+                what,
+                format!("expands to more than {MAX_EXPANDED} bytes"),
+            ));
+            true
+        } else {
+            false
+        }
+    };
+    for (name, value) in env {
+        let len = match value {
+            EnvValue::Literal {
+                value,
+                expand: true,
+            } => expanded_len(value, |v| lengths.get(v).copied()),
+            EnvValue::Literal { value, .. } => value.len() as u64,
+            EnvValue::Field(f) => field_len(f),
+        };
+        if over(format!("{path}.env[{name}]"), len, &mut total, errors) {
+            return;
+        }
+        lengths.insert(name, len);
+    }
+    for (i, arg) in argv.iter().enumerate() {
+        let len = expanded_len(arg, |v| lengths.get(v).copied());
+        if over(format!("{path}.args[{i}]"), len, &mut total, errors) {
+            return;
+        }
+    }
+    if total > MAX_EXPANDED_TOTAL {
+        errors.push(FieldError::new(
+            format!("{path}.env"),
+            format!("the environment and arguments expand to more than {MAX_EXPANDED_TOTAL} bytes"),
+        ));
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
 fn convert_container(
     path: &str,
     c: &k8s::Container,
@@ -1011,6 +1101,7 @@ fn convert_container(
     base_dir: &Path,
     volumes: &[Volume],
     store: &ConfigStore,
+    field_len: &dyn Fn(&env::FieldRef) -> u64,
     errors: &mut Vec<FieldError>,
 ) -> Option<ContainerSpec> {
     if let Err(why) = check_label(&c.name) {
@@ -1053,16 +1144,16 @@ fn convert_container(
         }
         Some(image) => {
             let file = resolve(base_dir, image.strip_prefix("file://").unwrap_or(image));
-            if !file.is_file() {
+            if let Err(why) = check_wasm_file(&file) {
                 errors.push(FieldError::new(
                     format!("{path}.image"),
-                    format!("{} does not exist", file.display()),
+                    format!("{} {why}", file.display()),
                 ));
             }
             file
         }
     };
-    let argv = match &c.command {
+    let argv: Vec<String> = match &c.command {
         Some(command) => command
             .iter()
             .chain(c.args.iter().flatten())
@@ -1073,6 +1164,7 @@ fn convert_container(
             .collect(),
     };
     let env = convert_env(path, c, store, errors);
+    check_expansion(path, &env, &argv, field_len, errors);
     let mut mounts: Vec<Mount> = Vec::new();
     for (i, m) in c.volume_mounts.iter().flatten().enumerate() {
         let mpath = format!("{path}.volumeMounts[{i}]");
@@ -1102,11 +1194,11 @@ fn convert_container(
         }
         let sub_path = m.sub_path.clone().filter(|p| !p.is_empty());
         if let Some(sub) = &sub_path
-            && (sub.starts_with('/') || sub.split('/').any(|p| p == ".."))
+            && let Err(why) = check_relative_path(sub)
         {
             errors.push(FieldError::new(
                 format!("{mpath}.subPath"),
-                format!("invalid value {sub:?}: must be a relative path without '..'"),
+                format!("invalid value {sub:?}: {why}"),
             ));
         }
         if let VolumeSource::HostPath(host, create) = &volumes[volume].source {
@@ -1188,7 +1280,7 @@ fn convert_container(
             ));
             return None;
         }
-        Some(Handler::Sleep(Duration::from_secs(sleep.seconds as u64)))
+        Some(Handler::Sleep(bounded_seconds(sleep.seconds)))
     };
     let lifecycle = c.lifecycle.as_ref();
     let post_start = hook("postStart", lifecycle.and_then(|l| l.post_start.as_ref()));
@@ -1529,7 +1621,7 @@ fn convert_probe(
         ));
     }
     let grace = match p.termination_grace_period_seconds {
-        Some(g) if threshold_one && g >= 0 => Some(Duration::from_secs(g as u64)),
+        Some(g) if threshold_one && g >= 0 => Some(bounded_seconds(g)),
         Some(_) if !threshold_one => {
             errors.push(FieldError::new(
                 format!("{path}.terminationGracePeriodSeconds"),
@@ -1555,6 +1647,66 @@ fn convert_probe(
         failure_threshold,
         grace,
     })
+}
+
+/// The longest duration wasmpod keeps (about 100 years): larger grace periods and deadlines,
+/// which Kubernetes allows up to `i64::MAX` seconds, mean "never" in practice and are held to
+/// this, so that no deadline computed from them can overflow.
+pub(crate) const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// A non-negative number of seconds from a Pod field, held to [`MAX_DURATION`].
+fn bounded_seconds(s: i64) -> Duration {
+    Duration::from_secs(s.max(0).unsigned_abs()).min(MAX_DURATION)
+}
+
+/// A relative path inside a volume (`subPath`, `items[].path`): no leading `/`, no empty, `.`
+/// or `..` component, at most 4096 bytes.
+fn check_relative_path(path: &str) -> Result<(), &'static str> {
+    if path.len() > 4096 || path.contains('\0') {
+        return Err("must be at most 4096 bytes, without NUL");
+    }
+    if path.starts_with('/')
+        || path
+            .split('/')
+            .any(|p| p.is_empty() || p == "." || p == "..")
+    {
+        return Err("must be a relative path without empty, '.' or '..' components");
+    }
+    Ok(())
+}
+
+/// Whether `dir` is a directory above `path` (`a` of `a/b`).
+fn is_parent(dir: &str, path: &str) -> bool {
+    path.strip_prefix(dir)
+        .is_some_and(|rest| rest.starts_with('/'))
+}
+
+/// A pod UID: what the API server generates (a UUID) and anything like it — letters, digits
+/// and '-', at most 64 — and nothing that could be a path.
+pub(crate) fn check_uid(uid: &str) -> Result<(), &'static str> {
+    if !uid.is_empty()
+        && uid.len() <= 64
+        && uid.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+    {
+        Ok(())
+    } else {
+        Err("must be a UUID: letters, digits and '-', at most 64 characters")
+    }
+}
+
+/// Whether `file` is a WebAssembly module or component: a regular file starting with the
+/// `\0asm` magic.
+fn check_wasm_file(file: &Path) -> Result<(), &'static str> {
+    use std::io::Read;
+    if !file.is_file() {
+        return Err("does not exist");
+    }
+    let mut magic = [0u8; 4];
+    match std::fs::File::open(file).and_then(|mut f| f.read_exact(&mut magic)) {
+        Ok(()) if &magic == b"\0asm" => Ok(()),
+        Ok(()) => Err("is not a WebAssembly module or component (no \\0asm magic)"),
+        Err(_) => Err("cannot be read as a WebAssembly module or component"),
+    }
 }
 
 fn resolve(base: &Path, path: &str) -> PathBuf {

@@ -6,7 +6,7 @@ use std::path::Path;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use serde_json::Value;
 
-use super::{FieldError, InvalidPod, check_subdomain, documents};
+use super::{FieldError, InvalidPod, check_subdomain, documents, read_bounded};
 
 /// The highest value a user's PriorityClass may have; higher ones are Kubernetes' own.
 const HIGHEST_USER_PRIORITY: i32 = 1_000_000_000;
@@ -35,12 +35,7 @@ pub fn read_priority_classes(path: &Path) -> Result<Vec<PriorityClass>, InvalidP
         file: Some(path.to_owned()),
         errors,
     };
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        in_file(vec![FieldError::new(
-            "",
-            format!("cannot read the file: {e}"),
-        )])
-    })?;
+    let text = read_bounded(path).map_err(|e| in_file(vec![FieldError::new("", e)]))?;
     let docs = documents(&text).map_err(|e| in_file(e.errors))?;
     let mut classes = Vec::new();
     let mut errors = Vec::new();

@@ -225,3 +225,182 @@ proptest! {
         let _ = PodSpec::from_yaml(&text, Path::new("/nonexistent"));
     }
 }
+
+/// A pod of one container whose spec lines are `more` (indented under the container).
+fn pod_with(meta: &str, spec: &str, container: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{ name: p{meta} }}\nspec:\n{spec}  containers:\n  - name: c\n    image: a.wasm\n{container}"
+    )
+}
+
+#[test]
+fn a_uid_is_a_uuid_and_never_a_path() {
+    for bad in ["../../..", "a/b", "..", "x y", &"u".repeat(65)] {
+        let errs = errors(&pod_with(&format!(", uid: {bad:?}"), "", ""));
+        assert_eq!(errs.len(), 1, "{bad}: {errs:?}");
+        assert!(
+            errs[0].starts_with("metadata.uid: invalid value"),
+            "{errs:?}"
+        );
+    }
+    let spec = parse(&pod_with(
+        ", uid: 6f1f0c36-98a4-4c1e-9a0b-6f0d3c2b9e11",
+        "",
+        "",
+    ))
+    .unwrap();
+    assert_eq!(
+        spec.uid.as_deref(),
+        Some("6f1f0c36-98a4-4c1e-9a0b-6f0d3c2b9e11")
+    );
+}
+
+#[test]
+fn huge_durations_are_bounded_not_panics() {
+    let max = i64::MAX;
+    let spec = parse(&pod_with(
+        "",
+        &format!("  terminationGracePeriodSeconds: {max}\n  activeDeadlineSeconds: 2147483647\n"),
+        &format!(
+            "    livenessProbe: {{ exec: {{ command: [liveness] }}, terminationGracePeriodSeconds: {max} }}\n    lifecycle: {{ preStop: {{ sleep: {{ seconds: {max} }} }} }}\n"
+        ),
+    ))
+    .unwrap();
+    assert_eq!(spec.grace_period, MAX_DURATION);
+    assert_eq!(
+        spec.containers[0].liveness.as_ref().unwrap().grace,
+        Some(MAX_DURATION)
+    );
+    assert_eq!(
+        spec.containers[0].pre_stop,
+        Some(Handler::Sleep(MAX_DURATION))
+    );
+    let errs = errors(&pod_with("", "  activeDeadlineSeconds: 2147483648\n", ""));
+    assert_eq!(
+        errs,
+        [
+            "spec.activeDeadlineSeconds: invalid value 2147483648: must be between 1 and 2147483647, inclusive"
+        ]
+    );
+}
+
+#[test]
+fn config_map_item_paths_that_cannot_be_written_are_refused() {
+    let config =
+        "---\napiVersion: v1\nkind: ConfigMap\nmetadata: { name: cm }\ndata: { k: v, l: w }\n";
+    for (items, bad) in [
+        (
+            "[ { key: k, path: . } ]",
+            "spec.volumes[0].configMap.items[0].path",
+        ),
+        (
+            "[ { key: k, path: a/./b } ]",
+            "spec.volumes[0].configMap.items[0].path",
+        ),
+        (
+            "[ { key: k, path: a }, { key: l, path: a/b } ]",
+            "spec.volumes[0].configMap.items[1].path",
+        ),
+        (
+            "[ { key: k, path: a/b }, { key: l, path: a } ]",
+            "spec.volumes[0].configMap.items[1].path",
+        ),
+        (
+            "[ { key: k, path: x }, { key: l, path: x } ]",
+            "spec.volumes[0].configMap.items[1].path",
+        ),
+    ] {
+        let yaml = pod_with(
+            "",
+            &format!("  volumes: [ {{ name: v, configMap: {{ name: cm, items: {items} }} }} ]\n"),
+            "",
+        ) + config;
+        let errs = parse(&yaml).unwrap_err().errors;
+        assert_eq!(errs.len(), 1, "{items}: {errs:?}");
+        assert_eq!(errs[0].path, bad, "{items}");
+    }
+}
+
+#[test]
+fn an_image_that_is_not_wasm_is_refused() {
+    let dir = base();
+    std::fs::write(dir.path().join("script.wasm"), "#!/bin/sh\necho hi\n").unwrap();
+    let yaml = pod_with("", "", "").replace("a.wasm", "script.wasm");
+    let err = PodSpec::from_yaml(&yaml, dir.path()).unwrap_err();
+    assert_eq!(err.errors.len(), 1);
+    assert_eq!(err.errors[0].path, "spec.containers[0].image");
+    assert!(
+        err.errors[0]
+            .message
+            .contains("is not a WebAssembly module or component")
+    );
+}
+
+#[test]
+fn exponential_variable_expansion_is_refused_at_validation() {
+    let mut env = String::from("    env:\n    - { name: V0, value: xxxxxxxx }\n");
+    for i in 1..40 {
+        env += &format!(
+            "    - {{ name: V{i}, value: \"$(V{p})$(V{p})\" }}\n",
+            p = i - 1
+        );
+    }
+    let start = std::time::Instant::now();
+    let errs = parse(&pod_with("", "", &env)).unwrap_err().errors;
+    assert!(start.elapsed() < std::time::Duration::from_secs(1));
+    // 8 · 2^15 bytes is the first past 128 KiB.
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert_eq!(errs[0].path, "spec.containers[0].env[V15]");
+    // argv too
+    let args = "    env: [ { name: A, value: aaaaaaaaaaaaaaaa } ]\n    args: [\"$(A)\"]\n";
+    parse(&pod_with("", "", args)).unwrap();
+}
+
+#[test]
+fn duplicate_keys_are_refused_with_their_field() {
+    let errs = errors(&pod_with("", "", "    image: b.wasm\n"));
+    assert_eq!(errs.len(), 1);
+    assert!(
+        errs[0].starts_with("spec.containers[0].image: duplicate key"),
+        "{errs:?}"
+    );
+}
+
+/// YAML made of anchors and aliases of random fan-out and depth.
+fn alias_heavy() -> impl Strategy<Value = String> {
+    prop::collection::vec((1usize..8, 0usize..4), 1..40).prop_map(|levels| {
+        let mut text =
+            String::from("apiVersion: v1\nkind: Pod\nmetadata: { name: p }\na0: &a0 [x]\n");
+        for (i, (fan, back)) in levels.into_iter().enumerate() {
+            let i = i + 1;
+            let target = i.saturating_sub(1 + back);
+            let items = vec![format!("*a{target}"); fan].join(", ");
+            text += &format!("a{i}: &a{i} [{items}]\n");
+        }
+        text
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// However the aliases multiply, parsing ends quickly (refused past the bounds) and never
+    /// panics.
+    #[test]
+    fn alias_heavy_documents_are_bounded(text in alias_heavy()) {
+        let start = std::time::Instant::now();
+        let result = PodSpec::from_yaml(&text, Path::new("/nonexistent"));
+        prop_assert!(result.is_err());
+        prop_assert!(start.elapsed() < std::time::Duration::from_secs(2));
+    }
+
+    /// Deeply nested flow collections are refused by depth, in linear time.
+    #[test]
+    fn deep_documents_are_bounded(depth in 1usize..400) {
+        let text = format!("a: {}{}\n", "[".repeat(depth), "]".repeat(depth));
+        let start = std::time::Instant::now();
+        let result = yaml::documents(&text);
+        prop_assert_eq!(result.is_ok(), depth < yaml::MAX_DEPTH);
+        prop_assert!(start.elapsed() < std::time::Duration::from_secs(1));
+    }
+}

@@ -54,7 +54,7 @@ impl Backoff {
         if Self::expired(entry, finished, options) {
             return None;
         }
-        let until = finished + entry.delay;
+        let until = super::after(finished, entry.delay);
         (until > now).then_some(until)
     }
 
@@ -62,7 +62,7 @@ impl Backoff {
     pub(crate) fn restarted(&mut self, finished: Instant, now: Instant, options: &BackoffOptions) {
         let delay = match &self.entry {
             Some(entry) if !Self::expired(entry, finished, options) => {
-                (entry.delay * 2).min(options.max)
+                entry.delay.saturating_mul(2).min(options.max)
             }
             _ => options.initial.min(options.max),
         };

@@ -11,7 +11,6 @@ mod container;
 mod probe;
 mod status;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -26,14 +25,16 @@ use probe::{HookKind, ProbeKind};
 use status::Phase;
 
 use crate::container::{
-    EXIT_KILLED, EXIT_TERMINATED, Exit, PodMemory, Preopen, Sandbox, TermSignal,
+    EXIT_KILLED, EXIT_START_ERROR, EXIT_TERMINATED, Exit, Preopen, Sandbox, TermSignal,
 };
 use crate::engine::{Engine, Image, LoadError, Pull};
 use crate::events::{Event, EventType, Journal, Reason, now_micros};
+use crate::memory::{Budget, PodMemory};
 use crate::network::publish::Published;
 use crate::network::{NodeNetwork, PodNetwork};
 use crate::node::Seat;
 use crate::output::{LogBook, PodOutput, Stream};
+use crate::paths::PodPaths;
 use crate::spec::{PodInfo, PodSpec, RestartPolicy, Role, VolumeSource, resolve_env};
 use crate::volumes::PodVolumes;
 
@@ -48,6 +49,7 @@ pub(crate) struct NodeContext {
     pub network: NodeNetwork,
     pub backoff: BackoffOptions,
     pub memory_limit: usize,
+    pub log_limits: crate::output::LogLimits,
 }
 
 /// What the supervisor publishes about its pod.
@@ -157,7 +159,7 @@ pub(crate) struct PodTask {
     volumes: PodVolumes,
     /// When size-limited volumes are measured next (none without a `sizeLimit`).
     volume_check: Option<Instant>,
-    pod_dir: PathBuf,
+    paths: PodPaths,
     instances: u64,
     net: Arc<PodNetwork>,
     memory: Arc<PodMemory>,
@@ -173,8 +175,8 @@ pub(crate) struct PodTask {
 /// What a pod is made of besides its spec, prepared by the node.
 pub(crate) struct PodSetup {
     pub uid: String,
-    pub pod_dir: PathBuf,
-    pub log_dir: PathBuf,
+    /// The pod's directories, its own while the supervisor lives.
+    pub paths: PodPaths,
     pub images: Vec<(Arc<Image>, Pull)>,
     pub tap: Option<mpsc::Sender<crate::OutputLine>>,
     pub net: Arc<PodNetwork>,
@@ -202,6 +204,20 @@ pub(crate) struct PodChannels {
     pub logs: Arc<LogBook>,
 }
 
+/// Should the supervisor ever end without cleaning up (a panic), its watchers are not left
+/// waiting: the event stream ends and the pod counts as finished and deleted.
+impl Drop for PodTask {
+    fn drop(&mut self) {
+        self.journal.close();
+        self.snapshot.send_if_modified(|s| {
+            let changed = !(s.finished && s.deleted);
+            s.finished = true;
+            s.deleted = true;
+            changed
+        });
+    }
+}
+
 impl PodTask {
     /// Prepares the pod's sandbox (directories, volumes, log writer) and its supervisor, which
     /// [`PodTask::spawn`] starts.
@@ -213,15 +229,14 @@ impl PodTask {
     ) -> std::io::Result<(PodTask, PodChannels)> {
         let PodSetup {
             uid,
-            pod_dir,
-            log_dir,
+            paths,
             images,
             tap,
             net,
             published,
             memory,
         } = setup;
-        let volumes = PodVolumes::prepare(&spec, &pod_dir, &uid)?;
+        let volumes = PodVolumes::prepare(&spec, &paths.pod_dir, &uid)?;
         let limited = spec.volumes.iter().any(|v| {
             matches!(
                 v.source,
@@ -245,7 +260,7 @@ impl PodTask {
         let (tx, rx) = mpsc::unbounded_channel();
         let journal = Arc::new(Journal::default());
         let (snapshot, snapshot_rx) = watch::channel(Snapshot::default());
-        let output = PodOutput::start(log_dir, tap);
+        let output = PodOutput::start(paths.log_dir.clone(), tap, node.log_limits);
         let mut task = PodTask {
             spec,
             node,
@@ -267,7 +282,7 @@ impl PodTask {
             output,
             volume_check: limited.then(Instant::now),
             volumes,
-            pod_dir,
+            paths,
             instances: 0,
             net,
             memory,
@@ -413,6 +428,13 @@ impl PodTask {
         if let Some(detail) = &exit.message {
             tracing::info!(pod = %self.spec.name, container = %c.name, code, "container exited: {detail}");
         }
+        // A container that could not start (a mount refused, ...) says why, as the kubelet's
+        // `Failed` event does.
+        let start_error = exit
+            .message
+            .as_ref()
+            .filter(|_| code == EXIT_START_ERROR)
+            .map(|detail| format!("Error: {detail}"));
         c.state = State::Terminated(Terminated {
             exit,
             started_at,
@@ -421,6 +443,9 @@ impl PodTask {
         });
         c.ready = false;
         c.started = false;
+        if let Some(message) = start_error {
+            self.container_event(index, EventType::Warning, Reason::Failed, message, None);
+        }
         let kind = if code == 0 {
             EventType::Normal
         } else {
@@ -436,8 +461,8 @@ impl PodTask {
         match &mut self.shutdown {
             // The grace period can be shortened while terminating, never lengthened.
             Some(s) => {
-                if now + grace < s.deadline {
-                    s.deadline = now + grace;
+                if after(now, grace) < s.deadline {
+                    s.deadline = after(now, grace);
                     s.force |= grace.is_zero();
                     let force = s.force;
                     for i in 0..self.containers.len() {
@@ -477,7 +502,7 @@ impl PodTask {
         self.seat.leaving();
         self.shutdown = Some(Shutdown {
             cause,
-            deadline: Instant::now() + grace,
+            deadline: after(Instant::now(), grace),
             force: grace.is_zero(),
         });
         for i in 0..self.containers.len() {
@@ -511,7 +536,7 @@ impl PodTask {
         };
         let deadline = instance
             .deadline
-            .map_or(now + grace, |d| d.min(now + grace));
+            .map_or(after(now, grace), |d| d.min(after(now, grace)));
         instance.deadline = Some(deadline);
         instance.stopping = true;
         if reason.is_some() {
@@ -526,7 +551,7 @@ impl PodTask {
         }
         if let Some(sent) = instance.term_sent {
             if let Some(kill_at) = instance.kill_at {
-                instance.kill_at(kill_at.min(deadline.max(sent + MIN_GRACE)));
+                instance.kill_at(kill_at.min(deadline.max(after(sent, MIN_GRACE))));
             }
             return;
         }
@@ -550,7 +575,7 @@ impl PodTask {
         instance.pre_stop = HookState::Running;
         let deadline = instance
             .deadline
-            .unwrap_or_else(|| Instant::now() + self.spec.grace_period);
+            .unwrap_or_else(|| after(Instant::now(), self.spec.grace_period));
         let timeout = deadline.saturating_duration_since(Instant::now());
         let (sandbox, id, tx) = (instance.sandbox.clone(), instance.id, self.tx.clone());
         let task = tokio::spawn(async move {
@@ -608,7 +633,7 @@ impl PodTask {
             .map_or(Duration::ZERO, |d| d.saturating_duration_since(now));
         if handles_term {
             let _ = instance.term.send(true);
-            instance.kill_at(now + remaining.max(MIN_GRACE));
+            instance.kill_at(after(now, remaining.max(MIN_GRACE)));
         } else {
             instance.kill(EXIT_TERMINATED);
         }
@@ -872,7 +897,7 @@ impl PodTask {
                 let until = c.load_backoff.wait_until(finished, now, &options);
                 c.load_backoff.restarted(finished, now, &options);
                 c.load_failed_at = Some(now);
-                let until = until.unwrap_or(now + options.initial);
+                let until = until.unwrap_or(after(now, options.initial));
                 c.retry_at = Some(until);
                 let waiting = State::Waiting {
                     reason: "ImagePullBackOff",
@@ -940,13 +965,12 @@ impl PodTask {
                 })
                 .collect(),
             working_dir: c.spec.working_dir.clone(),
-            memory_limit: c
-                .spec
-                .resources
-                .memory_limit
-                .map_or(self.node.memory_limit, |limit| {
-                    usize::try_from(limit).unwrap_or(usize::MAX)
-                }),
+            budget: Budget::new(
+                c.spec
+                    .resources
+                    .memory_limit
+                    .unwrap_or(self.node.memory_limit as u64),
+            ),
             cpu_share: c.spec.resources.cpu_share(),
             term: TermSignal(term_rx),
             kill: Default::default(),
@@ -1056,7 +1080,7 @@ impl PodTask {
         if self.shutdown.is_none()
             && admitted
             && let Some(deadline) = self.spec.active_deadline
-            && now >= self.started + deadline
+            && now >= after(self.started, deadline)
         {
             let message = format!(
                 "Pod was active on the node longer than the specified deadline ({}s)",
@@ -1221,7 +1245,7 @@ impl PodTask {
             Some(s) => consider(Some(s.deadline)),
             None => {
                 if self.admission == Admission::Admitted {
-                    consider(self.spec.active_deadline.map(|d| self.started + d));
+                    consider(self.spec.active_deadline.map(|d| after(self.started, d)));
                 }
                 consider(self.volume_check);
             }
@@ -1396,7 +1420,7 @@ impl PodTask {
             }
         }
         self.seat.release();
-        self.volumes.remove(&self.pod_dir, &self.uid);
+        self.volumes.remove(&self.paths.pod_dir, &self.uid);
         self.pod_event(
             EventType::Normal,
             Reason::Deleted,
@@ -1466,6 +1490,14 @@ fn cond(status: bool, reason: Option<&'static str>, message: Option<String>) -> 
     }
 }
 
+/// `t + d`, or a time about a century later when that cannot be represented: every deadline a
+/// pod's numbers make is computed through this, so none can overflow.
+pub(crate) fn after(t: Instant, d: Duration) -> Instant {
+    t.checked_add(d.min(crate::spec::MAX_DURATION))
+        .or_else(|| t.checked_add(Duration::from_secs(3600 * 24 * 365)))
+        .unwrap_or(t)
+}
+
 async fn sleep_until(deadline: Option<Instant>) {
     match deadline {
         Some(t) => tokio::time::sleep_until(t.into()).await,
@@ -1475,7 +1507,7 @@ async fn sleep_until(deadline: Option<Instant>) {
 
 /// A remaining grace period in whole seconds, rounded to the nearest.
 fn whole_seconds(d: Duration) -> u64 {
-    (d + Duration::from_millis(500)).as_secs()
+    d.saturating_add(Duration::from_millis(500)).as_secs()
 }
 
 fn fmt_duration(d: Duration) -> String {

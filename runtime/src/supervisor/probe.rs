@@ -94,7 +94,7 @@ pub(crate) async fn worker(
     started: Instant,
     to: Target,
 ) {
-    tokio::time::sleep_until((started + probe.initial_delay).into()).await;
+    tokio::time::sleep_until(super::after(started, probe.initial_delay).into()).await;
     let (mut successes, mut failures) = (0, 0);
     let mut verdict = kind.initial();
     loop {
@@ -137,6 +137,6 @@ pub(crate) async fn worker(
         {
             return;
         }
-        tokio::time::sleep_until((tick + probe.period).into()).await;
+        tokio::time::sleep_until(super::after(tick, probe.period).into()).await;
     }
 }

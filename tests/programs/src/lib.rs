@@ -3,6 +3,7 @@
 //!
 //! Words, run left to right:
 //! `print TEXT`, `eprint TEXT`, `sleep MS`, `exit CODE`, `trap`, `loop` (spin forever),
+//! `work MILLIONS` (a fixed amount of computation),
 //! `alloc MIB` (allocate and touch), `flood LINES`, `longline BYTES`, `args`, `env NAME`,
 //! `write PATH TEXT`, `append PATH TEXT`, `cat PATH`, `exists PATH` (exit 1 if missing), `rm PATH`,
 //! `ls DIR` (sorted names), `bigfile PATH KIB`,
@@ -34,6 +35,14 @@ pub fn main(term: Option<TermCheck>) {
             "exit" => std::process::exit(arg().parse().expect("exit CODE")),
             "trap" => trap(),
             "loop" => spin(),
+            "work" => {
+                let millions: u64 = arg().parse().expect("work MILLIONS");
+                let mut x: u64 = 1;
+                for _ in 0..millions * 1_000_000 {
+                    x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+                }
+                println!("worked {millions}M {}", x & 1);
+            }
             "alloc" => {
                 let mib: usize = arg().parse().expect("alloc MIB");
                 let mut kept = Vec::new();

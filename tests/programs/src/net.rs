@@ -8,6 +8,7 @@
 //! `blast ADDR MIB` / `count-server ADDR` (throughput), `ping ADDR N` (connection latency).
 //! `grpc-health ADDR STATUS` (a gRPC health server over plain HTTP/2 answering every check with
 //! the numeric serving STATUS: 1 SERVING, 2 NOT_SERVING).
+//! `hold N` (open N connections to itself and keep them, or report how many it could).
 //! `refused ADDR` connects once and reports. Every other connecting word retries a refused
 //! connection for up to 10 s, so a client may start before its server listens. Failures print
 //! `error <kind>` and exit 3.
@@ -223,6 +224,24 @@ pub fn run<'a>(word: &str, arg: &mut dyn FnMut() -> &'a str, kept: &mut Vec<TcpL
             or_exit("ack", s.read_exact(&mut ack));
             assert_eq!(u64::from_le_bytes(ack), (mib as u64) << 20);
             println!("blast {} bytes in {} us", mib << 20, start.elapsed().as_micros());
+        }
+        "hold" => {
+            // Opens up to N connections to itself and keeps them; reports how many it got.
+            let n = arg().parse::<usize>().expect("hold N");
+            let l = or_exit("bind", TcpListener::bind("127.0.0.1:0"));
+            let addr = l.local_addr().unwrap();
+            let mut held = Vec::new();
+            for _ in 0..n {
+                let step = TcpStream::connect(addr).and_then(|c| Ok((c, l.accept()?.0)));
+                match step {
+                    Ok(pair) => held.push(pair),
+                    Err(e) => {
+                        println!("held {} then {:?}", held.len(), e.kind());
+                        return true;
+                    }
+                }
+            }
+            println!("held {}", held.len());
         }
         "ping" => {
             let (addr, n) = (arg(), arg().parse::<usize>().expect("ping ADDR N"));

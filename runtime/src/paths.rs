@@ -1,0 +1,138 @@
+//! The host paths of a pod, built only from validated parts and held by one pod at a time.
+//!
+//! A pod's volumes live in `<state>/pods/<uid>` (the kubelet's `/var/lib/kubelet/pods/<uid>`)
+//! and its logs in `<state>/logs/<namespace>_<name>_<uid>` (the kubelet's `/var/log/pods`). The
+//! UID is validated (letters, digits, '-'), the namespace and name are DNS names, and each part
+//! is checked again here to be one path component of at most 255 bytes, so that no path leaves
+//! the state dir. A pod holds an exclusive lock on `<state>/pods/<uid>.lock` for its life: a
+//! second pod with the same UID, in this process or another one sharing the state dir, is
+//! refused instead of sharing (and at the end deleting) the first one's directories.
+
+use std::fs::File;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// The longest file name Linux file systems take.
+const NAME_MAX: usize = 255;
+
+/// The directories of one pod, and the lock that makes them its own.
+#[derive(Debug)]
+pub(crate) struct PodPaths {
+    pub(crate) pod_dir: PathBuf,
+    pub(crate) log_dir: PathBuf,
+    lock: PathBuf,
+    _held: File,
+}
+
+/// Why a pod's directories could not be claimed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ClaimError {
+    /// Another live pod has the same UID.
+    #[error("metadata.uid: {0:?} is in use by another pod sharing this state dir")]
+    InUse(String),
+    /// A part is not a single path component (validation should have refused it).
+    #[error("metadata: {0:?} cannot be part of a path")]
+    BadComponent(String),
+    /// The state dir cannot be written.
+    #[error("{}: {source}", path.display())]
+    Io { path: PathBuf, source: io::Error },
+}
+
+impl PodPaths {
+    /// Claims the directories of pod `namespace/name` with `uid` under `state_dir` (nothing is
+    /// made but the lock file; volumes and logs make their directories when they need them).
+    pub(crate) fn claim(
+        state_dir: &Path,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+    ) -> Result<PodPaths, ClaimError> {
+        for part in [namespace, name, uid] {
+            component(part)?;
+        }
+        let pods = state_dir.join("pods");
+        let io_err = |path: &Path| {
+            let path = path.to_owned();
+            move |source| ClaimError::Io { path, source }
+        };
+        std::fs::create_dir_all(&pods).map_err(io_err(&pods))?;
+        let lock = pods.join(format!("{uid}.lock"));
+        let held = File::create(&lock).map_err(io_err(&lock))?;
+        match held.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => return Err(ClaimError::InUse(uid.into())),
+            Err(std::fs::TryLockError::Error(e)) => return Err(io_err(&lock)(e)),
+        }
+        Ok(PodPaths {
+            pod_dir: pods.join(uid),
+            log_dir: state_dir
+                .join("logs")
+                .join(log_dir_name(namespace, name, uid)),
+            lock,
+            _held: held,
+        })
+    }
+}
+
+impl Drop for PodPaths {
+    fn drop(&mut self) {
+        // Removed before the lock is released, so a waiting claimant makes a fresh one.
+        let _ = std::fs::remove_file(&self.lock);
+    }
+}
+
+/// `<namespace>_<name>_<uid>`, with the name shortened when the whole would be longer than a
+/// file name may be (the UID keeps it unique).
+pub(crate) fn log_dir_name(namespace: &str, name: &str, uid: &str) -> String {
+    let fixed = namespace.len() + uid.len() + 2;
+    let room = NAME_MAX.saturating_sub(fixed);
+    // Names are ASCII (DNS names), so any cut is at a character boundary.
+    let name = &name[..name.len().min(room)];
+    format!("{namespace}_{name}_{uid}")
+}
+
+/// `part` when it is one path component: not empty, `.` or `..`, no `/` or NUL, at most 255
+/// bytes.
+fn component(part: &str) -> Result<&str, ClaimError> {
+    let ok = !part.is_empty()
+        && part != "."
+        && part != ".."
+        && part.len() <= NAME_MAX
+        && !part.contains(['/', '\0']);
+    if ok {
+        Ok(part)
+    } else {
+        Err(ClaimError::BadComponent(part.into()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_uid_is_held_by_one_pod_at_a_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = PodPaths::claim(dir.path(), "default", "a", "u-1").unwrap();
+        let second = PodPaths::claim(dir.path(), "default", "b", "u-1");
+        assert!(matches!(second, Err(ClaimError::InUse(_))), "{second:?}");
+        assert!(first.pod_dir.starts_with(dir.path().join("pods")));
+        drop(first);
+        PodPaths::claim(dir.path(), "default", "b", "u-1").unwrap();
+    }
+
+    #[test]
+    fn path_like_parts_are_refused_and_long_names_fit_a_file_name() {
+        let dir = tempfile::tempdir().unwrap();
+        for bad in ["..", ".", "", "a/b", "x\0"] {
+            let got = PodPaths::claim(dir.path(), "default", "a", bad);
+            assert!(matches!(got, Err(ClaimError::BadComponent(_))), "{bad:?}");
+        }
+        let name = "n".repeat(253);
+        let uid = "0".repeat(64);
+        let paths = PodPaths::claim(dir.path(), &"s".repeat(63), &name, &uid).unwrap();
+        let leaf = paths.log_dir.file_name().unwrap().len();
+        assert_eq!(leaf, NAME_MAX);
+        assert!(paths.log_dir.to_str().unwrap().ends_with(&uid));
+    }
+}
