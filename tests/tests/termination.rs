@@ -476,3 +476,41 @@ spec:
         "{t}"
     );
 }
+
+/// Regular containers start one at a time, each once the previous one's postStart hook has
+/// returned (the kubelet runs the hook inside `startContainer`).
+#[tokio::test]
+async fn post_start_holds_the_next_container() {
+    let node = TestNode::new();
+    let dir = probe_dir(&node);
+    let yaml = format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {{ name: ordered }}
+spec:
+  restartPolicy: Never
+  volumes: [ {{ name: v, hostPath: {{ path: "{dir}" }} }} ]
+  containers:
+  - name: a
+    image: "{{term}}"
+    args: [sleep, "100000"]
+    env: [ {{ name: POST_START_MS, value: "400" }} ]
+    volumeMounts: [ {{ name: v, mountPath: /probe }} ]
+    lifecycle: {{ postStart: {{ exec: {{ command: [post-start] }} }} }}
+  - {{ name: b, image: "{{p1}}", args: [sleep, "100000"] }}
+"#,
+        dir = dir.display()
+    );
+    let pod = node.start(&yaml).await;
+    wait_for(&pod, LIMIT, |s| is_running(s, "a") && is_running(s, "b")).await;
+    pod.delete(Some(Duration::ZERO));
+    let t = Timeline::collect(&pod).await;
+    let (a, hook, b) = (
+        t.first("a", Created),
+        t.first("a", PostStartHook),
+        t.first("b", Created),
+    );
+    assert!(a < hook && hook < b, "{t}");
+    assert!(t.between(a, b) >= Duration::from_millis(400), "{t}");
+}

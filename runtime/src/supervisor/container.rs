@@ -35,7 +35,7 @@ pub(crate) enum State {
     Terminated(Terminated),
 }
 
-/// Where an instance's preStop hook is.
+/// Where an instance's preStop or postStart hook is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum HookState {
     NotRun,
@@ -57,6 +57,8 @@ pub(crate) struct Instance {
     pub stopping: bool,
     pub stop_reason: Option<String>,
     pub pre_stop: HookState,
+    /// Where its postStart hook is: the next regular container starts once it is done.
+    pub post_start: HookState,
     pub term_sent: Option<Instant>,
     pub kill_at: Option<Instant>,
     /// Probe workers and hook runs of this instance, stopped with it.

@@ -1,0 +1,231 @@
+//! What the supervisor tells the world: the phase and conditions it derives, the `PodStatus` it
+//! publishes, and the events it records.
+
+use jiff::Timestamp;
+
+use super::container::Container;
+use super::status::{self, Phase};
+use super::{Admission, Condition, PodTask, ShutdownCause, Snapshot};
+use crate::events::{Event, EventType, Reason, now_micros};
+use crate::spec::Role;
+use k8s_openapi::api::core::v1 as k8s;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+impl PodTask {
+    pub(super) fn update_phase(&mut self) {
+        let terminal = self.finished();
+        let phase = match (&self.failure, self.shutdown) {
+            (Some(_), _) => Phase::Failed,
+            (None, Some(s)) if s.cause == ShutdownCause::Deleted && !terminal => self.phase,
+            _ => status::phase(self.spec.restart_policy, &self.containers, terminal),
+        };
+        if phase != self.phase {
+            self.phase = phase;
+            self.pod_event(
+                EventType::Normal,
+                Reason::PhaseChanged,
+                format!("Pod is {}", phase.as_str()),
+                Some(phase),
+            );
+        }
+    }
+
+    pub(super) fn update_conditions(&mut self) {
+        if let Admission::Waiting { message, .. } = &self.admission {
+            // Only the scheduler's verdict, as for a pod not bound to a node.
+            let scheduled = message
+                .clone()
+                .map(|m| ("PodScheduled", cond(false, Some("Unschedulable"), Some(m))));
+            self.set_conditions(scheduled.into_iter());
+            return;
+        }
+        let phase = self.phase;
+        let uninit = status::uninitialized(&self.containers);
+        let initialized = self.initialized || uninit.is_empty();
+        let initialized = if initialized {
+            cond(
+                true,
+                (phase == Phase::Succeeded).then_some("PodCompleted"),
+                None,
+            )
+        } else {
+            cond(
+                false,
+                Some("ContainersNotInitialized"),
+                Some(format!(
+                    "containers with incomplete status: [{}]",
+                    uninit.join(" ")
+                )),
+            )
+        };
+        let unready = status::unready(&self.containers);
+        let containers_ready = match phase {
+            Phase::Succeeded => cond(false, Some("PodCompleted"), None),
+            Phase::Failed => cond(false, Some("PodFailed"), None),
+            _ if unready.is_empty() => cond(true, None, None),
+            _ => cond(
+                false,
+                Some("ContainersNotReady"),
+                Some(format!(
+                    "containers with unready status: [{}]",
+                    unready.join(" ")
+                )),
+            ),
+        };
+        let gates_missing: Vec<&str> = self
+            .spec
+            .readiness_gates
+            .iter()
+            .map(String::as_str)
+            .collect();
+        let ready = if !containers_ready.status {
+            containers_ready.clone()
+        } else if !gates_missing.is_empty() {
+            cond(
+                false,
+                Some("ReadinessGatesNotReady"),
+                Some(format!(
+                    "corresponding condition of pod readiness gate \"{}\" does not exist.",
+                    gates_missing[0]
+                )),
+            )
+        } else {
+            cond(true, None, None)
+        };
+        let next = [
+            ("PodReadyToStartContainers", cond(true, None, None)),
+            ("Initialized", initialized),
+            ("Ready", ready),
+            ("ContainersReady", containers_ready),
+            ("PodScheduled", cond(true, None, None)),
+        ];
+        let disruption = self.disruption.as_ref().map(|(reason, message)| {
+            (
+                "DisruptionTarget",
+                cond(true, Some(reason), Some(message.clone())),
+            )
+        });
+        self.set_conditions(next.into_iter().chain(disruption));
+    }
+
+    /// Records the conditions, keeping the transition time of those whose status is unchanged.
+    pub(super) fn set_conditions(&mut self, next: impl Iterator<Item = (&'static str, Condition)>) {
+        for (kind, mut c) in next {
+            match self.conditions.iter_mut().find(|(k, _)| *k == kind) {
+                Some((_, old)) => {
+                    if old.status == c.status {
+                        c.since = old.since;
+                    }
+                    *old = c;
+                }
+                None => self.conditions.push((kind, c)),
+            }
+        }
+    }
+
+    pub(super) fn publish(&self, finished: bool, deleted: bool) {
+        let time = |t: Timestamp| Some(Time(t));
+        let conditions: Vec<k8s::PodCondition> = self
+            .conditions
+            .iter()
+            .map(|(kind, c)| k8s::PodCondition {
+                type_: (*kind).into(),
+                status: if c.status { "True" } else { "False" }.into(),
+                reason: c.reason.map(Into::into),
+                message: c.message.clone(),
+                last_transition_time: time(c.since),
+                ..Default::default()
+            })
+            .collect();
+        let statuses = |init: bool| {
+            Some(
+                self.containers
+                    .iter()
+                    .filter(|c| (c.role() != Role::Regular) == init)
+                    .map(Container::status)
+                    .collect(),
+            )
+        };
+        let status = k8s::PodStatus {
+            phase: Some(self.phase.as_str().into()),
+            conditions: (!conditions.is_empty()).then_some(conditions),
+            init_container_statuses: statuses(true),
+            container_statuses: statuses(false),
+            start_time: (self.admission == Admission::Admitted).then_some(Time(self.start_time)),
+            nominated_node_name: match &self.admission {
+                Admission::Waiting { nominated, .. } => nominated.clone(),
+                Admission::Admitted => None,
+            },
+            qos_class: Some(self.spec.qos_class().into()),
+            pod_ip: Some(self.net.ip().to_string()),
+            pod_ips: Some(vec![k8s::PodIP {
+                ip: self.net.ip().to_string(),
+            }]),
+            reason: self.failure.as_ref().map(|f| f.0.into()),
+            message: self.failure.as_ref().map(|f| f.1.clone()),
+            ..Default::default()
+        };
+        self.snapshot.send_replace(Snapshot {
+            status,
+            finished,
+            deleted,
+        });
+    }
+
+    pub(super) fn pod_event(
+        &self,
+        kind: EventType,
+        reason: Reason,
+        message: String,
+        phase: Option<Phase>,
+    ) {
+        self.journal.push(Event {
+            time: now_micros(),
+            pod: self.spec.name.clone(),
+            container: None,
+            role: None,
+            kind,
+            reason,
+            message,
+            exit_code: None,
+            restart_count: None,
+            phase: phase.map(Phase::as_str),
+        });
+    }
+
+    pub(super) fn container_event(
+        &self,
+        index: usize,
+        kind: EventType,
+        reason: Reason,
+        message: String,
+        exit_code: Option<i32>,
+    ) {
+        let c = &self.containers[index];
+        self.journal.push(Event {
+            time: now_micros(),
+            pod: self.spec.name.clone(),
+            container: Some(c.name.to_string()),
+            role: Some(c.role().as_str()),
+            kind,
+            reason,
+            message,
+            exit_code,
+            restart_count: Some(c.restart_count),
+            phase: None,
+        });
+    }
+}
+
+pub(super) fn cond(
+    status: bool,
+    reason: Option<&'static str>,
+    message: Option<String>,
+) -> Condition {
+    Condition {
+        status,
+        reason,
+        message,
+        since: Timestamp::now(),
+    }
+}

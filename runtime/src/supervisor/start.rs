@@ -1,0 +1,292 @@
+//! Starting a container: the backoff gate, loading its module, assembling its sandbox
+//! (environment, mounts, limits), launching the instance, and its postStart hook.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use jiff::Timestamp;
+use tokio::sync::{oneshot, watch};
+
+use super::container::{HookState, Instance, State};
+use super::probe::{self, HookKind, ProbeKind};
+use super::{MIN_GRACE, Msg, PodTask, after};
+use crate::container::{EXIT_KILLED, Exit, Preopen, Sandbox, TermSignal};
+use crate::engine::{Image, LoadError, Pull};
+use crate::events::{EventType, Reason};
+use crate::memory::Budget;
+use crate::output::Stream;
+use crate::spec::{PodInfo, VolumeSource, resolve_env};
+
+impl PodTask {
+    pub(super) async fn start(&mut self, index: usize) {
+        let now = Instant::now();
+        let options = self.node.backoff;
+        let pod = self.spec.name.clone();
+        let c = &mut self.containers[index];
+        if c.instance.is_some() || c.retry_at.is_some_and(|t| t > now) {
+            return;
+        }
+        if let Some(finished) = c.last_exit().map(|t| t.finished) {
+            if let Some(until) = c.backoff.wait_until(finished, now, &options) {
+                let waiting = State::Waiting {
+                    reason: "CrashLoopBackOff",
+                    message: None,
+                };
+                if let State::Terminated(t) = std::mem::replace(&mut c.state, waiting) {
+                    c.last_state = Some(t);
+                }
+                let delay = fmt_duration(until - finished);
+                c.state = State::Waiting {
+                    reason: "CrashLoopBackOff",
+                    message: Some(format!(
+                        "back-off {delay} restarting failed container={} pod={pod}",
+                        c.name
+                    )),
+                };
+                c.retry_at = Some(until);
+                let message = format!(
+                    "Back-off restarting failed container {} in pod {pod} (delay {delay})",
+                    c.name
+                );
+                self.container_event(index, EventType::Warning, Reason::BackOff, message, None);
+                return;
+            }
+            c.backoff.restarted(finished, now, &options);
+        }
+        c.retry_at = None;
+
+        let image = match self.containers[index].preloaded.take() {
+            Some(preloaded) => Ok(preloaded),
+            None => self.load(index).await,
+        };
+        let c = &mut self.containers[index];
+        let (image, pull) = match image {
+            Ok(loaded) => loaded,
+            Err(e) => {
+                let finished = c.load_failed_at.unwrap_or(now);
+                let until = c.load_backoff.wait_until(finished, now, &options);
+                c.load_backoff.restarted(finished, now, &options);
+                c.load_failed_at = Some(now);
+                let until = until.unwrap_or(after(now, options.initial));
+                c.retry_at = Some(until);
+                let waiting = State::Waiting {
+                    reason: "ImagePullBackOff",
+                    message: Some(e.to_string()),
+                };
+                if let State::Terminated(t) = std::mem::replace(&mut c.state, waiting) {
+                    c.last_state = Some(t);
+                }
+                let message = format!(
+                    "Failed to load module: {e}; back-off {}",
+                    fmt_duration(until - now)
+                );
+                self.container_event(index, EventType::Warning, Reason::Failed, message, None);
+                return;
+            }
+        };
+        c.load_failed_at = None;
+        let path = c.spec.image.display().to_string();
+        let message = match pull {
+            Pull::Present => format!("Module {path:?} already loaded"),
+            Pull::Cached => format!("Loaded module {path:?} from the compile cache"),
+            Pull::Compiled(t) => format!(
+                "Successfully compiled module {path:?} in {}",
+                fmt_duration(t)
+            ),
+        };
+        self.container_event(index, EventType::Normal, Reason::Pulled, message, None);
+
+        let c = &mut self.containers[index];
+        if c.runs > 0 {
+            c.restart_count += 1;
+        }
+        let creating = State::Waiting {
+            reason: "ContainerCreating",
+            message: None,
+        };
+        if let State::Terminated(t) = std::mem::replace(&mut c.state, creating) {
+            c.last_state = Some(t);
+        }
+        let (term_tx, term_rx) = watch::channel(false);
+        let (kill_tx, kill_rx) = oneshot::channel();
+        let labels_and_more = PodInfo {
+            name: &self.spec.name,
+            namespace: &self.spec.namespace,
+            uid: &self.uid,
+            labels: &self.spec.labels,
+            annotations: &self.spec.annotations,
+            node_name: &self.node.node_name,
+            pod_ip: self.net.ip().to_string(),
+        };
+        let (env, argv) = resolve_env(&c.spec.env, &c.spec.argv, &labels_and_more);
+        let sandbox = Arc::new(Sandbox {
+            image,
+            argv,
+            env,
+            preopens: c
+                .spec
+                .mounts
+                .iter()
+                .map(|m| Preopen {
+                    host: self.volumes.mount_dir(m.volume, m.sub_path.as_deref()),
+                    guest: m.path.clone(),
+                    read_only: m.read_only
+                        || matches!(self.spec.volumes[m.volume].source, VolumeSource::Files(_)),
+                })
+                .collect(),
+            working_dir: c.spec.working_dir.clone(),
+            budget: Budget::new(
+                c.spec
+                    .resources
+                    .memory_limit
+                    .unwrap_or(self.node.memory_limit as u64),
+            ),
+            cpu_share: c.spec.resources.cpu_share(),
+            term: TermSignal(term_rx),
+            kill: Default::default(),
+            net: self.net.clone(),
+            memory: self.memory.clone(),
+        });
+        let stdout = self.output.sink(&c.name, c.restart_count, Stream::Stdout);
+        let stderr = self.output.sink(&c.name, c.restart_count, Stream::Stderr);
+        self.instances += 1;
+        let id = self.instances;
+        c.instance = Some(Instance {
+            id,
+            sandbox: sandbox.clone(),
+            started: Instant::now(),
+            term: term_tx,
+            kill: Some(kill_tx),
+            deadline: None,
+            stopping: false,
+            stop_reason: None,
+            pre_stop: HookState::NotRun,
+            post_start: if c.spec.post_start.is_some() {
+                HookState::Running
+            } else {
+                HookState::NotRun
+            },
+            term_sent: None,
+            kill_at: None,
+            tasks: Vec::new(),
+        });
+        c.runs += 1;
+        let name = c.name.clone();
+        let post_start = c.spec.post_start.clone();
+        self.container_event(
+            index,
+            EventType::Normal,
+            Reason::Created,
+            format!("Created container {name}"),
+            None,
+        );
+        let tx = self.tx.clone();
+        let main = sandbox.clone();
+        tokio::spawn(async move {
+            let exit = tokio::select! {
+                exit = main.run(stdout, stderr) => exit,
+                code = kill_rx => Exit::code(code.unwrap_or(EXIT_KILLED)),
+            };
+            let _ = tx.send(Msg::Exited { index, id, exit });
+        });
+        match post_start {
+            // The container is not Running until its postStart hook returns.
+            Some(handler) => {
+                let (tx, timeout) = (self.tx.clone(), self.spec.grace_period.max(MIN_GRACE));
+                let task = tokio::spawn(async move {
+                    let result = probe::run_handler(&handler, &sandbox, timeout).await;
+                    let _ = tx.send(Msg::Hook {
+                        index,
+                        id,
+                        hook: HookKind::PostStart,
+                        result,
+                    });
+                });
+                if let Some(instance) = &mut self.containers[index].instance {
+                    instance.tasks.push(task.abort_handle());
+                }
+            }
+            None => self.running(index),
+        }
+    }
+
+    pub(super) async fn load(&self, index: usize) -> Result<(Arc<Image>, Pull), LoadError> {
+        let path = self.containers[index].spec.image.clone();
+        if let Some(image) = self.node.engine.loaded(&path) {
+            return Ok((image, Pull::Present));
+        }
+        let node = self.node.clone();
+        match tokio::task::spawn_blocking(move || node.engine.load(&path)).await {
+            Ok(result) => result,
+            Err(e) => Err(LoadError::Compile {
+                path: self.containers[index].spec.image.clone(),
+                message: e.to_string(),
+            }),
+        }
+    }
+
+    /// The container counts as Running (its postStart hook, if any, returned): it is started
+    /// and ready unless probes say otherwise, and its probes begin.
+    pub(super) fn running(&mut self, index: usize) {
+        let c = &mut self.containers[index];
+        if c.instance.is_none() {
+            return;
+        }
+        c.state = State::Running {
+            started_at: Timestamp::now(),
+        };
+        c.started = c.spec.startup.is_none();
+        c.ready = c.started && c.spec.readiness.is_none();
+        let name = c.name.clone();
+        self.container_event(
+            index,
+            EventType::Normal,
+            Reason::Started,
+            format!("Started container {name}"),
+            None,
+        );
+        if self.containers[index].spec.startup.is_some() {
+            self.spawn_probes(index, &[ProbeKind::Startup]);
+        } else {
+            self.spawn_probes(index, &[ProbeKind::Liveness, ProbeKind::Readiness]);
+        }
+    }
+
+    pub(super) fn spawn_probes(&mut self, index: usize, kinds: &[ProbeKind]) {
+        let c = &mut self.containers[index];
+        let Some(instance) = &mut c.instance else {
+            return;
+        };
+        for &kind in kinds {
+            let probe = match kind {
+                ProbeKind::Startup => &c.spec.startup,
+                ProbeKind::Liveness => &c.spec.liveness,
+                ProbeKind::Readiness => &c.spec.readiness,
+            };
+            let Some(probe) = probe.clone() else { continue };
+            let target = probe::Target {
+                index,
+                id: instance.id,
+                tx: self.tx.clone(),
+            };
+            let task = tokio::spawn(probe::worker(
+                kind,
+                probe,
+                instance.sandbox.clone(),
+                instance.started,
+                target,
+            ));
+            instance.tasks.push(task.abort_handle());
+        }
+    }
+}
+
+pub(super) fn fmt_duration(d: Duration) -> String {
+    if d.as_secs() >= 1 && d.subsec_millis() == 0 {
+        format!("{}s", d.as_secs())
+    } else if d.as_millis() >= 1 {
+        format!("{}ms", d.as_millis())
+    } else {
+        format!("{}µs", d.as_micros())
+    }
+}

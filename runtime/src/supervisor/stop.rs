@@ -1,0 +1,269 @@
+//! Stopping: deletion and eviction start the pod's shutdown; each container gets its preStop
+//! hook, then TERM, then KILL when its grace period ends; sidecars stop last, in reverse order.
+
+use std::time::{Duration, Instant};
+
+use super::container::HookState;
+use super::probe::{self, HookKind};
+use super::{MIN_GRACE, Msg, PodTask, Shutdown, ShutdownCause, after};
+use crate::container::{EXIT_KILLED, EXIT_TERMINATED};
+use crate::events::{EventType, Reason};
+use crate::spec::Role;
+
+impl PodTask {
+    pub(super) fn delete(&mut self, grace: Option<Duration>) {
+        self.delete_requested = true;
+        let grace = grace.unwrap_or(self.spec.grace_period);
+        let now = Instant::now();
+        match &mut self.shutdown {
+            // The grace period can be shortened while terminating, never lengthened.
+            Some(s) => {
+                if after(now, grace) < s.deadline {
+                    s.deadline = after(now, grace);
+                    s.force |= grace.is_zero();
+                    let force = s.force;
+                    for i in 0..self.containers.len() {
+                        if self.containers[i]
+                            .instance
+                            .as_ref()
+                            .is_some_and(|inst| inst.deadline.is_some())
+                        {
+                            self.stop(i, grace, force, None);
+                        }
+                    }
+                }
+            }
+            None => {
+                let message = format!("Deleting pod with grace period {}s", grace.as_secs());
+                self.pod_event(EventType::Normal, Reason::Terminating, message, None);
+                self.begin_shutdown(ShutdownCause::Deleted, grace);
+            }
+        }
+    }
+
+    /// Fails the pod with reason `Evicted` and stops it within `grace`.
+    pub(super) fn evict(&mut self, message: String, grace: Duration) {
+        if self.shutdown.is_some() {
+            return;
+        }
+        self.pod_event(EventType::Warning, Reason::Evicted, message.clone(), None);
+        self.disruption = Some(("TerminationByKubelet", message.clone()));
+        self.failure = Some(("Evicted", message));
+        self.begin_shutdown(ShutdownCause::Evicted, grace);
+    }
+
+    pub(super) fn begin_shutdown(&mut self, cause: ShutdownCause, grace: Duration) {
+        if self.shutdown.is_some() {
+            return;
+        }
+        self.seat.leaving();
+        self.shutdown = Some(Shutdown {
+            cause,
+            deadline: after(Instant::now(), grace),
+            force: grace.is_zero(),
+        });
+        for i in 0..self.containers.len() {
+            let c = &mut self.containers[i];
+            c.retry_at = None;
+            // While the pod terminates, liveness and startup stop and readiness turns false.
+            if let Some(instance) = &mut c.instance {
+                instance.stop_tasks();
+            }
+            if c.ready {
+                c.ready = false;
+                self.container_event(
+                    i,
+                    EventType::Normal,
+                    Reason::NotReady,
+                    "Pod is terminating".into(),
+                    None,
+                );
+            }
+        }
+    }
+
+    /// Stops containers during shutdown: the sidecars' preStop hooks all start at once; regular
+    /// (and init) containers are stopped together; then the sidecars one by one in reverse
+    /// order, each once every later one has exited, all within the pod's grace period.
+    pub(super) fn stop_containers(&mut self) {
+        let Some(shutdown) = self.shutdown else {
+            return;
+        };
+        let now = Instant::now();
+        let remaining = shutdown.deadline.saturating_duration_since(now);
+        for i in 0..self.containers.len() {
+            let c = &mut self.containers[i];
+            if c.role() == Role::Sidecar && c.spec.pre_stop.is_some() && !shutdown.force {
+                if let Some(instance) = &mut c.instance
+                    && instance.deadline.is_none()
+                {
+                    instance.deadline = Some(shutdown.deadline);
+                }
+                self.start_pre_stop(i);
+            }
+        }
+        let mut others_alive = false;
+        for i in 0..self.containers.len() {
+            if self.containers[i].role() != Role::Sidecar && self.containers[i].alive() {
+                others_alive = true;
+                self.stop(i, remaining, shutdown.force, None);
+            }
+        }
+        let deadline_passed = now >= shutdown.deadline;
+        if others_alive && !deadline_passed {
+            return;
+        }
+        for i in (0..self.containers.len()).rev() {
+            if self.containers[i].role() == Role::Sidecar && self.containers[i].alive() {
+                self.stop(i, remaining, shutdown.force, None);
+                if !deadline_passed {
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Stops a container within `grace`: its preStop hook first (bounded by the grace period),
+    /// then TERM, then KILL when the grace period is over, never sooner than 2 s after TERM.
+    /// `force` kills at once. Called again, it can only shorten the grace period.
+    pub(super) fn stop(
+        &mut self,
+        index: usize,
+        grace: Duration,
+        force: bool,
+        reason: Option<String>,
+    ) {
+        let now = Instant::now();
+        let has_pre_stop = self.containers[index].spec.pre_stop.is_some();
+        let Some(instance) = &mut self.containers[index].instance else {
+            return;
+        };
+        let deadline = instance
+            .deadline
+            .map_or(after(now, grace), |d| d.min(after(now, grace)));
+        instance.deadline = Some(deadline);
+        instance.stopping = true;
+        if reason.is_some() {
+            instance.stop_reason = reason;
+        }
+        if force {
+            instance.kill(EXIT_KILLED);
+            // As the kubelet does for a zero grace period: the container is stopped at once,
+            // and the event still says so.
+            self.killing(index, Duration::ZERO);
+            return;
+        }
+        if let Some(sent) = instance.term_sent {
+            if let Some(kill_at) = instance.kill_at {
+                instance.kill_at(kill_at.min(deadline.max(after(sent, MIN_GRACE))));
+            }
+            return;
+        }
+        match instance.pre_stop {
+            HookState::NotRun if has_pre_stop => self.start_pre_stop(index),
+            HookState::Running => {} // TERM follows when it returns, or at the deadline
+            _ => self.send_term(index),
+        }
+    }
+
+    pub(super) fn start_pre_stop(&mut self, index: usize) {
+        let Some(handler) = self.containers[index].spec.pre_stop.clone() else {
+            return;
+        };
+        let Some(instance) = &mut self.containers[index].instance else {
+            return;
+        };
+        if instance.pre_stop != HookState::NotRun {
+            return;
+        }
+        instance.pre_stop = HookState::Running;
+        let deadline = instance
+            .deadline
+            .unwrap_or_else(|| after(Instant::now(), self.spec.grace_period));
+        let timeout = deadline.saturating_duration_since(Instant::now());
+        let (sandbox, id, tx) = (instance.sandbox.clone(), instance.id, self.tx.clone());
+        let task = tokio::spawn(async move {
+            let result = probe::run_handler(&handler, &sandbox, timeout).await;
+            let _ = tx.send(Msg::Hook {
+                index,
+                id,
+                hook: HookKind::PreStop,
+                result,
+            });
+        });
+        instance.tasks.push(task.abort_handle());
+        self.container_event(
+            index,
+            EventType::Normal,
+            Reason::PreStopHook,
+            "Running preStop hook".into(),
+            None,
+        );
+    }
+
+    /// Records `Killing` for container `index`, with the stop reason and the grace left.
+    pub(super) fn killing(&mut self, index: usize, grace: Duration) {
+        let c = &self.containers[index];
+        let why = c
+            .instance
+            .as_ref()
+            .and_then(|i| i.stop_reason.as_deref())
+            .map(|r| format!(" ({r})"))
+            .unwrap_or_default();
+        let message = format!(
+            "Stopping container {}{why} with grace period {}s",
+            c.name,
+            whole_seconds(grace)
+        );
+        self.container_event(index, EventType::Normal, Reason::Killing, message, None);
+    }
+
+    /// Sends TERM (or stops the container at once when it does not handle TERM).
+    pub(super) fn send_term(&mut self, index: usize) {
+        let now = Instant::now();
+        let handles_term = self.containers[index]
+            .instance
+            .as_ref()
+            .is_some_and(|i| i.sandbox.image.handles_term());
+        let Some(instance) = &mut self.containers[index].instance else {
+            return;
+        };
+        if instance.term_sent.is_some() {
+            return;
+        }
+        instance.term_sent = Some(now);
+        let remaining = instance
+            .deadline
+            .map_or(Duration::ZERO, |d| d.saturating_duration_since(now));
+        if handles_term {
+            let _ = instance.term.send(true);
+            instance.kill_at(after(now, remaining.max(MIN_GRACE)));
+        } else {
+            instance.kill(EXIT_TERMINATED);
+        }
+        self.killing(index, remaining);
+    }
+
+    pub(super) fn cleanup(&mut self) {
+        for c in &mut self.containers {
+            if let Some(i) = &mut c.instance {
+                i.kill(EXIT_KILLED);
+            }
+        }
+        self.seat.release();
+        self.volumes.remove(&self.paths.pod_dir, &self.uid);
+        self.pod_event(
+            EventType::Normal,
+            Reason::Deleted,
+            format!("Pod {} (uid {}) deleted", self.spec.name, self.uid),
+            None,
+        );
+        self.publish(true, true);
+        self.journal.close();
+    }
+}
+
+/// A remaining grace period in whole seconds, rounded to the nearest.
+pub(super) fn whole_seconds(d: Duration) -> u64 {
+    d.saturating_add(Duration::from_millis(500)).as_secs()
+}
