@@ -50,7 +50,7 @@ pub use events::{Event, EventStream, EventType, Reason};
 pub use network::Egress;
 pub use node::{Allocatable, Error, Node, NodeOptions, PodHandle, PodOptions};
 pub use output::{LogLimits, LogOptions, Logs, OutputLine, Stream};
-pub use spec::{FieldError, InvalidPod, PodSpec, read_priority_classes};
+pub use spec::{FieldError, FieldErrorKind, InvalidPod, PodSpec, read_priority_classes};
 pub use supervisor::BackoffOptions;
 
 /// The Kubernetes API types wasmpod speaks (`Pod`, `PodStatus`, ...), re-exported.

@@ -57,7 +57,7 @@ impl ConfigStore {
                     (cm.metadata.name, data)
                 }
                 Err(e) => {
-                    errors.push(FieldError::new(
+                    errors.push(FieldError::invalid(
                         format!("{at}: {}", e.path()),
                         e.into_inner().to_string(),
                     ));
@@ -82,7 +82,7 @@ impl ConfigStore {
                     (secret.metadata.name, data)
                 }
                 Err(e) => {
-                    errors.push(FieldError::new(
+                    errors.push(FieldError::invalid(
                         format!("{at}: {}", e.path()),
                         e.into_inner().to_string(),
                     ));
@@ -91,7 +91,7 @@ impl ConfigStore {
             },
         };
         let Some(name) = name.filter(|n| check_subdomain(n).is_ok()) else {
-            errors.push(FieldError::new(
+            errors.push(FieldError::required(
                 format!("{at}: metadata.name"),
                 "required value: a DNS-1123 subdomain",
             ));
@@ -99,7 +99,7 @@ impl ConfigStore {
         };
         for key in data.keys() {
             if !valid_key(key) {
-                errors.push(FieldError::new(
+                errors.push(FieldError::invalid(
                     format!("{at}: data[{key:?}]"),
                     "invalid key: must be letters, digits, '-', '_' or '.'",
                 ));
@@ -110,7 +110,7 @@ impl ConfigStore {
             .insert((kind.name(), name.clone()), data)
             .is_some()
         {
-            errors.push(FieldError::new(
+            errors.push(FieldError::duplicate(
                 format!("{at}: metadata.name"),
                 format!("duplicate {} {name:?}", kind.name()),
             ));

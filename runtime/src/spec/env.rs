@@ -1,6 +1,10 @@
 //! Container environment: values, the downward API (`valueFrom.fieldRef`), and Kubernetes'
 //! `$(VAR)` expansion in values, `command` and `args`.
 
+use super::config::{ConfigStore, Kind};
+use super::errors::FieldError;
+use k8s_openapi::api::core::v1 as k8s;
+
 use std::collections::{BTreeMap, HashMap};
 
 /// Where one environment variable's value comes from once the pod runs.
@@ -185,6 +189,190 @@ pub(crate) fn expand_vars(input: &str, lookup: impl Fn(&str) -> Option<String>) 
     }
     out.truncate(end);
     out
+}
+
+/// `envFrom` then `env`, with configMap and secret references resolved.
+pub(super) fn convert_env(
+    path: &str,
+    c: &k8s::Container,
+    store: &ConfigStore,
+    errors: &mut Vec<FieldError>,
+) -> Vec<(String, EnvValue)> {
+    let mut env = Vec::new();
+    for (i, from) in c.env_from.iter().flatten().enumerate() {
+        let at = format!("{path}.envFrom[{i}]");
+        let (kind, name, optional) = match (&from.config_map_ref, &from.secret_ref) {
+            (Some(r), None) => (Kind::ConfigMap, &r.name, r.optional),
+            (None, Some(r)) => (Kind::Secret, &r.name, r.optional),
+            _ => {
+                errors.push(FieldError::required(
+                    at,
+                    "must specify one of configMapRef or secretRef",
+                ));
+                continue;
+            }
+        };
+        let Some(data) = store.get(kind, name) else {
+            if optional != Some(true) {
+                errors.push(FieldError::not_found(
+                    at,
+                    format!("not found: no {} {name:?}", kind.name()),
+                ));
+            }
+            continue;
+        };
+        let prefix = from.prefix.as_deref().unwrap_or_default();
+        for (key, value) in data {
+            // Kubernetes skips keys that are not valid variable names.
+            let name = format!("{prefix}{key}");
+            if name.contains('=') || name.chars().next().is_none_or(|c| c.is_ascii_digit()) {
+                continue;
+            }
+            env.push((
+                name,
+                EnvValue::Literal {
+                    value: String::from_utf8_lossy(value).into_owned(),
+                    expand: false,
+                },
+            ));
+        }
+    }
+    for (i, var) in c.env.iter().flatten().enumerate() {
+        let at = format!("{path}.env[{i}]");
+        if var.name.is_empty() || var.name.contains('=') {
+            errors.push(FieldError::invalid(
+                format!("{at}.name"),
+                format!("invalid value {:?}", var.name),
+            ));
+        }
+        let value = match (&var.value, &var.value_from) {
+            (Some(_), Some(_)) => {
+                errors.push(FieldError::invalid(
+                    at,
+                    "may not have both value and valueFrom",
+                ));
+                continue;
+            }
+            (value, None) => EnvValue::Literal {
+                value: value.clone().unwrap_or_default(),
+                expand: true,
+            },
+            (None, Some(from)) => {
+                let keyed =
+                    |kind: Kind, name: &str, key: &str, optional: Option<bool>, field: &str| {
+                        match store.get(kind, name).map(|d| d.get(key)) {
+                            Some(Some(v)) => Ok(Some(String::from_utf8_lossy(v).into_owned())),
+                            _ if optional == Some(true) => Ok(None),
+                            Some(None) => Err(FieldError::not_found(
+                                format!("{at}.valueFrom.{field}.key"),
+                                format!("not found: {} {name:?} has no key {key:?}", kind.name()),
+                            )),
+                            None => Err(FieldError::not_found(
+                                format!("{at}.valueFrom.{field}.name"),
+                                format!("not found: no {} {name:?}", kind.name()),
+                            )),
+                        }
+                    };
+                let found = if let Some(f) = &from.field_ref {
+                    match FieldRef::parse(&f.field_path) {
+                        Ok(f) => Ok(Some(EnvValue::Field(f))),
+                        Err(why) => Err(FieldError::invalid(
+                            format!("{at}.valueFrom.fieldRef.fieldPath"),
+                            why,
+                        )),
+                    }
+                } else if let Some(r) = &from.config_map_key_ref {
+                    keyed(
+                        Kind::ConfigMap,
+                        &r.name,
+                        &r.key,
+                        r.optional,
+                        "configMapKeyRef",
+                    )
+                    .map(|v| {
+                        v.map(|value| EnvValue::Literal {
+                            value,
+                            expand: false,
+                        })
+                    })
+                } else if let Some(r) = &from.secret_key_ref {
+                    keyed(Kind::Secret, &r.name, &r.key, r.optional, "secretKeyRef").map(|v| {
+                        v.map(|value| EnvValue::Literal {
+                            value,
+                            expand: false,
+                        })
+                    })
+                } else {
+                    Err(FieldError::required(
+                        format!("{at}.valueFrom"),
+                        "must specify fieldRef, configMapKeyRef or secretKeyRef",
+                    ))
+                };
+                match found {
+                    Ok(Some(v)) => v,
+                    Ok(None) => continue,
+                    Err(e) => {
+                        errors.push(e);
+                        continue;
+                    }
+                }
+            }
+        };
+        env.push((var.name.clone(), value));
+    }
+    env
+}
+
+/// Bounds what `$(VAR)` expansion can make of the environment and argv at start (each value, and
+/// all of them together), computed from lengths only: a few lines of YAML can otherwise expand
+/// exponentially.
+pub(super) fn check_expansion(
+    path: &str,
+    env: &[(String, EnvValue)],
+    argv: &[String],
+    field_len: &dyn Fn(&FieldRef) -> u64,
+    errors: &mut Vec<FieldError>,
+) {
+    let mut lengths: std::collections::HashMap<&str, u64> = std::collections::HashMap::new();
+    let mut total = 0u64;
+    let over = |what: String, len: u64, total: &mut u64, errors: &mut Vec<FieldError>| {
+        *total = total.saturating_add(len);
+        if len > MAX_EXPANDED {
+            errors.push(FieldError::too_large(
+                what,
+                format!("expands to more than {MAX_EXPANDED} bytes"),
+            ));
+            true
+        } else {
+            false
+        }
+    };
+    for (name, value) in env {
+        let len = match value {
+            EnvValue::Literal {
+                value,
+                expand: true,
+            } => expanded_len(value, |v| lengths.get(v).copied()),
+            EnvValue::Literal { value, .. } => value.len() as u64,
+            EnvValue::Field(f) => field_len(f),
+        };
+        if over(format!("{path}.env[{name}]"), len, &mut total, errors) {
+            return;
+        }
+        lengths.insert(name, len);
+    }
+    for (i, arg) in argv.iter().enumerate() {
+        let len = expanded_len(arg, |v| lengths.get(v).copied());
+        if over(format!("{path}.args[{i}]"), len, &mut total, errors) {
+            return;
+        }
+    }
+    if total > MAX_EXPANDED_TOTAL {
+        errors.push(FieldError::too_large(
+            format!("{path}.env"),
+            format!("the environment and arguments expand to more than {MAX_EXPANDED_TOTAL} bytes"),
+        ));
+    }
 }
 
 #[cfg(test)]

@@ -6,7 +6,9 @@ use std::path::Path;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use serde_json::Value;
 
-use super::{FieldError, InvalidPod, check_subdomain, documents, read_bounded};
+use super::load::read_bounded;
+use super::yaml::documents;
+use super::{FieldError, InvalidPod, check_subdomain};
 
 /// The highest value a user's PriorityClass may have; higher ones are Kubernetes' own.
 const HIGHEST_USER_PRIORITY: i32 = 1_000_000_000;
@@ -35,7 +37,7 @@ pub fn read_priority_classes(path: &Path) -> Result<Vec<PriorityClass>, InvalidP
         file: Some(path.to_owned()),
         errors,
     };
-    let text = read_bounded(path).map_err(|e| in_file(vec![FieldError::new("", e)]))?;
+    let text = read_bounded(path).map_err(|e| in_file(vec![e]))?;
     let docs = documents(&text).map_err(|e| in_file(e.errors))?;
     let mut classes = Vec::new();
     let mut errors = Vec::new();
@@ -47,7 +49,7 @@ pub fn read_priority_classes(path: &Path) -> Result<Vec<PriorityClass>, InvalidP
         let class: PriorityClass = match serde_path_to_error::deserialize(&doc) {
             Ok(class) => class,
             Err(e) => {
-                errors.push(FieldError::new(
+                errors.push(FieldError::invalid(
                     format!("{at}.{}", e.path()),
                     e.into_inner().to_string(),
                 ));
@@ -66,13 +68,13 @@ pub fn read_priority_classes(path: &Path) -> Result<Vec<PriorityClass>, InvalidP
 
 fn check(class: &PriorityClass, at: &str, errors: &mut Vec<FieldError>) {
     match class.metadata.name.as_deref() {
-        None => errors.push(FieldError::new(
+        None => errors.push(FieldError::required(
             format!("{at}.metadata.name"),
             "required value",
         )),
         Some(name) => {
             if let Err(why) = check_subdomain(name) {
-                errors.push(FieldError::new(
+                errors.push(FieldError::invalid(
                     format!("{at}.metadata.name"),
                     format!("invalid value {name:?}: {why}"),
                 ));
@@ -80,7 +82,7 @@ fn check(class: &PriorityClass, at: &str, errors: &mut Vec<FieldError>) {
         }
     }
     if class.value > HIGHEST_USER_PRIORITY {
-        errors.push(FieldError::new(
+        errors.push(FieldError::invalid(
             format!("{at}.value"),
             format!(
                 "invalid value {}: must be no greater than {HIGHEST_USER_PRIORITY}",
@@ -91,7 +93,7 @@ fn check(class: &PriorityClass, at: &str, errors: &mut Vec<FieldError>) {
     if let Some(policy) = class.preemption_policy.as_deref()
         && !matches!(policy, "PreemptLowerPriority" | "Never")
     {
-        errors.push(FieldError::new(
+        errors.push(FieldError::unsupported(
             format!("{at}.preemptionPolicy"),
             format!(
                 "unsupported value {policy:?}: supported values: \"Never\", \"PreemptLowerPriority\""

@@ -186,7 +186,7 @@ fn walk(
         (StringMap, Value::Object(map)) => {
             for (key, value) in map {
                 if !value.is_string() {
-                    errors.push(FieldError::new(join(&path, key), "must be a string"));
+                    errors.push(FieldError::invalid(join(&path, key), "must be a string"));
                 }
             }
         }
@@ -197,9 +197,9 @@ fn walk(
                 match fields.iter().find(|(name, _)| name == key) {
                     Some((_, shape)) => walk(shape, value, typed_child, child, errors),
                     None if typed_child.is_some() => {
-                        errors.push(FieldError::new(child, "not supported by wasmpod"))
+                        errors.push(FieldError::not_supported(child, "not supported by wasmpod"))
                     }
-                    None => errors.push(FieldError::new(child, "unknown field")),
+                    None => errors.push(FieldError::unknown(child, "unknown field")),
                 }
             }
         }
@@ -209,8 +209,8 @@ fn walk(
                 walk(item, value, typed_item, format!("{path}[{i}]"), errors);
             }
         }
-        (StringMap | Object(_), _) => errors.push(FieldError::new(path, "must be an object")),
-        (List(_), _) => errors.push(FieldError::new(path, "must be a list")),
+        (StringMap | Object(_), _) => errors.push(FieldError::invalid(path, "must be an object")),
+        (List(_), _) => errors.push(FieldError::invalid(path, "must be a list")),
     }
 }
 

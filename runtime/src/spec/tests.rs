@@ -3,6 +3,11 @@ use std::path::Path;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1 as k8s;
+
+use super::names::check_label;
 use super::*;
 
 fn base() -> tempfile::TempDir {
@@ -403,4 +408,39 @@ proptest! {
         prop_assert_eq!(result.is_ok(), depth < yaml::MAX_DEPTH);
         prop_assert!(start.elapsed() < std::time::Duration::from_secs(1));
     }
+}
+
+#[test]
+fn field_errors_have_kinds_callers_can_match() {
+    use FieldErrorKind as K;
+    let yaml = r#"
+apiVersion: v1
+kind: Pod
+metadata: { name: kinds }
+spec:
+  restartPolicy: Sometimes
+  nodeSelector: { a: b }
+  containers:
+  - { name: c, image: a.wasm, volumeMounts: [ { name: nowhere, mountPath: /x } ], bogus: 1 }
+  - { name: c, image: a.wasm, ports: [ { containerPort: 0 } ], livenessProbe: { periodSeconds: 5 } }
+"#;
+    let err = parse(yaml).unwrap_err();
+    let kind = |path: &str| {
+        err.errors
+            .iter()
+            .find(|e| e.path == path)
+            .unwrap_or_else(|| panic!("no error at {path}: {err}"))
+            .kind
+    };
+    assert_eq!(kind("spec.restartPolicy"), K::Unsupported);
+    assert_eq!(kind("spec.nodeSelector"), K::NotSupportedByWasmpod);
+    assert_eq!(kind("spec.containers[0].bogus"), K::Unknown);
+    assert_eq!(kind("spec.containers[0].volumeMounts[0].name"), K::NotFound);
+    assert_eq!(kind("spec.containers[1].name"), K::Duplicate);
+    assert_eq!(
+        kind("spec.containers[1].ports[0].containerPort"),
+        K::Invalid
+    );
+    assert_eq!(kind("spec.containers[1].livenessProbe"), K::Required);
+    assert_eq!(K::Required.cause_type(), "FieldValueRequired");
 }

@@ -26,13 +26,19 @@ pub(crate) const MAX_SCALAR_BYTES: u64 = 8 * 1024 * 1024;
 pub(crate) fn documents(text: &str) -> Result<Vec<Value>, InvalidPod> {
     let invalid = |message: String| InvalidPod {
         file: None,
-        errors: vec![FieldError::new("", message)],
+        errors: vec![FieldError::invalid("", message)],
     };
     if text.len() > MAX_INPUT {
-        return Err(invalid(format!(
-            "too large: {} bytes, at most {MAX_INPUT} are read",
-            text.len()
-        )));
+        return Err(InvalidPod {
+            file: None,
+            errors: vec![FieldError::too_large(
+                "",
+                format!(
+                    "too large: {} bytes, at most {MAX_INPUT} are read",
+                    text.len()
+                ),
+            )],
+        });
     }
     let mut docs = Vec::new();
     for (i, doc) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
@@ -100,7 +106,10 @@ impl Budget {
     }
 
     fn fail<T, E: de::Error>(&self, path: &Path<'_>, message: String) -> Result<T, E> {
-        let error = FieldError::new(path.to_string(), message);
+        self.refuse(FieldError::too_large(path.to_string(), message))
+    }
+
+    fn refuse<T, E: de::Error>(&self, error: FieldError) -> Result<T, E> {
         let text = error.to_string();
         self.failure.set(Some(error));
         Err(E::custom(text))
@@ -227,10 +236,10 @@ impl<'de> Visitor<'de> for Node<'_> {
             let key = key.0;
             self.budget.charge(&self.path, key.len())?;
             if out.contains_key(&key) {
-                return self.budget.fail(
-                    &Path::Key(&self.path, &key),
-                    "duplicate key: a mapping may give each key once".into(),
-                );
+                return self.budget.refuse(FieldError::duplicate(
+                    Path::Key(&self.path, &key).to_string(),
+                    "duplicate key: a mapping may give each key once",
+                ));
             }
             let value = map.next_value_seed(Node {
                 budget: self.budget,

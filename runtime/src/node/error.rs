@@ -1,0 +1,78 @@
+//! Why a node or a pod could not be made.
+
+use std::path::PathBuf;
+
+use crate::engine::LoadError;
+
+/// Why a node or a pod could not be created.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The wasmtime engine could not be set up.
+    #[error("cannot start the wasm engine: {0}")]
+    Engine(String),
+    /// A container's module cannot be loaded.
+    #[error("{field}: {source}")]
+    Image {
+        /// The field naming the module, e.g. `spec.containers[0].image`.
+        field: String,
+        /// Why.
+        #[source]
+        source: LoadError,
+    },
+    /// A pod of that name exists on the node and is not being deleted (or is being created).
+    #[error("pod {namespace}/{name} already exists")]
+    AlreadyExists {
+        /// The pod's namespace.
+        namespace: String,
+        /// The pod's name.
+        name: String,
+    },
+    /// The pod names a PriorityClass the node does not have.
+    #[error("spec.priorityClassName: no PriorityClass with name {0} was found")]
+    UnknownPriorityClass(String),
+    /// The node's PriorityClasses are inconsistent (two of one name, two global defaults).
+    #[error("PriorityClass {name}: {message}")]
+    PriorityClass {
+        /// The class.
+        name: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A preview1 module declares ports, but only components have sockets.
+    #[error(
+        "{field}: the container is a WASI preview1 module, which has no sockets; build it as a \
+         component (wasm32-wasip2) to serve ports"
+    )]
+    NoSockets {
+        /// The field declaring the ports, e.g. `spec.containers[0].ports`.
+        field: String,
+    },
+    /// A published port cannot be opened on the host (taken, or an address the host lacks).
+    #[error("{what}: {source}")]
+    Publish {
+        /// The field or option and the host address, e.g.
+        /// `spec.containers[0].ports[0].hostPort: cannot listen on 127.0.0.1:8080`.
+        what: String,
+        /// The operating system's reason.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The log asked for does not exist (no such container, not started yet, no previous
+    /// instance); the message says which, as `kubectl logs` does.
+    #[error("{0}")]
+    NoLogs(String),
+    /// Another pod (in this process, or in another one using the same state dir) has this
+    /// `metadata.uid`.
+    #[error("metadata.uid: {0:?} is in use by another pod sharing this state dir")]
+    UidInUse(String),
+    /// A file or directory of the node's state could not be made.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The operating system's reason.
+        #[source]
+        source: std::io::Error,
+    },
+}

@@ -1,0 +1,206 @@
+//! A pod on a node, as its caller holds it: status, events, logs, exec, deletion.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::PodStatus;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use super::Error;
+use crate::events::{EventStream, Journal};
+use crate::output::{LogBook, LogOptions, Logs};
+use crate::supervisor::{Msg, Snapshot};
+
+pub(super) struct PodShared {
+    /// `delete` was called.
+    pub(super) deleting: std::sync::atomic::AtomicBool,
+    pub(super) name: String,
+    pub(super) uid: String,
+    pub(super) pod_dir: PathBuf,
+    pub(super) log_dir: PathBuf,
+    pub(super) tx: mpsc::UnboundedSender<Msg>,
+    pub(super) journal: Arc<Journal>,
+    pub(super) snapshot: watch::Receiver<Snapshot>,
+    pub(super) logs: Arc<LogBook>,
+}
+
+/// A pod running on a [`Node`]. Cheap to clone.
+#[derive(Clone)]
+pub struct PodHandle {
+    pub(super) inner: Arc<PodShared>,
+}
+
+impl PodHandle {
+    /// The pod's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The pod's UID.
+    pub fn uid(&self) -> &str {
+        &self.inner.uid
+    }
+
+    /// The pod's events from the first, followed live until the pod is deleted.
+    pub fn events(&self) -> EventStream {
+        self.inner.journal.stream()
+    }
+
+    /// The pod's current status.
+    pub fn status(&self) -> PodStatus {
+        self.inner.snapshot.borrow().status.clone()
+    }
+
+    /// Waits until the pod has reached a terminal phase with every container stopped, and
+    /// returns its status then.
+    pub async fn wait(&self) -> PodStatus {
+        let mut rx = self.inner.snapshot.clone();
+        match rx.wait_for(|s| s.finished).await {
+            Ok(s) => s.status.clone(),
+            Err(_) => self.status(),
+        }
+    }
+
+    /// Waits until `check` holds for the pod's status, and returns that status. Returns the last
+    /// status if the pod is deleted first.
+    pub async fn wait_until(&self, mut check: impl FnMut(&PodStatus) -> bool) -> PodStatus {
+        let mut rx = self.inner.snapshot.clone();
+        match rx.wait_for(|s| s.deleted || check(&s.status)).await {
+            Ok(s) => s.status.clone(),
+            Err(_) => self.status(),
+        }
+    }
+
+    /// Runs `command` in a fresh instance of the running `container`, as an exec probe or hook
+    /// does (`kubectl exec`): the export `command[0]` names when the module has it (`liveness`,
+    /// `readiness`, `startup`, `post-start`, `pre-stop` name the `wasmpod:pod` exports), else
+    /// the entry point with argv = `command`. The instance shares the container's volumes and
+    /// environment, not its memory. `Err` says why it failed, with what it printed.
+    pub async fn exec(&self, container: &str, command: &[&str]) -> Result<(), String> {
+        let (reply, answer) = oneshot::channel();
+        let command = command.iter().map(|s| s.to_string()).collect();
+        let msg = Msg::Exec {
+            container: container.to_owned(),
+            command,
+            reply,
+        };
+        self.inner
+            .tx
+            .send(msg)
+            .map_err(|_| format!("pod {} is gone", self.name()))?;
+        answer
+            .await
+            .map_err(|_| format!("pod {} is gone", self.name()))?
+    }
+
+    /// Deletes the pod: its containers are stopped gracefully within `grace` (the pod's
+    /// `terminationGracePeriodSeconds` when `None`; zero forces an immediate kill), then its
+    /// volumes are removed. Asking again can only shorten the grace period.
+    ///
+    /// A zero grace period is a forced deletion: containers are killed without TERM or preStop.
+    pub fn delete(&self, grace: Option<Duration>) {
+        self.inner
+            .deleting
+            .store(true, std::sync::atomic::Ordering::Release);
+        let _ = self.inner.tx.send(Msg::Delete { grace });
+    }
+
+    /// Sends the pod's supervisor a message (from the node's admission).
+    pub(super) fn send(&self, msg: Msg) {
+        let _ = self.inner.tx.send(msg);
+    }
+
+    pub(super) fn is_deleting(&self) -> bool {
+        self.inner
+            .deleting
+            .load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    pub(super) fn is_deleted(&self) -> bool {
+        self.inner.snapshot.borrow().deleted
+    }
+
+    pub(super) fn is_finished(&self) -> bool {
+        self.inner.snapshot.borrow().finished
+    }
+
+    /// Waits until the pod is deleted.
+    pub async fn deleted(&self) {
+        let mut rx = self.inner.snapshot.clone();
+        let _ = rx.wait_for(|s| s.deleted).await;
+    }
+
+    /// A container's log, as `kubectl logs` gives it: the lines of its current (or last)
+    /// instance, or of the one before with [`LogOptions::previous`], read from the log file;
+    /// with [`LogOptions::follow`], new lines as they are written, until the instance ends.
+    ///
+    /// ```no_run
+    /// # async fn example(pod: wasmpod::PodHandle) -> Result<(), wasmpod::Error> {
+    /// use wasmpod::LogOptions;
+    ///
+    /// let mut logs = pod.logs("app", LogOptions::default().follow())?;
+    /// while let Some(line) = logs.next().await {
+    ///     println!("{}", line.line);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn logs(&self, container: &str, options: LogOptions) -> Result<Logs, Error> {
+        let status = self.status();
+        let pod = self.name();
+        let c = status
+            .init_container_statuses
+            .iter()
+            .chain(&status.container_statuses)
+            .flatten()
+            .find(|c| c.name == container)
+            .ok_or_else(|| {
+                Error::NoLogs(format!("container {container} is not valid for pod {pod}"))
+            })?;
+        let ran = |s: &Option<k8s_openapi::api::core::v1::ContainerState>| {
+            s.as_ref()
+                .is_some_and(|s| s.running.is_some() || s.terminated.is_some())
+        };
+        let has_run = ran(&c.state) || ran(&c.last_state);
+        let instance = if options.previous {
+            c.restart_count - 1
+        } else {
+            c.restart_count
+        };
+        if !has_run || instance < 0 {
+            let message = if options.previous {
+                format!("previous terminated container \"{container}\" in pod \"{pod}\" not found")
+            } else {
+                let why = c
+                    .state
+                    .as_ref()
+                    .and_then(|s| s.waiting.as_ref())
+                    .and_then(|w| w.reason.clone())
+                    .unwrap_or_default();
+                format!("container \"{container}\" in pod \"{pod}\" is waiting to start: {why}")
+            };
+            return Err(Error::NoLogs(message));
+        }
+        // An instance that has ended has a complete log to come (the writer may not have
+        // flushed its last lines yet): read it to its end, as when following.
+        let running = c.state.as_ref().is_some_and(|s| s.running.is_some());
+        let to_end = options.follow || options.previous || !running;
+        Ok(Logs::open(
+            self.inner.logs.clone(),
+            container,
+            instance,
+            to_end,
+        ))
+    }
+
+    /// The CRI-format log file of a container's instance (`restart` = its restart count then).
+    pub fn log_file(&self, container: &str, restart: i32) -> PathBuf {
+        crate::output::log_file(&self.inner.log_dir, container, restart)
+    }
+
+    /// The pod's own directory under the node's state dir, where its volumes are (it exists
+    /// only if the pod has volumes); its logs are under `logs/` beside it.
+    pub fn dir(&self) -> &Path {
+        &self.inner.pod_dir
+    }
+}

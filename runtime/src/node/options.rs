@@ -1,0 +1,223 @@
+//! The settings of a node and of one pod: where state lives, backoff, limits, egress, what the
+//! node has for pods, PriorityClasses, log limits; and a pod's published ports and output tap.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use tokio::sync::mpsc;
+
+use crate::network::Egress;
+use crate::output::{LogLimits, OutputLine};
+use crate::supervisor::BackoffOptions;
+
+/// The settings of a [`Node`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct NodeOptions {
+    /// Where pods keep their logs and `emptyDir` volumes.
+    pub state_dir: PathBuf,
+    /// Where compiled modules are cached; `None` disables the on-disk cache.
+    pub cache_dir: Option<PathBuf>,
+    /// The crash-loop backoff.
+    pub backoff: BackoffOptions,
+    /// The most linear memory one container instance may use, in bytes.
+    pub memory_limit: u64,
+    /// Whether pods may reach addresses outside the node's pod network.
+    pub egress: Egress,
+    /// The node's name (`spec.nodeName` in the downward API); default the host's name.
+    pub node_name: String,
+    /// How many terminated pods (Succeeded or Failed, not deleted) the node keeps, with their
+    /// status and logs; past it the oldest are deleted. Kubernetes' default is 12,500.
+    pub terminated_pods_kept: usize,
+    /// What the node has for pods' requests; a pod that does not fit waits, Pending.
+    pub allocatable: Allocatable,
+    /// When the linear memory all guests hold exceeds this many bytes, pods using more than
+    /// they request are evicted (the kubelet's order). `None`: the allocatable memory less
+    /// 100 MiB (Kubernetes' default `memory.available<100Mi`), or less a tenth if that is smaller.
+    pub eviction_threshold: Option<u64>,
+    /// The PriorityClasses pods may name in `spec.priorityClassName`.
+    pub priority_classes: Vec<PriorityClass>,
+    /// How large containers' logs may grow (the kubelet's rotation settings).
+    pub log_limits: LogLimits,
+}
+
+/// What a node has for pods: the sum of the requests of the pods it runs stays within it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Allocatable {
+    /// Bytes of memory; default the machine's memory.
+    pub memory: u64,
+    /// Thousandths of a core; default 1000 per core the process may use.
+    pub cpu_milli: u64,
+    /// Pods at once (not counting terminated ones); default what the process's memory-mapping
+    /// limit (`vm.max_map_count`) holds at six mappings per instance.
+    pub pods: u64,
+}
+
+impl Allocatable {
+    /// Memory, CPU and pod count as the machine allows.
+    pub fn from_machine() -> Allocatable {
+        let memory = std::fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|info| {
+                let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
+                let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+                Some(kib * 1024)
+            })
+            .unwrap_or(4 << 30);
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
+        let max_map_count = std::fs::read_to_string("/proc/sys/vm/max_map_count")
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+            .unwrap_or(65_530);
+        Allocatable {
+            memory,
+            cpu_milli: cores * 1000,
+            pods: (max_map_count.saturating_sub(4096) / 6).max(1),
+        }
+    }
+
+    /// Sets [`Allocatable::memory`].
+    pub fn memory(mut self, bytes: u64) -> Self {
+        self.memory = bytes;
+        self
+    }
+
+    /// Sets [`Allocatable::cpu_milli`].
+    pub fn cpu_milli(mut self, milli: u64) -> Self {
+        self.cpu_milli = milli;
+        self
+    }
+
+    /// Sets [`Allocatable::pods`].
+    pub fn pods(mut self, pods: u64) -> Self {
+        self.pods = pods;
+        self
+    }
+}
+
+impl Default for NodeOptions {
+    fn default() -> Self {
+        let state = dirs::state_dir()
+            .or_else(dirs::cache_dir)
+            .unwrap_or_else(std::env::temp_dir);
+        NodeOptions {
+            state_dir: state.join("wasmpod"),
+            cache_dir: dirs::cache_dir().map(|d| d.join("wasmpod")),
+            backoff: BackoffOptions::default(),
+            memory_limit: 1 << 30,
+            egress: Egress::Allow,
+            node_name: host_name(),
+            terminated_pods_kept: 12_500,
+            allocatable: Allocatable::from_machine(),
+            eviction_threshold: None,
+            priority_classes: Vec::new(),
+            log_limits: LogLimits::default(),
+        }
+    }
+}
+
+impl NodeOptions {
+    /// Sets [`NodeOptions::state_dir`].
+    pub fn state_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.state_dir = dir.into();
+        self
+    }
+
+    /// Sets [`NodeOptions::cache_dir`].
+    pub fn cache_dir(mut self, dir: Option<PathBuf>) -> Self {
+        self.cache_dir = dir;
+        self
+    }
+
+    /// Sets [`NodeOptions::memory_limit`].
+    pub fn memory_limit(mut self, bytes: u64) -> Self {
+        self.memory_limit = bytes;
+        self
+    }
+
+    /// Sets [`NodeOptions::node_name`].
+    pub fn node_name(mut self, name: impl Into<String>) -> Self {
+        self.node_name = name.into();
+        self
+    }
+
+    /// Sets [`NodeOptions::terminated_pods_kept`].
+    pub fn terminated_pods_kept(mut self, n: usize) -> Self {
+        self.terminated_pods_kept = n;
+        self
+    }
+
+    /// Sets [`NodeOptions::egress`].
+    pub fn egress(mut self, egress: Egress) -> Self {
+        self.egress = egress;
+        self
+    }
+
+    /// Sets [`NodeOptions::allocatable`].
+    pub fn allocatable(mut self, allocatable: Allocatable) -> Self {
+        self.allocatable = allocatable;
+        self
+    }
+
+    /// Sets [`NodeOptions::eviction_threshold`].
+    pub fn eviction_threshold(mut self, bytes: u64) -> Self {
+        self.eviction_threshold = Some(bytes);
+        self
+    }
+
+    /// Adds PriorityClasses (see [`crate::read_priority_classes`] to read them from YAML).
+    pub fn priority_classes(mut self, classes: impl IntoIterator<Item = PriorityClass>) -> Self {
+        self.priority_classes.extend(classes);
+        self
+    }
+
+    /// Sets [`NodeOptions::backoff`].
+    pub fn backoff(mut self, backoff: BackoffOptions) -> Self {
+        self.backoff = backoff;
+        self
+    }
+
+    /// Sets [`NodeOptions::log_limits`].
+    pub fn log_limits(mut self, limits: LogLimits) -> Self {
+        self.log_limits = limits;
+        self
+    }
+}
+
+/// The machine's host name, or `localhost`.
+pub(super) fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .map(|h| h.trim().to_owned())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+/// Options for one pod.
+#[derive(Debug, Default)]
+#[non_exhaustive]
+pub struct PodOptions {
+    /// Receives every line the pod's containers write, as they write it. A slow receiver slows
+    /// the writers down; nothing is dropped.
+    pub output: Option<mpsc::Sender<OutputLine>>,
+    /// Extra published ports (`run --publish`): host address → container port on the pod IP.
+    /// `hostPort` fields of the pod are published too.
+    pub publish: Vec<(SocketAddr, u16)>,
+}
+
+impl PodOptions {
+    /// Publishes `container_port` of the pod on `host` (adds to [`PodOptions::publish`]).
+    pub fn publish(mut self, host: SocketAddr, container_port: u16) -> Self {
+        self.publish.push((host, container_port));
+        self
+    }
+
+    /// Sets [`PodOptions::output`].
+    pub fn output(mut self, tx: mpsc::Sender<OutputLine>) -> Self {
+        self.output = Some(tx);
+        self
+    }
+}

@@ -1,0 +1,335 @@
+//! One container: role, image, argv, environment, mounts, ports, probes and hooks, resources.
+
+use super::config::ConfigStore;
+use super::env;
+use super::env::{check_expansion, convert_env};
+use super::errors::FieldError;
+use super::handlers::{convert_probe, exec_handler, http_get};
+use super::model::{
+    ContainerPort, ContainerSpec, Handler, HostCreate, Mount, Role, Volume, VolumeSource,
+};
+use super::names::{bounded_seconds, check_label, check_wasm_file, resolve};
+use super::resources::convert_resources;
+use super::volumes::check_relative_path;
+use k8s_openapi::api::core::v1 as k8s;
+use std::path::{Path, PathBuf};
+
+#[allow(clippy::too_many_arguments)]
+pub(super) fn convert_container(
+    path: &str,
+    c: &k8s::Container,
+    is_init: bool,
+    base_dir: &Path,
+    volumes: &[Volume],
+    store: &ConfigStore,
+    field_len: &dyn Fn(&env::FieldRef) -> u64,
+    errors: &mut Vec<FieldError>,
+) -> Option<ContainerSpec> {
+    if let Err(why) = check_label(&c.name) {
+        errors.push(FieldError::invalid(
+            format!("{path}.name"),
+            format!("invalid value {:?}: {why}", c.name),
+        ));
+    }
+    let role = match (is_init, c.restart_policy.as_deref()) {
+        (_, None) => {
+            if is_init {
+                Role::Init
+            } else {
+                Role::Regular
+            }
+        }
+        (true, Some("Always")) => Role::Sidecar,
+        (true, Some(other)) => {
+            errors.push(FieldError::unsupported(
+                format!("{path}.restartPolicy"),
+                format!("unsupported value {other:?}: an init container may only set Always"),
+            ));
+            Role::Init
+        }
+        (false, Some(_)) => {
+            errors.push(FieldError::not_supported(
+                format!("{path}.restartPolicy"),
+                "not supported by wasmpod: only init containers may set a restart policy",
+            ));
+            Role::Regular
+        }
+    };
+    let image = match c.image.as_deref() {
+        None | Some("") => {
+            errors.push(FieldError::required(
+                format!("{path}.image"),
+                "required value: the path of a .wasm file",
+            ));
+            PathBuf::new()
+        }
+        Some(image) => {
+            let file = resolve(base_dir, image.strip_prefix("file://").unwrap_or(image));
+            if let Err(why) = check_wasm_file(&file) {
+                let (at, message) = (format!("{path}.image"), format!("{} {why}", file.display()));
+                errors.push(if file.exists() {
+                    FieldError::invalid(at, message)
+                } else {
+                    FieldError::not_found(at, message)
+                });
+            }
+            file
+        }
+    };
+    let argv: Vec<String> = match &c.command {
+        Some(command) => command
+            .iter()
+            .chain(c.args.iter().flatten())
+            .cloned()
+            .collect(),
+        None => std::iter::once(c.name.clone())
+            .chain(c.args.iter().flatten().cloned())
+            .collect(),
+    };
+    let env = convert_env(path, c, store, errors);
+    check_expansion(path, &env, &argv, field_len, errors);
+    let mut mounts: Vec<Mount> = Vec::new();
+    for (i, m) in c.volume_mounts.iter().flatten().enumerate() {
+        let mpath = format!("{path}.volumeMounts[{i}]");
+        let Some(volume) = volumes.iter().position(|v| v.name == m.name) else {
+            errors.push(FieldError::not_found(
+                format!("{mpath}.name"),
+                format!("not found: no volume named {:?}", m.name),
+            ));
+            continue;
+        };
+        if !m.mount_path.starts_with('/') {
+            errors.push(FieldError::invalid(
+                format!("{mpath}.mountPath"),
+                format!("invalid value {:?}: must be an absolute path", m.mount_path),
+            ));
+        } else if m.mount_path.split('/').any(|part| part == "..") {
+            errors.push(FieldError::invalid(
+                format!("{mpath}.mountPath"),
+                "must not contain '..'",
+            ));
+        }
+        if mounts.iter().any(|o| o.path == m.mount_path) {
+            errors.push(FieldError::duplicate(
+                format!("{mpath}.mountPath"),
+                format!("duplicate value {:?}", m.mount_path),
+            ));
+        }
+        let sub_path = m.sub_path.clone().filter(|p| !p.is_empty());
+        if let Some(sub) = &sub_path
+            && let Err(why) = check_relative_path(sub)
+        {
+            errors.push(FieldError::invalid(
+                format!("{mpath}.subPath"),
+                format!("invalid value {sub:?}: {why}"),
+            ));
+        }
+        if let VolumeSource::HostPath(host, create) = &volumes[volume].source {
+            let target = sub_path.as_ref().map_or(host.clone(), |s| host.join(s));
+            if target.is_file() || (*create == Some(HostCreate::File) && sub_path.is_none()) {
+                errors.push(FieldError::invalid(
+                    format!("{mpath}.name"),
+                    format!(
+                        "{} is a file: wasmpod mounts directories only (WASI preopens); mount \
+                         the directory that holds it",
+                        target.display()
+                    ),
+                ));
+            }
+        }
+        mounts.push(Mount {
+            volume,
+            path: m.mount_path.clone(),
+            read_only: m.read_only.unwrap_or(false),
+            sub_path,
+        });
+    }
+    let ports = convert_ports(path, c.ports.as_deref().unwrap_or_default(), errors);
+    let is_regular_init = role == Role::Init;
+    let mut probe = |field: &str, p: &Option<k8s::Probe>, threshold_one: bool| {
+        let p = p.as_ref()?;
+        let at = format!("{path}.{field}");
+        if is_regular_init {
+            errors.push(FieldError::not_supported(
+                at,
+                "not supported by init containers (only sidecars may have probes)",
+            ));
+            return None;
+        }
+        convert_probe(&at, p, threshold_one, &ports, errors)
+    };
+    let startup = probe("startupProbe", &c.startup_probe, true);
+    let liveness = probe("livenessProbe", &c.liveness_probe, true);
+    let readiness = probe("readinessProbe", &c.readiness_probe, false);
+    let mut hook = |field: &str, h: Option<&k8s::LifecycleHandler>| {
+        let h = h?;
+        let at = format!("{path}.lifecycle.{field}");
+        if is_regular_init {
+            errors.push(FieldError::not_supported(
+                at,
+                "not supported by init containers (only sidecars may have hooks)",
+            ));
+            return None;
+        }
+        let kinds = [h.exec.is_some(), h.http_get.is_some(), h.sleep.is_some()];
+        match kinds.iter().filter(|k| **k).count() {
+            0 => {
+                errors.push(FieldError::required(
+                    at,
+                    "must specify a handler type (exec, httpGet or sleep)",
+                ));
+                return None;
+            }
+            1 => {}
+            _ => {
+                errors.push(FieldError::invalid(
+                    at,
+                    "may not specify more than one handler type",
+                ));
+                return None;
+            }
+        }
+        if let Some(exec) = &h.exec {
+            return exec_handler(&format!("{at}.exec"), exec, errors);
+        }
+        if let Some(get) = &h.http_get {
+            return http_get(&format!("{at}.httpGet"), get, &ports, errors);
+        }
+        let sleep = h.sleep.as_ref()?;
+        if sleep.seconds < 0 {
+            errors.push(FieldError::invalid(
+                format!("{at}.sleep.seconds"),
+                format!("invalid value {}: must be >= 0", sleep.seconds),
+            ));
+            return None;
+        }
+        Some(Handler::Sleep(bounded_seconds(sleep.seconds)))
+    };
+    let lifecycle = c.lifecycle.as_ref();
+    let post_start = hook("postStart", lifecycle.and_then(|l| l.post_start.as_ref()));
+    let pre_stop = hook("preStop", lifecycle.and_then(|l| l.pre_stop.as_ref()));
+    let resources = convert_resources(path, c.resources.as_ref(), errors);
+    Some(ContainerSpec {
+        name: c.name.clone(),
+        field: path.to_owned(),
+        startup,
+        liveness,
+        readiness,
+        post_start,
+        pre_stop,
+        resources,
+        role,
+        image,
+        argv,
+        env,
+        mounts,
+        ports,
+        working_dir: c.working_dir.clone(),
+    })
+}
+
+/// `ports[]`: numbers in range, names unique DNS-1123 labels of at most 15 characters, TCP or
+/// UDP.
+pub(super) fn convert_ports(
+    path: &str,
+    ports: &[k8s::ContainerPort],
+    errors: &mut Vec<FieldError>,
+) -> Vec<ContainerPort> {
+    let mut out: Vec<ContainerPort> = Vec::new();
+    for (i, p) in ports.iter().enumerate() {
+        let at = format!("{path}.ports[{i}]");
+        let number = |field: &str, v: i32, errors: &mut Vec<FieldError>| {
+            u16::try_from(v).ok().filter(|v| *v > 0).or_else(|| {
+                errors.push(FieldError::invalid(
+                    format!("{at}.{field}"),
+                    format!("invalid value {v}: must be between 1 and 65535"),
+                ));
+                None
+            })
+        };
+        let Some(port) = number("containerPort", p.container_port, errors) else {
+            continue;
+        };
+        let udp = match p.protocol.as_deref() {
+            None | Some("TCP") => false,
+            Some("UDP") => true,
+            Some(other) => {
+                errors.push(FieldError::unsupported(
+                    format!("{at}.protocol"),
+                    format!("unsupported value {other:?}: wasmpod supports TCP and UDP"),
+                ));
+                false
+            }
+        };
+        if let Some(name) = &p.name {
+            if let Err(why) = check_label(name).and_then(|()| {
+                if name.len() > 15 || !name.chars().any(|c| c.is_ascii_lowercase()) {
+                    Err("must be at most 15 characters with at least one letter")
+                } else {
+                    Ok(())
+                }
+            }) {
+                errors.push(FieldError::invalid(
+                    format!("{at}.name"),
+                    format!("invalid value {name:?}: {why}"),
+                ));
+            }
+            if out.iter().any(|o| o.name.as_ref() == Some(name)) {
+                errors.push(FieldError::duplicate(
+                    format!("{at}.name"),
+                    format!("duplicate value {name:?}"),
+                ));
+            }
+        }
+        let host_ip = match p.host_ip.as_deref() {
+            None | Some("") => std::net::IpAddr::from([127, 0, 0, 1]),
+            Some(ip) => match ip.parse() {
+                Ok(ip) => ip,
+                Err(_) => {
+                    errors.push(FieldError::invalid(
+                        format!("{at}.hostIP"),
+                        format!("invalid value {ip:?}: must be an IP address"),
+                    ));
+                    continue;
+                }
+            },
+        };
+        let host = match p.host_port {
+            None | Some(0) => None,
+            Some(_) if udp => {
+                errors.push(FieldError::not_supported(
+                    format!("{at}.hostPort"),
+                    "not supported by wasmpod for UDP ports",
+                ));
+                None
+            }
+            Some(hp) => {
+                number("hostPort", hp, errors).map(|hp| std::net::SocketAddr::new(host_ip, hp))
+            }
+        };
+        out.push(ContainerPort {
+            name: p.name.clone(),
+            port,
+            udp,
+            host,
+        });
+    }
+    out
+}
+
+/// Two containers of a pod cannot publish the same host address and port.
+pub(super) fn check_host_ports(containers: &[ContainerSpec], errors: &mut Vec<FieldError>) {
+    let mut seen: Vec<std::net::SocketAddr> = Vec::new();
+    for c in containers {
+        for (i, p) in c.ports.iter().enumerate() {
+            let Some(host) = p.host else { continue };
+            if seen.contains(&host) {
+                errors.push(FieldError::duplicate(
+                    format!("{}.ports[{i}].hostPort", c.field),
+                    format!("duplicate value {}", host.port()),
+                ));
+            }
+            seen.push(host);
+        }
+    }
+}

@@ -1,0 +1,305 @@
+//! wasmpod's own model of a pod: what validation makes of a Kubernetes Pod, holding only what
+//! wasmpod honours.
+
+use super::env::EnvValue;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The restart policy of a pod, or of one init container (`Always` makes it a sidecar).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RestartPolicy {
+    Always,
+    OnFailure,
+    Never,
+}
+
+/// What part a container plays in its pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    Init,
+    Sidecar,
+    Regular,
+}
+
+impl Role {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Role::Init => "init",
+            Role::Sidecar => "sidecar",
+            Role::Regular => "regular",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct ContainerSpec {
+    pub name: String,
+    /// Where it is in the Pod document, e.g. `spec.initContainers[1]`.
+    pub field: String,
+    pub role: Role,
+    /// Absolute path of the .wasm file.
+    pub image: PathBuf,
+    pub argv: Vec<String>,
+    /// `envFrom` then `env`, in order; resolved (downward API, `$(VAR)`) at each start.
+    pub env: Vec<(String, EnvValue)>,
+    pub mounts: Vec<Mount>,
+    pub working_dir: Option<String>,
+    pub ports: Vec<ContainerPort>,
+    pub startup: Option<Probe>,
+    pub liveness: Option<Probe>,
+    pub readiness: Option<Probe>,
+    pub post_start: Option<Handler>,
+    pub pre_stop: Option<Handler>,
+    pub resources: Resources,
+}
+
+/// What a pod asks of its node: memory in bytes and CPU in thousandths of a core.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Requests {
+    pub memory: u64,
+    pub cpu_milli: u64,
+}
+
+impl Requests {
+    pub(crate) fn plus(self, other: Requests) -> Requests {
+        Requests {
+            memory: self.memory.saturating_add(other.memory),
+            cpu_milli: self.cpu_milli.saturating_add(other.cpu_milli),
+        }
+    }
+
+    fn max(self, other: Requests) -> Requests {
+        Requests {
+            memory: self.memory.max(other.memory),
+            cpu_milli: self.cpu_milli.max(other.cpu_milli),
+        }
+    }
+}
+
+/// A container's resources: the memory limit is enforced on its linear memories; requests are
+/// recorded for the node's admission and the QoS class.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Resources {
+    pub memory_limit: Option<u64>,
+    pub memory_request: Option<u64>,
+    pub cpu_limit_milli: Option<u64>,
+    pub cpu_request_milli: Option<u64>,
+}
+
+impl Resources {
+    fn is_empty(&self) -> bool {
+        *self == Resources::default()
+    }
+
+    /// Limits and requests set for both CPU and memory, and equal.
+    fn guaranteed(&self) -> bool {
+        self.memory_limit.is_some()
+            && self.cpu_limit_milli.is_some()
+            && self.memory_limit == self.memory_request
+            && self.cpu_limit_milli == self.cpu_request_milli
+    }
+
+    /// The CPU limit as the share of one core the guest may use; `None` when it is not limited
+    /// (a guest runs on one thread, so a limit of a whole core or more changes nothing).
+    pub(crate) fn cpu_share(&self) -> Option<f64> {
+        self.cpu_limit_milli
+            .filter(|&m| m < 1000)
+            .map(|m| m.max(1) as f64 / 1000.0)
+    }
+}
+
+/// What a probe or a lifecycle hook does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Handler {
+    /// Call the export `command[0]` in a fresh instance, or run the entry point with argv = command.
+    Exec(Vec<String>),
+    /// An HTTP GET to the pod IP; a status of 200-399 is success.
+    HttpGet(HttpGet),
+    /// A TCP connection to this port of the pod IP (probes only).
+    TcpSocket(u16),
+    /// The gRPC health-checking protocol on this port of the pod IP (probes only).
+    Grpc { port: u16, service: String },
+    /// Wait (hooks only).
+    Sleep(Duration),
+}
+
+/// The request of an `httpGet` handler.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct HttpGet {
+    pub port: u16,
+    pub path: String,
+    pub headers: Vec<(String, String)>,
+}
+
+/// A port a container declares (`ports[]`); published on the host when `host` is set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ContainerPort {
+    pub name: Option<String>,
+    pub port: u16,
+    pub udp: bool,
+    /// `hostIP:hostPort` (`hostIP` defaults to 127.0.0.1).
+    pub host: Option<std::net::SocketAddr>,
+}
+
+/// A probe with the kubelet's defaults applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Probe {
+    pub handler: Handler,
+    pub initial_delay: Duration,
+    pub period: Duration,
+    pub timeout: Duration,
+    pub success_threshold: u32,
+    pub failure_threshold: u32,
+    /// Grace period for a kill this probe causes (liveness and startup only).
+    pub grace: Option<Duration>,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Mount {
+    /// Index into [`PodSpec::volumes`].
+    pub volume: usize,
+    pub path: String,
+    pub read_only: bool,
+    /// `subPath`: a directory inside the volume (made if missing) mounted instead of its root.
+    pub sub_path: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) enum VolumeSource {
+    EmptyDir {
+        /// `medium: Memory`: kept in RAM (`/dev/shm`) rather than under the state dir.
+        memory: bool,
+        /// `sizeLimit` in bytes: a pod whose volume grows past it is evicted.
+        size_limit: Option<u64>,
+    },
+    /// The host's path, and what to make there at pod start (`DirectoryOrCreate`,
+    /// `FileOrCreate`) if it is missing.
+    HostPath(PathBuf, Option<HostCreate>),
+    /// `configMap` and `secret`: files (relative path, contents) written at pod start and
+    /// mounted read-only.
+    Files(Vec<(String, Vec<u8>)>),
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Volume {
+    pub name: String,
+    pub source: VolumeSource,
+}
+
+/// What a `hostPath` of type `DirectoryOrCreate` or `FileOrCreate` makes when missing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HostCreate {
+    Directory,
+    File,
+}
+
+/// A validated pod, ready to run: every field in it is one wasmpod honours.
+///
+/// Made from Pod YAML with [`PodSpec::from_yaml`] or [`PodSpec::from_file`], or from a
+/// Kubernetes [`Pod`](k8s_openapi::api::core::v1::Pod) value with [`PodSpec::from_pod`].
+/// Validation reports every problem at once, each with its field path:
+///
+/// ```
+/// let yaml = r#"
+/// apiVersion: v1
+/// kind: Pod
+/// metadata: { name: hello }
+/// spec:
+///   containers:
+///   - { name: main, image: hello.wasm, securityContext: { privileged: true } }
+/// "#;
+/// let err = wasmpod::PodSpec::from_yaml(yaml, "/nonexistent".as_ref()).unwrap_err();
+/// let paths: Vec<&str> = err.errors.iter().map(|e| e.path.as_str()).collect();
+/// assert_eq!(paths, ["spec.containers[0].securityContext", "spec.containers[0].image"]);
+/// ```
+#[derive(Debug, Clone)]
+pub struct PodSpec {
+    pub(crate) name: String,
+    pub(crate) namespace: String,
+    pub(crate) uid: Option<String>,
+    /// Init containers (and sidecars) first, in order, then regular containers.
+    pub(crate) containers: Vec<ContainerSpec>,
+    pub(crate) restart_policy: RestartPolicy,
+    pub(crate) volumes: Vec<Volume>,
+    pub(crate) grace_period: Duration,
+    pub(crate) active_deadline: Option<Duration>,
+    pub(crate) readiness_gates: Vec<String>,
+    /// `spec.hostname`, or the pod's name.
+    pub(crate) hostname: String,
+    pub(crate) labels: BTreeMap<String, String>,
+    pub(crate) annotations: BTreeMap<String, String>,
+    /// `spec.priorityClassName`, resolved by the node at admission.
+    pub(crate) priority_class: Option<String>,
+}
+
+impl PodSpec {
+    /// The pod's name (`metadata.name`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The pod's namespace (`metadata.namespace`, `default` when absent).
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// The .wasm files the pod's containers run, one per container in spec order, with the
+    /// field that names each (`spec.containers[0].image`).
+    pub fn images(&self) -> impl Iterator<Item = (String, &Path)> {
+        self.containers
+            .iter()
+            .map(|c| (format!("{}.image", c.field), c.image.as_path()))
+    }
+
+    /// The pod's QoS class, as Kubernetes computes it.
+    pub(crate) fn qos_class(&self) -> &'static str {
+        if self.containers.iter().all(|c| c.resources.is_empty()) {
+            "BestEffort"
+        } else if self.containers.iter().all(|c| c.resources.guaranteed()) {
+            "Guaranteed"
+        } else {
+            "Burstable"
+        }
+    }
+
+    /// The container ports published on the host (`hostPort`), with the field of each.
+    pub(crate) fn host_ports(&self) -> impl Iterator<Item = (String, &ContainerPort)> {
+        self.containers.iter().flat_map(|c| {
+            c.ports
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| p.host.is_some())
+                .map(move |(i, p)| (format!("{}.ports[{i}].hostPort", c.field), p))
+        })
+    }
+
+    /// The pod's effective requests, as Kubernetes computes them for scheduling: the sum over
+    /// regular containers and sidecars, or the most any init container needs together with the
+    /// sidecars started before it, whichever is larger (per resource).
+    pub(crate) fn requests(&self) -> Requests {
+        let mut long_running = Requests::default();
+        let mut sidecars = Requests::default();
+        let mut init_peak = Requests::default();
+        for c in &self.containers {
+            let r = Requests {
+                memory: c.resources.memory_request.unwrap_or(0),
+                cpu_milli: c.resources.cpu_request_milli.unwrap_or(0),
+            };
+            match c.role {
+                Role::Regular => long_running = long_running.plus(r),
+                Role::Sidecar => {
+                    long_running = long_running.plus(r);
+                    sidecars = sidecars.plus(r);
+                    init_peak = init_peak.max(sidecars);
+                }
+                Role::Init => init_peak = init_peak.max(sidecars.plus(r)),
+            }
+        }
+        long_running.max(init_peak)
+    }
+
+    pub(crate) fn has_init(&self) -> bool {
+        self.containers.iter().any(|c| c.role != Role::Regular)
+    }
+}

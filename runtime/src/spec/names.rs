@@ -1,0 +1,75 @@
+//! Names, numbers and files: DNS labels and subdomains, UIDs, bounded durations, images.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The longest duration wasmpod keeps (about 100 years): larger grace periods and deadlines,
+/// which Kubernetes allows up to `i64::MAX` seconds, mean "never" in practice and are held to
+/// this, so that no deadline computed from them can overflow.
+pub(crate) const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// A non-negative number of seconds from a Pod field, held to [`MAX_DURATION`].
+pub(super) fn bounded_seconds(s: i64) -> Duration {
+    Duration::from_secs(s.max(0).unsigned_abs()).min(MAX_DURATION)
+}
+
+/// A pod UID: what the API server generates (a UUID) and anything like it — letters, digits
+/// and '-', at most 64 — and nothing that could be a path.
+pub(crate) fn check_uid(uid: &str) -> Result<(), &'static str> {
+    if !uid.is_empty()
+        && uid.len() <= 64
+        && uid.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+    {
+        Ok(())
+    } else {
+        Err("must be a UUID: letters, digits and '-', at most 64 characters")
+    }
+}
+
+/// Whether `file` is a WebAssembly module or component: a regular file starting with the
+/// `\0asm` magic.
+pub(super) fn check_wasm_file(file: &Path) -> Result<(), &'static str> {
+    use std::io::Read;
+    if !file.is_file() {
+        return Err("does not exist");
+    }
+    let mut magic = [0u8; 4];
+    match std::fs::File::open(file).and_then(|mut f| f.read_exact(&mut magic)) {
+        Ok(()) if &magic == b"\0asm" => Ok(()),
+        Ok(()) => Err("is not a WebAssembly module or component (no \\0asm magic)"),
+        Err(_) => Err("cannot be read as a WebAssembly module or component"),
+    }
+}
+
+pub(super) fn resolve(base: &Path, path: &str) -> PathBuf {
+    let p = Path::new(path);
+    if p.is_absolute() {
+        p.to_owned()
+    } else {
+        base.join(p)
+    }
+}
+
+/// A DNS-1123 label: at most 63 lower-case alphanumerics or '-', starting and ending alphanumeric.
+pub(crate) fn check_label(s: &str) -> Result<(), &'static str> {
+    let ok = !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-');
+    if ok {
+        Ok(())
+    } else {
+        Err("must be a DNS-1123 label (lower-case letters, digits and '-', at most 63)")
+    }
+}
+
+/// A DNS-1123 subdomain: dot-separated labels, at most 253 characters.
+pub(crate) fn check_subdomain(s: &str) -> Result<(), &'static str> {
+    if s.len() <= 253 && s.split('.').all(|part| check_label(part).is_ok()) {
+        Ok(())
+    } else {
+        Err("must be a DNS-1123 subdomain (lower-case letters, digits, '-' and '.', at most 253)")
+    }
+}

@@ -1,0 +1,279 @@
+//! The conversion of a whole Pod: metadata, restart policy, volumes, containers, grace period and
+//! deadline, hostname, priority class.
+
+use super::config::{ConfigStore, Kind};
+use super::containers::{check_host_ports, convert_container};
+use super::errors::FieldError;
+use super::model::{ContainerSpec, PodSpec, RestartPolicy, Volume, VolumeSource};
+use super::names::{bounded_seconds, check_label, check_subdomain, check_uid};
+use super::volumes::{host_path, projected};
+use super::{env, quantity};
+use k8s_openapi::api::core::v1 as k8s;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+pub(super) fn convert(
+    pod: &k8s::Pod,
+    base_dir: &Path,
+    store: &ConfigStore,
+    errors: &mut Vec<FieldError>,
+) -> Option<PodSpec> {
+    let meta = &pod.metadata;
+    let name = meta.name.clone().unwrap_or_default();
+    if name.is_empty() {
+        errors.push(FieldError::required("metadata.name", "required value"));
+    } else if let Err(why) = check_subdomain(&name) {
+        errors.push(FieldError::invalid(
+            "metadata.name",
+            format!("invalid value {name:?}: {why}"),
+        ));
+    }
+    let namespace = meta.namespace.clone().unwrap_or_else(|| "default".into());
+    if let Err(why) = check_label(&namespace) {
+        errors.push(FieldError::invalid(
+            "metadata.namespace",
+            format!("invalid value {namespace:?}: {why}"),
+        ));
+    }
+    if let Some(uid) = &meta.uid
+        && let Err(why) = check_uid(uid)
+    {
+        errors.push(FieldError::invalid(
+            "metadata.uid",
+            format!("invalid value {uid:?}: {why}"),
+        ));
+    }
+    let spec = pod.spec.as_ref()?;
+
+    let restart_policy = match spec.restart_policy.as_deref() {
+        None | Some("Always") => RestartPolicy::Always,
+        Some("OnFailure") => RestartPolicy::OnFailure,
+        Some("Never") => RestartPolicy::Never,
+        Some(other) => {
+            errors.push(FieldError::unsupported(
+                "spec.restartPolicy",
+                format!("unsupported value {other:?}: must be Always, OnFailure or Never"),
+            ));
+            RestartPolicy::Always
+        }
+    };
+
+    let mut volumes = Vec::new();
+    for (i, v) in spec.volumes.iter().flatten().enumerate() {
+        let path = format!("spec.volumes[{i}]");
+        if let Err(why) = check_label(&v.name) {
+            errors.push(FieldError::invalid(
+                format!("{path}.name"),
+                format!("invalid value {:?}: {why}", v.name),
+            ));
+        }
+        if volumes.iter().any(|other: &Volume| other.name == v.name) {
+            errors.push(FieldError::duplicate(
+                format!("{path}.name"),
+                format!("duplicate value {:?}", v.name),
+            ));
+        }
+        let kinds = [
+            v.empty_dir.is_some(),
+            v.host_path.is_some(),
+            v.config_map.is_some(),
+            v.secret.is_some(),
+        ];
+        match kinds.iter().filter(|k| **k).count() {
+            0 => {
+                errors.push(FieldError::required(
+                    path,
+                    "must specify a volume type (emptyDir, hostPath, configMap or secret)",
+                ));
+                continue;
+            }
+            1 => {}
+            _ => {
+                errors.push(FieldError::invalid(
+                    path,
+                    "may not specify more than one volume type",
+                ));
+                continue;
+            }
+        }
+        let source = if let Some(e) = &v.empty_dir {
+            let memory = match e.medium.as_deref() {
+                None | Some("") => false,
+                Some("Memory") => true,
+                Some(other) => {
+                    errors.push(FieldError::unsupported(
+                        format!("{path}.emptyDir.medium"),
+                        format!("unsupported value {other:?}: must be \"\" or Memory"),
+                    ));
+                    false
+                }
+            };
+            let size_limit = e.size_limit.as_ref().and_then(|q| {
+                quantity::parse(&q.0, 1.0)
+                    .map_err(|why| {
+                        errors.push(FieldError::invalid(
+                            format!("{path}.emptyDir.sizeLimit"),
+                            why,
+                        ))
+                    })
+                    .ok()
+            });
+            VolumeSource::EmptyDir { memory, size_limit }
+        } else if let Some(host) = &v.host_path {
+            let (target, create) = host_path(&path, host, base_dir, errors);
+            VolumeSource::HostPath(target, create)
+        } else if let Some(cm) = &v.config_map {
+            let files = projected(
+                &format!("{path}.configMap"),
+                Kind::ConfigMap,
+                &cm.name,
+                cm.items.as_deref(),
+                cm.optional,
+                store,
+                errors,
+            );
+            VolumeSource::Files(files)
+        } else {
+            let secret = v.secret.as_ref()?;
+            let name = secret.secret_name.clone().unwrap_or_default();
+            let files = projected(
+                &format!("{path}.secret"),
+                Kind::Secret,
+                &name,
+                secret.items.as_deref(),
+                secret.optional,
+                store,
+                errors,
+            );
+            VolumeSource::Files(files)
+        };
+        volumes.push(Volume {
+            name: v.name.clone(),
+            source,
+        });
+    }
+
+    // The longest each downward-API value can be once the pod runs: its own metadata, or a
+    // generated UID, a node name, an IPv6 address.
+    let field_len = |f: &env::FieldRef| -> u64 {
+        use env::FieldRef;
+        let of = |map: &Option<BTreeMap<String, String>>, k: &str| {
+            map.as_ref()
+                .and_then(|m| m.get(k))
+                .map_or(0, |v| v.len() as u64)
+        };
+        match f {
+            FieldRef::Name => name.len() as u64,
+            FieldRef::Namespace => meta.namespace.as_ref().map_or(7, |n| n.len() as u64),
+            FieldRef::Uid => 64,
+            FieldRef::Label(k) => of(&meta.labels, k),
+            FieldRef::Annotation(k) => of(&meta.annotations, k),
+            FieldRef::NodeName => 253,
+            FieldRef::PodIp => 45,
+        }
+    };
+    let mut containers = Vec::new();
+    let inits = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .enumerate()
+        .map(|(i, c)| (format!("spec.initContainers[{i}]"), c, true));
+    let regulars = spec
+        .containers
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (format!("spec.containers[{i}]"), c, false));
+    for (path, c, is_init) in inits.chain(regulars) {
+        if let Some(container) = convert_container(
+            &path, c, is_init, base_dir, &volumes, store, &field_len, errors,
+        ) {
+            if containers
+                .iter()
+                .any(|o: &ContainerSpec| o.name == container.name)
+            {
+                errors.push(FieldError::duplicate(
+                    format!("{path}.name"),
+                    format!("duplicate value {:?}", container.name),
+                ));
+            }
+            containers.push(container);
+        }
+    }
+    if spec.containers.is_empty() {
+        errors.push(FieldError::required(
+            "spec.containers",
+            "required value: a pod needs at least one container",
+        ));
+    }
+
+    let grace_period = match spec.termination_grace_period_seconds {
+        None => Duration::from_secs(30),
+        Some(s) if s >= 0 => bounded_seconds(s),
+        Some(s) => {
+            errors.push(FieldError::invalid(
+                "spec.terminationGracePeriodSeconds",
+                format!("invalid value {s}: must be >= 0"),
+            ));
+            Duration::ZERO
+        }
+    };
+    // The API server's bounds: 1 to 2^31 - 1 seconds.
+    let active_deadline = match spec.active_deadline_seconds {
+        None => None,
+        Some(s) if (1..=i64::from(i32::MAX)).contains(&s) => Some(bounded_seconds(s)),
+        Some(s) => {
+            errors.push(FieldError::invalid(
+                "spec.activeDeadlineSeconds",
+                format!("invalid value {s}: must be between 1 and 2147483647, inclusive"),
+            ));
+            None
+        }
+    };
+    let readiness_gates = spec
+        .readiness_gates
+        .iter()
+        .flatten()
+        .map(|g| g.condition_type.clone())
+        .collect();
+
+    let hostname = match &spec.hostname {
+        Some(h) => {
+            if let Err(why) = check_label(h) {
+                errors.push(FieldError::invalid(
+                    "spec.hostname",
+                    format!("invalid value {h:?}: {why}"),
+                ));
+            }
+            h.clone()
+        }
+        None => name.split('.').next().unwrap_or_default().to_owned(),
+    };
+    check_host_ports(&containers, errors);
+    let priority_class = spec.priority_class_name.clone();
+    if let Some(class) = &priority_class
+        && let Err(why) = check_subdomain(class)
+    {
+        errors.push(FieldError::invalid(
+            "spec.priorityClassName",
+            format!("invalid value {class:?}: {why}"),
+        ));
+    }
+
+    Some(PodSpec {
+        priority_class,
+        hostname,
+        labels: meta.labels.clone().unwrap_or_default(),
+        annotations: meta.annotations.clone().unwrap_or_default(),
+        name,
+        namespace,
+        uid: meta.uid.clone(),
+        containers,
+        restart_policy,
+        volumes,
+        grace_period,
+        active_deadline,
+        readiness_gates,
+    })
+}
