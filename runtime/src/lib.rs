@@ -36,6 +36,7 @@
 mod container;
 mod engine;
 mod events;
+mod host;
 mod memory;
 mod network;
 mod node;

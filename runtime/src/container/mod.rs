@@ -5,27 +5,21 @@
 //! action, KILL) is dropping its future: that works whether the guest computes or waits in a
 //! host call.
 
-mod term;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use wasmtime::component::ResourceTable;
 use wasmtime::{ResourceLimiter, Store, UpdateDeadline};
 use wasmtime_wasi::cli::StdoutStream;
-use wasmtime_wasi::p1::WasiP1Ctx;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
-use wasmtime_wasi::{FsPerms, I32Exit, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi::{FsPerms, I32Exit, WasiCtxBuilder};
 
-use crate::engine::Image;
+use crate::engine::{Activity, Image};
+use crate::host::{KillClock, Killed, MemoryLimiter, P1State, P2State, TermSignal};
 use crate::memory::{Budget, Charge, PodMemory};
 use crate::network::PodNetwork;
-use crate::network::wasi::{Sockets, SocketsView};
 use crate::output::OutputSink;
 use crate::volumes::MountDir;
-pub(crate) use term::{
-    KillClock, TERM_INTERFACE, TERM_MODULE, TermSignal, add_p1_termination, add_p2_termination,
-};
 
 /// Exit code of a container that could not be started (its sandbox could not be made).
 pub(crate) const EXIT_START_ERROR: i32 = 128;
@@ -35,96 +29,6 @@ pub(crate) const EXIT_TRAP: i32 = 134;
 pub(crate) const EXIT_KILLED: i32 = 137;
 /// Exit code of a container stopped by TERM's default action.
 pub(crate) const EXIT_TERMINATED: i32 = 143;
-
-pub(crate) struct P1State {
-    pub(crate) wasi: WasiP1Ctx,
-    pub(crate) term: TermSignal,
-    limiter: MemoryLimiter,
-}
-
-pub(crate) struct P2State {
-    ctx: WasiCtx,
-    pub(crate) table: ResourceTable,
-    net: Arc<PodNetwork>,
-    budget: Arc<Budget>,
-    pub(crate) term: TermSignal,
-    limiter: MemoryLimiter,
-}
-
-impl WasiView for P2State {
-    fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView {
-            ctx: &mut self.ctx,
-            table: &mut self.table,
-        }
-    }
-}
-
-impl SocketsView for P2State {
-    fn sockets(&mut self) -> Sockets<'_> {
-        Sockets {
-            table: &mut self.table,
-            net: &self.net,
-            budget: &self.budget,
-        }
-    }
-}
-
-/// What the host holds for one table element (a pointer).
-const TABLE_ELEMENT_BYTES: u64 = 8;
-/// The most core instances, memories and tables one store may have: a component of a few
-/// modules needs a handful of each; the defaults (10,000) would let a guest make thousands.
-const MAX_INSTANCES: usize = 64;
-const MAX_MEMORIES: usize = 16;
-const MAX_TABLES: usize = 64;
-
-/// Grows a store's linear memories and tables only within its container's budget, remembers
-/// whether the budget was hit, and counts what they hold for the pod and node.
-struct MemoryLimiter {
-    hit: bool,
-    charge: Charge,
-}
-
-impl MemoryLimiter {
-    fn grow(&mut self, bytes: u64) -> bool {
-        let ok = self.charge.grow(bytes);
-        self.hit |= !ok;
-        ok
-    }
-}
-
-impl ResourceLimiter for MemoryLimiter {
-    fn memory_growing(
-        &mut self,
-        current: usize,
-        desired: usize,
-        _max: Option<usize>,
-    ) -> wasmtime::Result<bool> {
-        Ok(self.grow(desired.saturating_sub(current) as u64))
-    }
-
-    fn table_growing(
-        &mut self,
-        current: usize,
-        desired: usize,
-        _max: Option<usize>,
-    ) -> wasmtime::Result<bool> {
-        let elements = desired.saturating_sub(current) as u64;
-        Ok(self.grow(elements.saturating_mul(TABLE_ELEMENT_BYTES)))
-    }
-
-    fn instances(&self) -> usize {
-        MAX_INSTANCES
-    }
-
-    fn memories(&self) -> usize {
-        MAX_MEMORIES
-    }
-
-    fn tables(&self) -> usize {
-        MAX_TABLES
-    }
-}
 
 /// A directory the guest sees.
 pub(crate) struct Preopen {
@@ -152,6 +56,8 @@ pub(crate) struct Sandbox {
     pub(crate) kill: KillClock,
     /// The pod's network namespace (components reach it through `wasi:sockets`).
     pub(crate) net: Arc<PodNetwork>,
+    /// The engine's count of stores executing wasm (its epoch ticker runs fast while any does).
+    pub(crate) activity: Arc<Activity>,
     /// Where the instances' memory is counted.
     pub(crate) memory: Arc<PodMemory>,
 }
@@ -242,10 +148,7 @@ impl Sandbox {
     }
 
     fn limiter(&self) -> MemoryLimiter {
-        MemoryLimiter {
-            hit: false,
-            charge: Charge::new(self.memory.clone(), self.budget.clone()),
-        }
+        MemoryLimiter::new(Charge::new(self.memory.clone(), self.budget.clone()))
     }
 
     /// A fresh store for one instance of a preview1 module.
@@ -261,6 +164,7 @@ impl Sandbox {
             |s| &mut s.limiter,
             self.cpu_share,
             self.kill.clone(),
+            self.activity.clone(),
         );
         store
     }
@@ -281,6 +185,7 @@ impl Sandbox {
             |s| &mut s.limiter,
             self.cpu_share,
             self.kill.clone(),
+            self.activity.clone(),
         );
         store
     }
@@ -409,6 +314,7 @@ fn prepare<T: 'static>(
     limiter: fn(&mut T) -> &mut MemoryLimiter,
     cpu_share: Option<f64>,
     kill: KillClock,
+    activity: Arc<Activity>,
 ) {
     store.limiter(move |s| limiter(s) as &mut dyn ResourceLimiter);
     // At every epoch tick the guest yields through tokio's `yield_now`, which lets the runtime
@@ -422,7 +328,7 @@ fn prepare<T: 'static>(
     // sleeping or waiting for I/O, is not CPU.
     let throttle = Arc::new(std::sync::Mutex::new(Throttle::default()));
     let hook = cpu_share.map(|_| throttle.clone());
-    crate::engine::activity::track(store, move |inside| {
+    crate::engine::activity::track(store, activity, move |inside| {
         if let Some(t) = &hook {
             let mut t = t.lock().unwrap_or_else(|e| e.into_inner());
             if inside {
@@ -435,7 +341,7 @@ fn prepare<T: 'static>(
     store.set_epoch_deadline(1);
     store.epoch_deadline_callback(move |_| {
         if kill.passed() {
-            return Err(term::Killed.into());
+            return Err(Killed.into());
         }
         let pause = cpu_share.and_then(|f| {
             let mut t = throttle.lock().unwrap_or_else(|e| e.into_inner());
@@ -487,7 +393,7 @@ fn exit_of(result: wasmtime::Result<i32>, oom: bool) -> Exit {
             if let Some(exit) = e.downcast_ref::<I32Exit>() {
                 return Exit::code(exit.0);
             }
-            if e.downcast_ref::<term::Killed>().is_some() {
+            if e.downcast_ref::<Killed>().is_some() {
                 return Exit::code(EXIT_KILLED);
             }
             let cause = e.root_cause().to_string();

@@ -5,52 +5,50 @@
 //! `CallingHost` (wasmtime's call hooks, which also fire around component host functions); a
 //! guest paused at an epoch yield stays inside, since it is runnable. Each store counts once,
 //! and a store dropped while inside (a killed guest) leaves on drop. Should the count ever be
-//! wrong, the ticker still ticks every 50 ms, so no guest escapes preemption for longer.
+//! wrong, the ticker still ticks every 50 ms, so no guest escapes preemption for longer. Each
+//! engine keeps its own count, so nodes in one process do not wake each other's tickers.
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::thread::Thread;
 
 use wasmtime::{CallHook, Store};
 
-static RUNNING: AtomicUsize = AtomicUsize::new(0);
-static TICKERS: Mutex<Vec<Thread>> = Mutex::new(Vec::new());
-
-/// Is any store executing wasm?
-pub(crate) fn running() -> bool {
-    RUNNING.load(Ordering::Acquire) > 0
+/// How many stores of one engine execute wasm, and the engine's ticker, woken when the first
+/// starts.
+#[derive(Debug, Default)]
+pub(crate) struct Activity {
+    running: AtomicUsize,
+    ticker: OnceLock<Thread>,
 }
 
-/// Registers an epoch ticker to wake when a guest starts executing.
-pub(crate) fn add_ticker(thread: Thread) {
-    TICKERS
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .push(thread);
-}
+impl Activity {
+    /// Is any store executing wasm?
+    pub(crate) fn running(&self) -> bool {
+        self.running.load(Ordering::Acquire) > 0
+    }
 
-/// Forgets a ticker whose engine is gone.
-pub(crate) fn remove_ticker(thread: &Thread) {
-    TICKERS
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .retain(|t| t.id() != thread.id());
-}
+    /// The ticker to wake when a guest starts executing.
+    pub(crate) fn set_ticker(&self, thread: Thread) {
+        let _ = self.ticker.set(thread);
+    }
 
-fn enter() {
-    if RUNNING.fetch_add(1, Ordering::AcqRel) == 0 {
-        for t in TICKERS.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+    fn enter(&self) {
+        if self.running.fetch_add(1, Ordering::AcqRel) == 0
+            && let Some(t) = self.ticker.get()
+        {
             t.unpark();
         }
     }
-}
 
-fn leave() {
-    RUNNING.fetch_sub(1, Ordering::AcqRel);
+    fn leave(&self) {
+        self.running.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// One store's part in the count.
 struct Presence {
+    activity: Arc<Activity>,
     inside: bool,
 }
 
@@ -58,7 +56,11 @@ impl Presence {
     fn set(&mut self, inside: bool) {
         if inside != self.inside {
             self.inside = inside;
-            if inside { enter() } else { leave() }
+            if inside {
+                self.activity.enter()
+            } else {
+                self.activity.leave()
+            }
         }
     }
 }
@@ -69,13 +71,17 @@ impl Drop for Presence {
     }
 }
 
-/// Makes `store` count in [`running`] while it executes wasm, and tells `on_change` each time it
+/// Makes `store` count in `activity` while it executes wasm, and tells `on_change` each time it
 /// enters (`true`) or leaves (`false`) wasm. (A store has one call hook: this is it.)
 pub(crate) fn track<T: 'static>(
     store: &mut Store<T>,
+    activity: Arc<Activity>,
     mut on_change: impl FnMut(bool) + Send + Sync + 'static,
 ) {
-    let mut presence = Presence { inside: false };
+    let mut presence = Presence {
+        activity,
+        inside: false,
+    };
     store.call_hook(move |_, hook| {
         let inside = matches!(hook, CallHook::CallingWasm | CallHook::ReturningFromHost);
         if inside != presence.inside {

@@ -14,7 +14,8 @@ use wasmtime::component::{Component, Linker as ComponentLinker};
 use wasmtime::{Config, InstancePre, Linker, Module};
 use wasmtime_wasi::p2::bindings::CommandPre;
 
-use crate::container::{P1State, P2State};
+use crate::host::{Linkers, P1State, P2State};
+pub(crate) use activity::Activity;
 use cache::CompileCache;
 
 /// How often the epoch advances: the longest a guest runs before yielding to the scheduler.
@@ -119,12 +120,12 @@ pub(crate) struct Engine {
     loaded: Mutex<HashMap<FileKey, Arc<Image>>>,
     stop_ticker: Arc<AtomicBool>,
     ticker: std::thread::Thread,
+    activity: Arc<Activity>,
 }
 
 impl Drop for Engine {
     fn drop(&mut self) {
         self.stop_ticker.store(true, Ordering::Relaxed);
-        activity::remove_ticker(&self.ticker);
         self.ticker.unpark();
     }
 }
@@ -141,21 +142,16 @@ impl Engine {
         config.guard_before_linear_memory(false);
         let wasmtime = wasmtime::Engine::new(&config)?;
 
-        let mut p1 = Linker::new(&wasmtime);
-        wasmtime_wasi::p1::add_to_linker_async(&mut p1, |s: &mut P1State| &mut s.wasi)?;
-        crate::container::add_p1_termination(&mut p1)?;
-        let mut p2 = ComponentLinker::new(&wasmtime);
-        wasmtime_wasi::p2::add_to_linker_async(&mut p2)?;
-        crate::network::wasi::add_to_linker(&mut p2)?;
-        crate::container::add_p2_termination(&mut p2)?;
+        let Linkers { p1, p2 } = Linkers::new(&wasmtime)?;
 
         let stop_ticker = Arc::new(AtomicBool::new(false));
-        let (engine, stop) = (wasmtime.clone(), stop_ticker.clone());
+        let activity = Arc::new(Activity::default());
+        let (engine, stop, active) = (wasmtime.clone(), stop_ticker.clone(), activity.clone());
         let ticker = std::thread::Builder::new()
             .name("wasmpod-epoch".into())
             .spawn(move || {
                 while !stop.load(Ordering::Relaxed) {
-                    if activity::running() {
+                    if active.running() {
                         std::thread::sleep(EPOCH_TICK);
                     } else {
                         // No guest executes: tick slowly until one starts (it unparks us).
@@ -165,7 +161,7 @@ impl Engine {
                 }
             })?;
         let ticker = ticker.thread().clone();
-        activity::add_ticker(ticker.clone());
+        activity.set_ticker(ticker.clone());
         Ok(Engine {
             cache: CompileCache::new(cache_dir, &wasmtime),
             wasmtime,
@@ -174,7 +170,13 @@ impl Engine {
             loaded: Mutex::new(HashMap::new()),
             stop_ticker,
             ticker,
+            activity,
         })
+    }
+
+    /// Which of this engine's stores execute wasm (stores register with [`activity::track`]).
+    pub(crate) fn activity(&self) -> &Arc<Activity> {
+        &self.activity
     }
 
     /// Loads the image at `path`: from memory when this process has it, else from the compile
@@ -249,7 +251,7 @@ impl Engine {
                     .map_err(compile_err)?;
                 let handles_term = module
                     .imports()
-                    .any(|i| i.module() == crate::container::TERM_MODULE);
+                    .any(|i| i.module() == crate::host::TERM_MODULE);
                 let pre = self.p1.instantiate_pre(&module).map_err(link_err)?;
                 if module.get_export("_start").is_none() {
                     return Err(LoadError::Link {
@@ -265,7 +267,7 @@ impl Engine {
                 let ty = component.component_type();
                 let handles_term = ty
                     .imports(&self.wasmtime)
-                    .any(|(name, _)| name.starts_with(crate::container::TERM_INTERFACE));
+                    .any(|(name, _)| name.starts_with(crate::host::TERM_INTERFACE));
                 let instance = self.p2.instantiate_pre(&component).map_err(link_err)?;
                 let pre = CommandPre::new(instance.clone()).map_err(|e| LoadError::Link {
                     path: path.to_owned(),

@@ -11,6 +11,7 @@
 //! [`wasi`] maps `wasi:sockets` onto this model for components; preview1 modules have no sockets.
 
 pub(crate) mod client;
+mod listener;
 mod pipe;
 pub(crate) mod publish;
 mod tcp;
@@ -21,8 +22,8 @@ use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
+pub(crate) use listener::Listener;
 pub(crate) use pipe::HostStream;
-pub(crate) use tcp::Listener;
 use udp::Inbox;
 use wasi::ErrorCode;
 

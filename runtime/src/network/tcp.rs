@@ -1,161 +1,23 @@
 //! Virtual TCP: listeners with an accept backlog, connections made of two [`Pipe`]s, and the
 //! `wasi:sockets/tcp` state machine on top (egress connections use host sockets).
 
-use std::collections::VecDeque;
 use std::future::{Future, poll_fn};
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
 use wasmtime::component::Resource;
 use wasmtime_wasi::p2::{DynInputStream, DynOutputStream, DynPollable, Pollable, subscribe};
 
-use super::pipe::{Pipe, PipeReader, PipeWriter};
+use super::listener::{Conn, DEFAULT_BACKLOG, Listener};
+use super::pipe::Pipe;
 use super::wasi::{
     ErrorCode, Family, IpAddressFamily, IpSocketAddress, Network, SocketResult, Sockets, tcp,
 };
 use super::{Egress, HostStream, PodNetwork, PortGuard, Route};
 use crate::memory::Reservation;
-
-/// Linux's default `somaxconn`, the backlog when the guest does not choose one.
-const DEFAULT_BACKLOG: usize = 128;
-
-/// One end of an established virtual connection.
-pub(crate) struct Conn {
-    local: SocketAddr,
-    remote: SocketAddr,
-    reader: PipeReader,
-    writer: PipeWriter,
-    rx: Arc<Pipe>,
-    tx: Arc<Pipe>,
-}
-
-impl Conn {
-    /// The two ends of a new connection from `client` to `server`.
-    fn pair(client: SocketAddr, server: SocketAddr) -> (Conn, Conn) {
-        let (up, up_reader, up_writer) = Pipe::new();
-        let (down, down_reader, down_writer) = Pipe::new();
-        let client_end = Conn {
-            local: client,
-            remote: server,
-            reader: down_reader,
-            writer: up_writer,
-            rx: down.clone(),
-            tx: up.clone(),
-        };
-        let server_end = Conn {
-            local: server,
-            remote: client,
-            reader: up_reader,
-            writer: down_writer,
-            rx: up,
-            tx: down,
-        };
-        (client_end, server_end)
-    }
-}
-
-/// A listening socket's queue of connections not yet accepted.
-pub(crate) struct Listener(Mutex<Queue>);
-
-struct Queue {
-    pending: VecDeque<Conn>,
-    backlog: usize,
-    closed: bool,
-    acceptor: Option<Waker>,
-    /// Connectors waiting for room in a full backlog.
-    connectors: Vec<Waker>,
-}
-
-impl Listener {
-    fn new(backlog: usize) -> Arc<Listener> {
-        Arc::new(Listener(Mutex::new(Queue {
-            pending: VecDeque::new(),
-            backlog,
-            closed: false,
-            acceptor: None,
-            connectors: Vec::new(),
-        })))
-    }
-
-    fn lock(&self) -> MutexGuard<'_, Queue> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn set_backlog(&self, backlog: usize) {
-        let mut q = self.lock();
-        q.backlog = backlog;
-        q.connectors.drain(..).for_each(Waker::wake);
-    }
-
-    /// Queues a connection from `from` to `to` and returns the connector's end. A full backlog
-    /// keeps the connector waiting, as Linux does by not answering its SYN.
-    fn poll_connect(
-        &self,
-        cx: Option<&mut Context<'_>>,
-        from: SocketAddr,
-        to: SocketAddr,
-    ) -> Poll<Result<Conn, ErrorCode>> {
-        let mut q = self.lock();
-        if q.closed {
-            return Poll::Ready(Err(ErrorCode::ConnectionRefused));
-        }
-        if q.pending.len() >= q.backlog {
-            if let Some(cx) = cx {
-                q.connectors.push(cx.waker().clone());
-            }
-            return Poll::Pending;
-        }
-        let (client, server) = Conn::pair(from, to);
-        q.pending.push_back(server);
-        if let Some(w) = q.acceptor.take() {
-            w.wake();
-        }
-        Poll::Ready(Ok(client))
-    }
-
-    /// The host connecting (published ports, probes): waits for room in the backlog.
-    pub(crate) async fn connect_host(
-        &self,
-        from: SocketAddr,
-        to: SocketAddr,
-    ) -> io::Result<HostStream> {
-        match poll_fn(|cx| self.poll_connect(Some(cx), from, to)).await {
-            Ok(conn) => Ok(HostStream {
-                reader: conn.reader,
-                writer: conn.writer,
-            }),
-            Err(_) => Err(io::ErrorKind::ConnectionRefused.into()),
-        }
-    }
-
-    fn try_accept(&self) -> Option<Conn> {
-        let mut q = self.lock();
-        let conn = q.pending.pop_front()?;
-        q.connectors.drain(..).for_each(Waker::wake);
-        Some(conn)
-    }
-
-    fn poll_pending(&self, cx: &mut Context<'_>) -> Poll<()> {
-        let mut q = self.lock();
-        if !q.pending.is_empty() || q.closed {
-            return Poll::Ready(());
-        }
-        q.acceptor = Some(cx.waker().clone());
-        Poll::Pending
-    }
-
-    /// Stops listening: queued connections are dropped (their connectors see the end of the
-    /// stream) and new ones are refused.
-    fn close(&self) {
-        let mut q = self.lock();
-        q.closed = true;
-        q.pending.clear();
-        q.connectors.drain(..).for_each(Waker::wake);
-    }
-}
 
 enum State {
     /// Unbound, or bound when the socket holds a port.
@@ -644,42 +506,4 @@ fn positive<T: Default + PartialEq>(value: T) -> SocketResult<T> {
         return Err(ErrorCode::InvalidArgument.into());
     }
     Ok(value)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn addr(s: &str) -> SocketAddr {
-        s.parse().unwrap()
-    }
-
-    #[test]
-    fn a_full_backlog_holds_connectors_until_an_accept() {
-        let listener = Listener::new(2);
-        let (from, to) = (addr("127.0.0.1:40000"), addr("127.0.0.1:80"));
-        assert!(listener.poll_connect(None, from, to).is_ready());
-        assert!(listener.poll_connect(None, from, to).is_ready());
-        assert!(listener.poll_connect(None, from, to).is_pending());
-        let accepted = listener.try_accept().expect("a queued connection");
-        assert_eq!((accepted.local, accepted.remote), (to, from));
-        assert!(listener.poll_connect(None, from, to).is_ready());
-    }
-
-    #[test]
-    fn a_closed_listener_refuses_and_drops_its_queue() {
-        let listener = Listener::new(8);
-        let (from, to) = (addr("127.0.0.1:40000"), addr("127.0.0.1:80"));
-        let Poll::Ready(Ok(mut client)) = listener.poll_connect(None, from, to) else {
-            panic!("connects");
-        };
-        listener.close();
-        assert!(matches!(
-            listener.poll_connect(None, from, to),
-            Poll::Ready(Err(ErrorCode::ConnectionRefused))
-        ));
-        // The queued server end is gone: the client reads end-of-stream.
-        use wasmtime_wasi::p2::InputStream;
-        assert!(client.reader.read(1).is_err());
-    }
 }

@@ -111,6 +111,28 @@ impl PodHandle {
         let _ = self.inner.tx.send(msg);
     }
 
+    // What the node's admission tells the pod.
+
+    /// The node admitted the pod: its containers may start.
+    pub(super) fn admitted(&self) {
+        self.send(Msg::Admit);
+    }
+
+    /// The pod does not fit (yet); `nominated` names the node when pods are preempted for it.
+    pub(super) fn unschedulable(&self, message: String, nominated: Option<String>) {
+        self.send(Msg::Unschedulable { message, nominated });
+    }
+
+    /// The pod is a preemption victim (its deletion follows).
+    pub(super) fn preempted(&self, message: String) {
+        self.send(Msg::Preempted { message });
+    }
+
+    /// The node evicts the pod (memory pressure).
+    pub(super) fn evict(&self, message: String) {
+        self.send(Msg::Evict { message });
+    }
+
     pub(super) fn is_deleting(&self) -> bool {
         self.inner
             .deleting

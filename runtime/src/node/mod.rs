@@ -22,7 +22,6 @@ pub use handle::PodHandle;
 use handle::PodShared;
 pub use options::{Allocatable, NodeOptions, PodOptions};
 use priorities::{Priorities, Priority};
-pub(crate) use scheduler::Seat;
 
 /// A node: runs pods in this process, on one shared wasmtime engine.
 ///
@@ -243,6 +242,7 @@ impl Node {
             publish(&net, &ports).map_err(|(what, source)| Error::Publish { what, source })?;
         let spec = Arc::new(spec);
         let seat = self.scheduler.seat();
+        let key = seat.key();
         let memory = PodMemory::new(self.memory.clone());
         let setup = PodSetup {
             uid: uid.clone(),
@@ -255,7 +255,7 @@ impl Node {
         };
         let requests = spec.requests();
         let (mut task, channels) =
-            PodTask::prepare(spec.clone(), self.context.clone(), setup, seat).map_err(
+            PodTask::prepare(spec.clone(), self.context.clone(), setup, Box::new(seat)).map_err(
                 |source| Error::Io {
                     path: pod_dir.clone(),
                     source,
@@ -282,7 +282,7 @@ impl Node {
             requests,
             memory,
         };
-        if self.scheduler.submit(task.seat(), candidate) {
+        if self.scheduler.submit(key, candidate) {
             task.admit();
         }
         task.spawn();

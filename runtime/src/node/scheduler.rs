@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use super::{Allocatable, PodHandle};
 use crate::memory::{NodeMemory, PodMemory};
 use crate::spec::Requests;
-use crate::supervisor::Msg;
+use crate::supervisor::AdmissionSeat;
 
 /// How long the node waits before looking for eviction victims again after finding none.
 const QUIET: Duration = Duration::from_millis(100);
@@ -108,15 +108,20 @@ pub(crate) struct Seat {
 }
 
 impl Seat {
-    /// The pod is stopping for good: its room will be free soon (preemption waits for it).
-    pub(crate) fn leaving(&self) {
+    /// Which pod the seat is for, in the scheduler's queue.
+    pub(crate) fn key(&self) -> u64 {
+        self.key
+    }
+}
+
+impl AdmissionSeat for Seat {
+    fn leaving(&self) {
         if let Some(s) = self.scheduler.upgrade() {
             s.leaving(self.key);
         }
     }
 
-    /// The pod has stopped for good (or is deleted): its room is free.
-    pub(crate) fn release(&self) {
+    fn release(&self) {
         if let Some(s) = self.scheduler.upgrade() {
             s.release(self.key);
         }
@@ -165,16 +170,16 @@ impl Scheduler {
     }
 
     /// Queues the pod of `seat` (before its supervisor runs) and admits what fits; returns
-    /// whether that pod was admitted (it is not sent [`Msg::Admit`]).
-    pub(crate) fn submit(&self, seat: &Seat, pod: Candidate) -> bool {
+    /// whether that pod was admitted (it is not told so through its handle).
+    pub(crate) fn submit(&self, key: u64, pod: Candidate) -> bool {
         let mut inner = self.lock();
         let state = State::Pending {
             nominated: false,
             message: None,
         };
-        inner.pending.insert((Reverse(pod.priority), seat.key));
-        inner.entries.insert(seat.key, Entry { pod, state });
-        self.schedule(&mut inner, Some(seat.key))
+        inner.pending.insert((Reverse(pod.priority), key));
+        inner.entries.insert(key, Entry { pod, state });
+        self.schedule(&mut inner, Some(key))
     }
 
     fn leaving(&self, key: u64) {
@@ -256,7 +261,7 @@ impl Scheduler {
                     if submitting == Some(key) {
                         admitted = true;
                     } else {
-                        entry.pod.handle.send(Msg::Admit);
+                        entry.pod.handle.admitted();
                     }
                     continue;
                 }
@@ -269,10 +274,10 @@ impl Scheduler {
                         nominated: true,
                         message: Some(message.clone()),
                     };
-                    entry.pod.handle.send(Msg::Unschedulable {
-                        message,
-                        nominated: Some(self.node_name.clone()),
-                    });
+                    entry
+                        .pod
+                        .handle
+                        .unschedulable(message, Some(self.node_name.clone()));
                     self.preempt(inner, key, &victims);
                     reserved = reserved.plus(requests);
                     continue;
@@ -287,10 +292,7 @@ impl Scheduler {
                 *nominated = false;
                 if said.as_deref() != Some(message.as_str()) {
                     *said = Some(message.clone());
-                    entry.pod.handle.send(Msg::Unschedulable {
-                        message,
-                        nominated: None,
-                    });
+                    entry.pod.handle.unschedulable(message, None);
                 }
             }
         }
@@ -332,43 +334,24 @@ impl Scheduler {
         }
     }
 
-    /// The scheduler's victim selection on one node: if removing every pod of lower priority
-    /// than the preemptor (and the pods already leaving) makes it fit, remove them, then
-    /// reprieve as many as possible, most important first; the rest are the victims.
+    /// The victims pending pod `key` would need (see [`select_victims`]).
     fn victims(&self, inner: &Inner, key: u64, reserved: Usage) -> Choice {
         let preemptor = &inner.entries[&key].pod;
-        let mut base = inner.used.add(reserved);
-        let mut candidates = Vec::new();
-        for (&k, e) in &inner.entries {
-            match e.state {
-                State::Admitted { leaving: true } => base = base.minus(e.pod.requests),
-                State::Admitted { leaving: false } if e.pod.priority < preemptor.priority => {
-                    candidates.push((Reverse(e.pod.priority), k));
-                }
-                _ => {}
-            }
-        }
-        if self.shortfall(base, preemptor.requests).is_empty() {
-            return Choice::WaitForLeaving;
-        }
-        for (_, k) in &candidates {
-            base = base.minus(inner.entries[k].pod.requests);
-        }
-        if !self.shortfall(base, preemptor.requests).is_empty() {
-            return Choice::None;
-        }
-        // Most important first: higher priority, then older (a smaller key).
-        candidates.sort_unstable();
-        let mut victims = Vec::new();
-        for (_, k) in candidates {
-            let kept = base.plus(inner.entries[&k].pod.requests);
-            if self.shortfall(kept, preemptor.requests).is_empty() {
-                base = kept;
-            } else {
-                victims.push(k);
-            }
-        }
-        Choice::Victims(victims)
+        let others: Vec<Occupant> = inner
+            .entries
+            .iter()
+            .filter_map(|(&k, e)| match e.state {
+                State::Admitted { leaving } => Some(Occupant {
+                    key: k,
+                    priority: e.pod.priority,
+                    requests: e.pod.requests,
+                    leaving,
+                }),
+                State::Pending { .. } => None,
+            })
+            .collect();
+        let fits = |used: Usage| self.shortfall(used, preemptor.requests).is_empty();
+        select_victims(fits, inner.used.add(reserved), preemptor.priority, &others)
     }
 
     fn preempt(&self, inner: &mut Inner, preemptor: u64, victims: &[u64]) {
@@ -383,9 +366,7 @@ impl Scheduler {
             let entry = inner.entries.get_mut(key).expect("victim entry");
             entry.state = State::Admitted { leaving: true };
             tracing::info!(pod = entry.pod.handle.name(), "{message}");
-            entry.pod.handle.send(Msg::Preempted {
-                message: message.clone(),
-            });
+            entry.pod.handle.preempted(message.clone());
             entry.pod.handle.delete(None);
         }
     }
@@ -415,7 +396,7 @@ impl Scheduler {
                     break;
                 };
                 tracing::warn!(pod = victim.name(), "{message}");
-                victim.send(Msg::Evict { message });
+                victim.evict(message);
                 victim.wait().await;
             }
             self.evicting.store(false, Ordering::Release);
@@ -486,6 +467,58 @@ enum Choice {
     None,
 }
 
+/// An admitted pod, as victim selection sees it.
+#[derive(Debug, Clone, Copy)]
+struct Occupant {
+    key: u64,
+    priority: i32,
+    requests: Requests,
+    /// Stopping for good already: its room counts as free.
+    leaving: bool,
+}
+
+/// The scheduler's victim selection on one node. `used` is what the node's pods hold; `fits`
+/// says whether the preemptor fits beside a usage. If the pods already leaving make room, wait
+/// for them; else if removing every pod of lower priority makes it fit, remove them, then
+/// reprieve as many as possible, most important first (higher priority, then older: a smaller
+/// key); the rest are the victims.
+fn select_victims(
+    fits: impl Fn(Usage) -> bool,
+    used: Usage,
+    priority: i32,
+    others: &[Occupant],
+) -> Choice {
+    let mut base = used;
+    let mut candidates = Vec::new();
+    for o in others {
+        if o.leaving {
+            base = base.minus(o.requests);
+        } else if o.priority < priority {
+            candidates.push((Reverse(o.priority), o.key, o.requests));
+        }
+    }
+    if fits(base) {
+        return Choice::WaitForLeaving;
+    }
+    for (_, _, requests) in &candidates {
+        base = base.minus(*requests);
+    }
+    if !fits(base) {
+        return Choice::None;
+    }
+    candidates.sort_unstable_by_key(|&(p, k, _)| (p, k));
+    let mut victims = Vec::new();
+    for (_, k, requests) in candidates {
+        let kept = base.plus(requests);
+        if fits(kept) {
+            base = kept;
+        } else {
+            victims.push(k);
+        }
+    }
+    Choice::Victims(victims)
+}
+
 /// Bytes as the kubelet prints memory quantities (`Ki`, `Mi`, `Gi` when exact).
 fn mib(bytes: u64) -> String {
     match bytes {
@@ -494,5 +527,62 @@ fn mib(bytes: u64) -> String {
         b if b % (1 << 20) == 0 => format!("{}Mi", b >> 20),
         b if b % (1 << 10) == 0 => format!("{}Ki", b >> 10),
         b => b.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(key: u64, priority: i32, memory: u64) -> Occupant {
+        Occupant {
+            key,
+            priority,
+            requests: Requests {
+                memory,
+                cpu_milli: 0,
+            },
+            leaving: false,
+        }
+    }
+
+    fn used(pods: &[Occupant]) -> Usage {
+        pods.iter()
+            .fold(Usage::default(), |u, p| u.plus(p.requests))
+    }
+
+    /// Victim selection as a table: a node of 1,000 bytes, a preemptor needing `need` at
+    /// priority 100.
+    #[test]
+    fn victim_selection() {
+        let fits = |need: u64| move |u: Usage| u.memory + need <= 1000;
+        let choose =
+            |need: u64, pods: &[Occupant]| select_victims(fits(need), used(pods), 100, pods);
+        let victims = |c: Choice| match c {
+            Choice::Victims(v) => Some(v),
+            _ => None,
+        };
+        // The lowest priority pods that make room, reprieving the most important first.
+        let pods = [pod(1, 1, 300), pod(2, 5, 300), pod(3, 10, 300)];
+        assert_eq!(victims(choose(200, &pods)), Some(vec![1]));
+        assert_eq!(victims(choose(500, &pods)), Some(vec![2, 1]));
+        // Equal or higher priority is never a victim.
+        let pods = [pod(1, 100, 600), pod(2, 200, 300)];
+        assert!(matches!(choose(200, &pods), Choice::None));
+        // Among equals, the older (smaller key) is reprieved first.
+        let pods = [pod(1, 1, 400), pod(2, 1, 400)];
+        assert_eq!(victims(choose(400, &pods)), Some(vec![2]));
+        // Room that pods already leaving will free: wait for them, no new victims.
+        let mut leaving = pod(1, 1, 600);
+        leaving.leaving = true;
+        assert!(matches!(
+            choose(500, &[leaving, pod(2, 1, 300)]),
+            Choice::WaitForLeaving
+        ));
+        // Not even every lower-priority pod is enough.
+        assert!(matches!(
+            choose(900, &[pod(1, 1, 100), pod(2, 500, 500)]),
+            Choice::None
+        ));
     }
 }

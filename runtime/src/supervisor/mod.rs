@@ -34,7 +34,6 @@ use crate::events::{EventType, Journal, Reason};
 use crate::memory::PodMemory;
 use crate::network::publish::Published;
 use crate::network::{NodeNetwork, PodNetwork};
-use crate::node::Seat;
 use crate::output::{LogBook, PodOutput};
 use crate::paths::PodPaths;
 use crate::spec::{PodSpec, VolumeSource};
@@ -42,6 +41,15 @@ use crate::volumes::PodVolumes;
 
 /// The kubelet's floor for the time between TERM and KILL (`minimumGracePeriodInSeconds`).
 const MIN_GRACE: Duration = Duration::from_secs(2);
+
+/// The pod's place in its node's admission, as its supervisor holds it: the node's admission
+/// implements it, and the supervisor says through it when the pod leaves.
+pub(crate) trait AdmissionSeat: Send + Sync {
+    /// The pod is stopping for good: its room will be free soon (preemption waits for it).
+    fn leaving(&self);
+    /// The pod has stopped for good (or is deleted): its room is free.
+    fn release(&self);
+}
 
 /// What a pod's supervisor needs from its node.
 pub(crate) struct NodeContext {
@@ -166,7 +174,7 @@ pub(crate) struct PodTask {
     net: Arc<PodNetwork>,
     memory: Arc<PodMemory>,
     /// The pod's place in the node's admission.
-    seat: Seat,
+    seat: Box<dyn AdmissionSeat>,
     admission: Admission,
     /// The node's admission knows the pod has stopped for good.
     released: bool,
@@ -227,7 +235,7 @@ impl PodTask {
         spec: Arc<PodSpec>,
         node: Arc<NodeContext>,
         setup: PodSetup,
-        seat: Seat,
+        seat: Box<dyn AdmissionSeat>,
     ) -> std::io::Result<(PodTask, PodChannels)> {
         let PodSetup {
             uid,
@@ -305,10 +313,6 @@ impl PodTask {
             logs: task.output.book(),
         };
         Ok((task, channels))
-    }
-
-    pub(crate) fn seat(&self) -> &Seat {
-        &self.seat
     }
 
     /// The node admitted the pod: its containers may start.

@@ -87,6 +87,52 @@ pub(crate) struct Target {
     pub tx: mpsc::UnboundedSender<Msg>,
 }
 
+/// The kubelet's threshold counting: a verdict changes after `success_threshold` successes or
+/// `failure_threshold` failures in a row.
+#[derive(Debug, Clone)]
+struct Thresholds {
+    success_threshold: u32,
+    failure_threshold: u32,
+    successes: u32,
+    failures: u32,
+    verdict: Option<bool>,
+}
+
+impl Thresholds {
+    fn new(probe: &Probe, initial: Option<bool>) -> Thresholds {
+        Thresholds {
+            success_threshold: probe.success_threshold,
+            failure_threshold: probe.failure_threshold,
+            successes: 0,
+            failures: 0,
+            verdict: initial,
+        }
+    }
+
+    /// Counts one result; the new verdict, if it changed.
+    fn observe(&mut self, ok: bool) -> Option<bool> {
+        if ok {
+            self.successes = self.successes.saturating_add(1);
+            self.failures = 0;
+        } else {
+            self.failures = self.failures.saturating_add(1);
+            self.successes = 0;
+        }
+        let reached = if self.successes >= self.success_threshold {
+            Some(true)
+        } else if self.failures >= self.failure_threshold {
+            Some(false)
+        } else {
+            None
+        };
+        let changed = reached.filter(|r| Some(*r) != self.verdict);
+        if changed.is_some() {
+            self.verdict = changed;
+        }
+        changed
+    }
+}
+
 pub(crate) async fn worker(
     kind: ProbeKind,
     probe: Probe,
@@ -95,31 +141,13 @@ pub(crate) async fn worker(
     to: Target,
 ) {
     tokio::time::sleep_until(super::after(started, probe.initial_delay).into()).await;
-    let (mut successes, mut failures) = (0, 0);
-    let mut verdict = kind.initial();
+    let mut count = Thresholds::new(&probe, kind.initial());
     loop {
         let tick = Instant::now();
         let failure = run_handler(&probe.handler, &sandbox, probe.timeout)
             .await
             .err();
-        if failure.is_none() {
-            successes += 1;
-            failures = 0;
-        } else {
-            failures += 1;
-            successes = 0;
-        }
-        let reached = if successes >= probe.success_threshold {
-            Some(true)
-        } else if failures >= probe.failure_threshold {
-            Some(false)
-        } else {
-            None
-        };
-        let changed = reached.filter(|r| Some(*r) != verdict);
-        if changed.is_some() {
-            verdict = changed;
-        }
+        let changed = count.observe(failure.is_none());
         let msg = Msg::Probe {
             index: to.index,
             id: to.id,
@@ -138,5 +166,46 @@ pub(crate) async fn worker(
             return;
         }
         tokio::time::sleep_until(super::after(tick, probe.period).into()).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counting(success: u32, failure: u32, initial: Option<bool>) -> Thresholds {
+        Thresholds {
+            success_threshold: success,
+            failure_threshold: failure,
+            successes: 0,
+            failures: 0,
+            verdict: initial,
+        }
+    }
+
+    /// Threshold counting as a table: results in, verdict changes out.
+    #[test]
+    fn thresholds_change_the_verdict_after_runs_in_a_row() {
+        let rows: &[(u32, u32, Option<bool>, &str, &[Option<bool>])] = &[
+            // readiness: starts false; one success makes it ready (1 / 3)
+            (1, 3, Some(false), "+", &[Some(true)]),
+            // three failures in a row make it unready; a success in between resets the count
+            (1, 3, Some(true), "--+--", &[None, None, None, None, None]),
+            (1, 3, Some(true), "---", &[None, None, Some(false)]),
+            // success threshold 2: one success is not enough, two in a row are
+            (2, 1, Some(false), "+-++", &[None, None, None, Some(true)]),
+            // liveness: no verdict at first; a failure with threshold 1 is the verdict at once
+            (1, 1, None, "+-", &[Some(true), Some(false)]),
+            // no repeated verdicts
+            (1, 3, Some(false), "+++", &[Some(true), None, None]),
+        ];
+        for (success, failure, initial, results, expected) in rows {
+            let mut t = counting(*success, *failure, *initial);
+            let got: Vec<Option<bool>> = results.chars().map(|c| t.observe(c == '+')).collect();
+            assert_eq!(
+                &got, expected,
+                "{success}/{failure} from {initial:?}: {results}"
+            );
+        }
     }
 }

@@ -10,9 +10,10 @@ use tokio::sync::{oneshot, watch};
 use super::container::{HookState, Instance, State};
 use super::probe::{self, HookKind, ProbeKind};
 use super::{MIN_GRACE, Msg, PodTask, after};
-use crate::container::{EXIT_KILLED, Exit, Preopen, Sandbox, TermSignal};
+use crate::container::{EXIT_KILLED, Exit, Preopen, Sandbox};
 use crate::engine::{Image, LoadError, Pull};
 use crate::events::{EventType, Reason};
+use crate::host::TermSignal;
 use crate::memory::Budget;
 use crate::output::Stream;
 use crate::spec::{PodInfo, VolumeSource, resolve_env};
@@ -145,6 +146,7 @@ impl PodTask {
             term: TermSignal(term_rx),
             kill: Default::default(),
             net: self.net.clone(),
+            activity: self.node.engine.activity().clone(),
             memory: self.memory.clone(),
         });
         let stdout = self.output.sink(&c.name, c.restart_count, Stream::Stdout);

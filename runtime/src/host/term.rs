@@ -6,7 +6,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use tokio::sync::watch;
-use wasmtime::component::{Linker as ComponentLinker, Resource};
+use wasmtime::component::{HasData, Linker as ComponentLinker, Resource, ResourceTable};
 use wasmtime::{Caller, Linker};
 use wasmtime_wasi::p2::{DynPollable, Pollable, subscribe};
 
@@ -83,18 +83,49 @@ pub(crate) fn add_p1_termination(linker: &mut Linker<P1State>) -> wasmtime::Resu
     Ok(())
 }
 
+/// The host side of the `wasmpod:pod` package, generated from `wit/`.
+mod bindings {
+    wasmtime::component::bindgen!({
+        path: "../wit",
+        world: "wasmpod:pod/container",
+        imports: { default: trappable },
+        require_store_data_send: true,
+        with: {
+            "wasi:io": wasmtime_wasi::p2::bindings::io,
+        },
+    });
+}
+
+use bindings::wasmpod::pod::termination;
+
+/// What the termination interface sees of a store: its TERM signal and its resource table.
+struct Term<'a> {
+    signal: &'a TermSignal,
+    table: &'a mut ResourceTable,
+}
+
+struct HasTerm;
+
+impl HasData for HasTerm {
+    type Data<'a> = Term<'a>;
+}
+
+impl termination::Host for Term<'_> {
+    fn requested(&mut self) -> wasmtime::Result<bool> {
+        Ok(self.signal.requested())
+    }
+
+    fn subscribe(&mut self) -> wasmtime::Result<Resource<DynPollable>> {
+        let pollable = self.table.push(TermPollable(self.signal.0.clone()))?;
+        subscribe(self.table, pollable)
+    }
+}
+
 pub(crate) fn add_p2_termination(linker: &mut ComponentLinker<P2State>) -> wasmtime::Result<()> {
-    let mut instance = linker.instance(&format!("{TERM_INTERFACE}@0.1.0"))?;
-    instance.func_wrap("requested", |store, (): ()| {
-        Ok((store.data().term.requested(),))
-    })?;
-    instance.func_wrap("subscribe", |mut store, (): ()| {
-        let state: &mut P2State = store.data_mut();
-        let pollable = state.table.push(TermPollable(state.term.0.clone()))?;
-        let dynamic: Resource<DynPollable> = subscribe(&mut state.table, pollable)?;
-        Ok((dynamic,))
-    })?;
-    Ok(())
+    termination::add_to_linker::<P2State, HasTerm>(linker, |state| Term {
+        signal: &state.term,
+        table: &mut state.table,
+    })
 }
 
 #[cfg(test)]

@@ -1,0 +1,135 @@
+//! The host side of a guest's store: the state each store holds (its WASI context, sockets, TERM
+//! signal, memory limiter) and the linkers that give guests their imports. The engine builds the
+//! linkers once; a container fills a fresh state for each instance.
+
+mod term;
+
+use std::sync::Arc;
+
+use wasmtime::component::{Linker as ComponentLinker, ResourceTable};
+use wasmtime::{Linker, ResourceLimiter};
+use wasmtime_wasi::p1::WasiP1Ctx;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use crate::memory::{Budget, Charge};
+use crate::network::PodNetwork;
+use crate::network::wasi::{Sockets, SocketsView};
+pub(crate) use term::{KillClock, Killed, TERM_INTERFACE, TERM_MODULE, TermSignal};
+
+/// The linkers of an engine: what preview1 modules and components may import.
+pub(crate) struct Linkers {
+    pub(crate) p1: Linker<P1State>,
+    pub(crate) p2: ComponentLinker<P2State>,
+}
+
+impl Linkers {
+    /// WASI preview1 and preview2 (wasmtime-wasi's), the pod network's `wasi:sockets` in place
+    /// of wasmtime-wasi's, and `wasmpod:pod/termination`.
+    pub(crate) fn new(engine: &wasmtime::Engine) -> wasmtime::Result<Linkers> {
+        let mut p1 = Linker::new(engine);
+        wasmtime_wasi::p1::add_to_linker_async(&mut p1, |s: &mut P1State| &mut s.wasi)?;
+        term::add_p1_termination(&mut p1)?;
+        let mut p2 = ComponentLinker::new(engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut p2)?;
+        crate::network::wasi::add_to_linker(&mut p2)?;
+        term::add_p2_termination(&mut p2)?;
+        Ok(Linkers { p1, p2 })
+    }
+}
+
+pub(crate) struct P1State {
+    pub(crate) wasi: WasiP1Ctx,
+    pub(crate) term: TermSignal,
+    pub(crate) limiter: MemoryLimiter,
+}
+
+pub(crate) struct P2State {
+    pub(crate) ctx: WasiCtx,
+    pub(crate) table: ResourceTable,
+    pub(crate) net: Arc<PodNetwork>,
+    pub(crate) budget: Arc<Budget>,
+    pub(crate) term: TermSignal,
+    pub(crate) limiter: MemoryLimiter,
+}
+
+impl WasiView for P2State {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.ctx,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl SocketsView for P2State {
+    fn sockets(&mut self) -> Sockets<'_> {
+        Sockets {
+            table: &mut self.table,
+            net: &self.net,
+            budget: &self.budget,
+        }
+    }
+}
+
+/// What the host holds for one table element (a pointer).
+const TABLE_ELEMENT_BYTES: u64 = 8;
+
+/// The most core instances, memories and tables one store may have: a component of a few
+/// modules needs a handful of each; the defaults (10,000) would let a guest make thousands.
+const MAX_INSTANCES: usize = 64;
+
+const MAX_MEMORIES: usize = 16;
+
+const MAX_TABLES: usize = 64;
+
+/// Grows a store's linear memories and tables only within its container's budget, remembers
+/// whether the budget was hit, and counts what they hold for the pod and node.
+pub(crate) struct MemoryLimiter {
+    pub(crate) hit: bool,
+    charge: Charge,
+}
+
+impl MemoryLimiter {
+    pub(crate) fn new(charge: Charge) -> MemoryLimiter {
+        MemoryLimiter { hit: false, charge }
+    }
+
+    fn grow(&mut self, bytes: u64) -> bool {
+        let ok = self.charge.grow(bytes);
+        self.hit |= !ok;
+        ok
+    }
+}
+
+impl ResourceLimiter for MemoryLimiter {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        _max: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(self.grow(desired.saturating_sub(current) as u64))
+    }
+
+    fn table_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        _max: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        let elements = desired.saturating_sub(current) as u64;
+        Ok(self.grow(elements.saturating_mul(TABLE_ELEMENT_BYTES)))
+    }
+
+    fn instances(&self) -> usize {
+        MAX_INSTANCES
+    }
+
+    fn memories(&self) -> usize {
+        MAX_MEMORIES
+    }
+
+    fn tables(&self) -> usize {
+        MAX_TABLES
+    }
+}
