@@ -186,7 +186,9 @@ mod tests {
     /// Threshold counting as a table: results in, verdict changes out.
     #[test]
     fn thresholds_change_the_verdict_after_runs_in_a_row() {
-        let rows: &[(u32, u32, Option<bool>, &str, &[Option<bool>])] = &[
+        /// Success and failure thresholds, the verdict before, results, verdict changes.
+        type Row<'a> = (u32, u32, Option<bool>, &'a str, &'a [Option<bool>]);
+        let rows: &[Row] = &[
             // readiness: starts false; one success makes it ready (1 / 3)
             (1, 3, Some(false), "+", &[Some(true)]),
             // three failures in a row make it unready; a success in between resets the count

@@ -173,7 +173,9 @@ mod tests {
     fn get_phase() {
         use Phase::*;
         use RestartPolicy::{Always, Never, OnFailure};
-        let rows: &[(&[(&str, &str)], RestartPolicy, bool, Phase)] = &[
+        /// (role, state) of each container, the policy, shutting down for good, the phase.
+        type Row<'a> = (&'a [(&'a str, &'a str)], RestartPolicy, bool, Phase);
+        let rows: &[Row] = &[
             (&[("c", "w")], Always, false, Pending),
             (&[("i", "r"), ("c", "w")], Always, false, Pending),
             (&[("i", "1"), ("c", "w")], Never, false, Failed),
