@@ -126,9 +126,13 @@ fn benches(c: &mut Criterion) {
     runtime.block_on(pod.deleted());
 }
 
-criterion_group! {
+#[allow(missing_docs)] // criterion's macro makes an undocumented public function
+mod group {
+    use super::*;
+    criterion_group! {
     name = suite;
     config = Criterion::default().sample_size(50).measurement_time(Duration::from_secs(3));
     targets = benches
+    }
 }
-criterion_main!(suite);
+criterion_main!(group::suite);

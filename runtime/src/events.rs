@@ -163,6 +163,14 @@ pub struct EventStream {
     version: watch::Receiver<(usize, bool)>,
 }
 
+impl std::fmt::Debug for EventStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventStream")
+            .field("next", &self.next)
+            .finish_non_exhaustive()
+    }
+}
+
 impl EventStream {
     /// The next event, waiting for it if needed; `None` once the pod is gone and all were read.
     pub async fn next(&mut self) -> Option<Event> {

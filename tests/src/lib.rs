@@ -35,17 +35,115 @@ pub fn fill(yaml: &str) -> String {
         .replace("{probed}", guests::PROBED_P2)
 }
 
+/// Pod YAML for the tests, written field by field: a name, lines under `metadata` and `spec`,
+/// and containers as YAML flow mappings (guest placeholders such as `{p1}` are filled in when
+/// the pod is made). Every pod of the tests starts here instead of repeating the preamble.
+///
+/// ```
+/// let yaml = wasmpod_tests::PodYaml::new("web")
+///     .never()
+///     .spec("terminationGracePeriodSeconds: 5")
+///     .container(r#"{ name: c, image: "{p1}", args: [print, hi] }"#)
+///     .build();
+/// assert!(yaml.contains("restartPolicy: Never"));
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct PodYaml {
+    name: String,
+    metadata: Vec<String>,
+    spec: Vec<String>,
+    init: Vec<String>,
+    containers: Vec<String>,
+}
+
+impl PodYaml {
+    /// A pod named `name`, with nothing else yet.
+    pub fn new(name: &str) -> PodYaml {
+        PodYaml {
+            name: name.to_owned(),
+            ..PodYaml::default()
+        }
+    }
+
+    /// Adds a line under `metadata` (`uid: ...`, `labels: {...}`).
+    pub fn metadata(mut self, line: &str) -> PodYaml {
+        self.metadata.push(line.to_owned());
+        self
+    }
+
+    /// Adds a line under `spec` (`terminationGracePeriodSeconds: 5`).
+    pub fn spec(mut self, line: &str) -> PodYaml {
+        self.spec.push(line.to_owned());
+        self
+    }
+
+    /// `restartPolicy: Never`.
+    pub fn never(self) -> PodYaml {
+        self.spec("restartPolicy: Never")
+    }
+
+    /// Adds an init container (a flow mapping, or block lines indented for a list item).
+    pub fn init(mut self, container: &str) -> PodYaml {
+        self.init.push(container.to_owned());
+        self
+    }
+
+    /// Adds a regular container (a flow mapping, or block lines indented for a list item).
+    pub fn container(mut self, container: &str) -> PodYaml {
+        self.containers.push(container.to_owned());
+        self
+    }
+
+    /// The YAML.
+    pub fn build(&self) -> String {
+        let mut yaml = format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {}\n",
+            self.name
+        );
+        for line in &self.metadata {
+            yaml += &format!("  {line}\n");
+        }
+        yaml += "spec:\n";
+        for line in &self.spec {
+            yaml += &format!("  {line}\n");
+        }
+        for (field, list) in [
+            ("initContainers", &self.init),
+            ("containers", &self.containers),
+        ] {
+            if list.is_empty() {
+                continue;
+            }
+            yaml += &format!("  {field}:\n");
+            for c in list {
+                yaml += &format!("  - {}\n", c.trim());
+            }
+        }
+        yaml
+    }
+}
+
+/// One container as a flow mapping: `{ name: NAME, image: "IMAGE", args: ARGS }`.
+pub fn container_yaml(name: &str, image: &str, args: &str) -> String {
+    format!(r#"{{ name: {name}, image: "{image}", args: {args} }}"#)
+}
+
 /// A node in a temporary state dir, and the pods made on it.
+#[derive(Debug)]
 pub struct TestNode {
+    /// The node, with the tests' short backoff and the shared compile cache.
     pub node: Node,
+    /// The temporary directory holding its state dir (`state/`) and the tests' files.
     pub dir: TempDir,
 }
 
 impl TestNode {
+    /// A node with the tests' defaults.
     pub fn new() -> TestNode {
         Self::with(|o| o)
     }
 
+    /// A node with the tests' defaults changed by `options`.
     pub fn with(options: impl FnOnce(NodeOptions) -> NodeOptions) -> TestNode {
         let dir = tempfile::tempdir().unwrap();
         let base = NodeOptions::default()
@@ -58,10 +156,20 @@ impl TestNode {
         }
     }
 
+    /// Validates pod YAML (guest placeholders filled in); panics with the errors if invalid.
     pub fn spec(&self, yaml: &str) -> PodSpec {
         PodSpec::from_yaml(&fill(yaml), self.dir.path()).unwrap_or_else(|e| panic!("{e}"))
     }
 
+    /// The errors of pod YAML that must not validate, as `wasmpod validate` prints them.
+    pub fn invalid(&self, yaml: &str) -> String {
+        match PodSpec::from_yaml(&fill(yaml), self.dir.path()) {
+            Ok(_) => panic!("the pod validated:\n{yaml}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    /// Creates and starts a pod from YAML.
     pub async fn start(&self, yaml: &str) -> PodHandle {
         self.node
             .create_pod(self.spec(yaml), PodOptions::default())
@@ -162,6 +270,7 @@ impl Timeline {
             .collect()
     }
 
+    /// How many events `container` has with `reason`.
     pub fn count(&self, container: &str, reason: Reason) -> usize {
         self.positions(container, reason).len()
     }
@@ -182,6 +291,7 @@ impl Timeline {
             .unwrap_or_else(|| panic!("no {reason:?} for {container}:\n{self}"))
     }
 
+    /// Where the pod-level events with `reason` are.
     pub fn pod_positions(&self, reason: Reason) -> Vec<usize> {
         self.0
             .iter()
@@ -218,10 +328,12 @@ impl Timeline {
         if self.time(a) <= self.time(b) { a } else { b }
     }
 
+    /// Of events `a` and `b`, the one recorded later.
     pub fn time_index_max(&self, a: usize, b: usize) -> usize {
         if self.time(a) <= self.time(b) { b } else { a }
     }
 
+    /// The exit codes of `container`'s `Exited` events, in order.
     pub fn exit_codes(&self, container: &str) -> Vec<i32> {
         self.positions(container, Reason::Exited)
             .into_iter()

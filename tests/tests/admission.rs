@@ -7,7 +7,7 @@ use wasmpod::Reason::*;
 use wasmpod::k8s_openapi::api::core::v1::PodStatus;
 use wasmpod::{Allocatable, Error, NodeOptions, PodHandle, PodOptions};
 use wasmpod_tests::{
-    TestNode, Timeline, condition, is_running, priority_class, read_classes, wait_for,
+    PodYaml, TestNode, Timeline, condition, is_running, priority_class, read_classes, wait_for,
 };
 
 const LIMIT: Duration = Duration::from_secs(20);
@@ -40,27 +40,16 @@ fn node(memory_mib: u64, pods: u64, more: &str) -> TestNode {
 
 /// A pod of one container that handles TERM by exiting 300 ms later; `class` may be empty.
 fn pod(name: &str, class: &str, memory: &str, args: &str) -> String {
-    let class = if class.is_empty() {
-        String::new()
-    } else {
-        format!("priorityClassName: {class}")
-    };
-    format!(
-        r#"
-apiVersion: v1
-kind: Pod
-metadata: {{ name: {name} }}
-spec:
-  restartPolicy: Never
-  terminationGracePeriodSeconds: 5
-  {class}
-  containers:
-  - name: c
-    image: "{{term}}"
-    args: {args}
-    resources: {{ requests: {{ memory: {memory} }} }}
-"#
-    )
+    let mut pod = PodYaml::new(name)
+        .never()
+        .spec("terminationGracePeriodSeconds: 5");
+    if !class.is_empty() {
+        pod = pod.spec(&format!("priorityClassName: {class}"));
+    }
+    pod.container(&format!(
+        r#"{{ name: c, image: "{{term}}", args: {args}, resources: {{ requests: {{ memory: {memory} }} }} }}"#
+    ))
+    .build()
 }
 
 const SLEEPS: &str = r#"[on-term, "0", "300", print, up, sleep, "600000"]"#;
@@ -361,8 +350,7 @@ async fn priority_classes_resolve_at_admission() {
     .unwrap();
     let classes = wasmpod::read_priority_classes(twice.path()).unwrap();
     let err = wasmpod::Node::new(NodeOptions::default().priority_classes(classes))
-        .err()
-        .expect("two global defaults");
+        .expect_err("two global defaults");
     assert!(
         err.to_string()
             .contains("only one PriorityClass can be the global default")

@@ -78,9 +78,8 @@ stringData: { user: admin }
 #[test]
 fn missing_references_are_errors_unless_optional() {
     let node = TestNode::new();
-    let err = wasmpod::PodSpec::from_yaml(
-        &wasmpod_tests::fill(
-            r#"
+    let err = node.invalid(
+        r#"
 apiVersion: v1
 kind: Pod
 metadata: { name: missing }
@@ -101,11 +100,7 @@ kind: ConfigMap
 metadata: { name: app }
 data: { key: v }
 "#,
-        ),
-        node.dir.path(),
-    )
-    .unwrap_err()
-    .to_string();
+    );
     for expected in [
         r#"spec.volumes[0].configMap.name: not found: no configmap "nowhere""#,
         r#"spec.containers[0].env[0].valueFrom.configMapKeyRef.key: not found: configmap "app" has no key "nokey""#,

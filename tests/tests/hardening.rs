@@ -7,14 +7,18 @@ use std::path::Path;
 use std::time::Duration;
 
 use wasmpod::{Error, LogLimits, LogOptions, PodOptions, Reason};
-use wasmpod_tests::{TestNode, Timeline, is_running, terminated, wait_for};
+use wasmpod_tests::{PodYaml, TestNode, Timeline, is_running, terminated, wait_for};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
+/// A `Never` pod of one container `c` in block style: `spec` and `container` are lines
+/// (indented two and four spaces) under `spec:` and the container.
 fn pod(name: &str, spec: &str, container: &str) -> String {
-    format!(
-        "apiVersion: v1\nkind: Pod\nmetadata: {{ name: {name} }}\nspec:\n  restartPolicy: Never\n{spec}  containers:\n  - name: c\n{container}"
-    )
+    let mut pod = PodYaml::new(name).never();
+    for line in spec.lines() {
+        pod = pod.spec(line.trim_start());
+    }
+    pod.container(&format!("name: c\n{container}")).build()
 }
 
 /// Two pods given one UID, on one node or on two sharing a state dir (as two processes would),

@@ -4,22 +4,17 @@
 use std::time::Duration;
 
 use wasmpod::Reason::*;
-use wasmpod_tests::{TestNode, Timeline, container, is_running, read, terminated, wait_for};
+use wasmpod_tests::{
+    PodYaml, TestNode, Timeline, container, container_yaml, is_running, read, terminated, wait_for,
+};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
 fn one(name: &str, image: &str, args: &str) -> String {
-    format!(
-        r#"
-apiVersion: v1
-kind: Pod
-metadata: {{ name: {name} }}
-spec:
-  restartPolicy: Never
-  containers:
-  - {{ name: c, image: "{image}", args: {args} }}
-"#
-    )
+    PodYaml::new(name)
+        .never()
+        .container(&container_yaml("c", image, args))
+        .build()
 }
 
 /// A trap ends the container with 134, reason Error, the trap in the message.
@@ -338,9 +333,8 @@ spec:
 #[test]
 fn invalid_resources_are_rejected() {
     let node = TestNode::new();
-    let err = wasmpod::PodSpec::from_yaml(
-        &wasmpod_tests::fill(
-            r#"
+    let err = node.invalid(
+        r#"
 apiVersion: v1
 kind: Pod
 metadata: { name: bad }
@@ -350,11 +344,7 @@ spec:
   - { name: b, image: "{p1}", resources: { limits: { memory: 1Mi }, requests: { memory: 2Mi } } }
   - { name: c, image: "{p1}", resources: { limits: { cpu: 500m }, requests: { cpu: "1" } } }
 "#,
-        ),
-        node.dir.path(),
-    )
-    .unwrap_err()
-    .to_string();
+    );
     assert!(
         err.contains("spec.containers[0].resources.limits.memory: invalid quantity \"12XB\""),
         "{err}"

@@ -323,8 +323,7 @@ spec:
             PodOptions::default(),
         )
         .await
-        .err()
-        .expect("the host port is taken");
+        .expect_err("the host port is taken");
     let message = err.to_string();
     assert!(
         message.starts_with(&format!(
@@ -529,8 +528,7 @@ spec:
         .node
         .create_pod(spec, PodOptions::default())
         .await
-        .err()
-        .expect("a p1 module with ports is refused");
+        .expect_err("a p1 module with ports is refused");
     let message = err.to_string();
     assert!(
         message.starts_with("spec.containers[0].ports: the container is a WASI preview1 module"),

@@ -5,22 +5,15 @@ use std::time::Duration;
 
 use wasmpod::Reason::*;
 use wasmpod::{Error, PodOptions};
-use wasmpod_tests::{TestNode, Timeline, wait_for};
+use wasmpod_tests::{PodYaml, TestNode, Timeline, container_yaml, wait_for};
 
 const LIMIT: Duration = Duration::from_secs(20);
 
 fn pod(name: &str, args: &str) -> String {
-    format!(
-        r#"
-apiVersion: v1
-kind: Pod
-metadata: {{ name: {name} }}
-spec:
-  restartPolicy: Never
-  containers:
-  - {{ name: c, image: "{{term}}", args: {args} }}
-"#
-    )
+    PodYaml::new(name)
+        .never()
+        .container(&container_yaml("c", "{term}", args))
+        .build()
 }
 
 /// A pod with the name of one still terminating starts only after every container of the old

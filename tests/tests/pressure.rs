@@ -7,28 +7,20 @@ use std::time::Duration;
 use wasmpod::Reason::*;
 use wasmpod::{Allocatable, LogOptions, NodeOptions, PodHandle};
 use wasmpod_tests::{
-    TestNode, Timeline, condition, is_running, priority_class, read_classes, wait_for,
+    PodYaml, TestNode, Timeline, condition, is_running, priority_class, read_classes, wait_for,
 };
 
 const LIMIT: Duration = Duration::from_secs(20);
 
 /// A pod that allocates `mib` MiB, says so, and sleeps; it requests `request`.
 fn hog(name: &str, class: &str, request: &str, mib: u32) -> String {
-    format!(
-        r#"
-apiVersion: v1
-kind: Pod
-metadata: {{ name: {name} }}
-spec:
-  restartPolicy: Never
-  priorityClassName: {class}
-  containers:
-  - name: c
-    image: "{{p1}}"
-    args: [alloc, "{mib}", sleep, "600000"]
-    resources: {{ requests: {{ memory: {request} }} }}
-"#
-    )
+    PodYaml::new(name)
+        .never()
+        .spec(&format!("priorityClassName: {class}"))
+        .container(&format!(
+            r#"{{ name: c, image: "{{p1}}", args: [alloc, "{mib}", sleep, "600000"], resources: {{ requests: {{ memory: {request} }} }} }}"#
+        ))
+        .build()
 }
 
 /// Starts a hog and waits until it has allocated (read from its log, followed).

@@ -471,9 +471,8 @@ spec:
 #[test]
 fn invalid_probes_are_rejected() {
     let node = TestNode::new();
-    let err = wasmpod::PodSpec::from_yaml(
-        &wasmpod_tests::fill(
-            r#"
+    let err = node.invalid(
+        r#"
 apiVersion: v1
 kind: Pod
 metadata: { name: bad }
@@ -487,11 +486,7 @@ spec:
     startupProbe: { grpc: { port: 80 }, tcpSocket: { port: 80 } }
     readinessProbe: { httpGet: { port: web, scheme: HTTPS } }
 "#,
-        ),
-        node.dir.path(),
-    )
-    .unwrap_err()
-    .to_string();
+    );
     assert!(
         err.contains("spec.initContainers[0].readinessProbe: not supported by init containers"),
         "{err}"

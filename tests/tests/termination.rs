@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use wasmpod::Reason::*;
-use wasmpod_tests::{TestNode, Timeline, container, is_running, wait_for, waiting_reason};
+use wasmpod_tests::{PodYaml, TestNode, Timeline, container, is_running, wait_for, waiting_reason};
 
 const LIMIT: Duration = Duration::from_secs(20);
 
@@ -190,25 +190,17 @@ async fn kill_waits_at_least_two_seconds_after_term() {
 }
 
 fn hooks_pod(name: &str, grace: u32, env: &str, lifecycle: &str, dir: &std::path::Path) -> String {
-    format!(
-        r#"
-apiVersion: v1
-kind: Pod
-metadata: {{ name: {name} }}
-spec:
-  restartPolicy: Never
-  terminationGracePeriodSeconds: {grace}
-  volumes: [ {{ name: v, hostPath: {{ path: "{dir}" }} }} ]
-  containers:
-  - name: c
-    image: "{{term}}"
-    args: [on-term, "0", "50", sleep, "100000"]
-    env: {env}
-    volumeMounts: [ {{ name: v, mountPath: /probe }} ]
-    lifecycle: {lifecycle}
-"#,
-        dir = dir.display()
-    )
+    PodYaml::new(name)
+        .never()
+        .spec(&format!("terminationGracePeriodSeconds: {grace}"))
+        .spec(&format!(
+            r#"volumes: [ {{ name: v, hostPath: {{ path: "{}" }} }} ]"#,
+            dir.display()
+        ))
+        .container(&format!(
+            r#"{{ name: c, image: "{{term}}", args: [on-term, "0", "50", sleep, "100000"], env: {env}, volumeMounts: [ {{ name: v, mountPath: /probe }} ], lifecycle: {lifecycle} }}"#
+        ))
+        .build()
 }
 
 fn probe_dir(node: &TestNode) -> std::path::PathBuf {

@@ -73,6 +73,8 @@ impl Default for Options {
 }
 
 /// A `wasi:sockets/tcp` socket of a pod.
+// `pub`: the `wasi:sockets` bindings re-export it as a resource type.
+#[allow(unreachable_pub)]
 pub struct TcpSocket {
     family: Family,
     port: Option<PortGuard>,

@@ -87,6 +87,8 @@ impl Inbox {
 }
 
 /// A `wasi:sockets/udp` socket of a pod.
+// `pub`: the `wasi:sockets` bindings re-export it as a resource type.
+#[allow(unreachable_pub)]
 pub struct UdpSocket {
     family: Family,
     port: Option<PortGuard>,
@@ -125,6 +127,8 @@ impl Pollable for UdpSocket {
 }
 
 /// The receiving half of a socket's stream.
+// `pub`: the `wasi:sockets` bindings re-export it as a resource type.
+#[allow(unreachable_pub)]
 pub struct IncomingDatagrams {
     inbox: Arc<Inbox>,
     remote: Option<SocketAddr>,
@@ -138,6 +142,8 @@ impl Pollable for IncomingDatagrams {
 }
 
 /// The sending half of a socket's stream.
+// `pub`: the `wasi:sockets` bindings re-export it as a resource type.
+#[allow(unreachable_pub)]
 pub struct OutgoingDatagrams {
     family: Family,
     local: SocketAddr,

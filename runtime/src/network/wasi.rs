@@ -66,6 +66,8 @@ impl From<std::io::Error> for SocketError {
 }
 
 /// The `network` resource: a capability handle; every socket of a store uses its pod's network.
+// `pub`: the `wasi:sockets` bindings re-export it as a resource type.
+#[allow(unreachable_pub)]
 pub struct Network;
 
 /// What the socket interfaces need from a store: its resource table and its pod's network.
@@ -239,6 +241,8 @@ impl From<Family> for IpAddressFamily {
 }
 
 /// The addresses a name resolves to, or the lookup still under way on the host.
+// `pub`: the `wasi:sockets` bindings re-export it as a resource type.
+#[allow(unreachable_pub)]
 pub enum ResolveAddresses {
     Done(Result<VecDeque<IpAddr>, ErrorCode>),
     Pending(tokio::task::JoinHandle<Result<VecDeque<IpAddr>, ErrorCode>>),

@@ -25,10 +25,19 @@ pub(super) struct PodShared {
     pub(super) logs: Arc<LogBook>,
 }
 
-/// A pod running on a [`Node`]. Cheap to clone.
+/// A pod running on a [`Node`](crate::Node). Cheap to clone.
 #[derive(Clone)]
 pub struct PodHandle {
     pub(super) inner: Arc<PodShared>,
+}
+
+impl std::fmt::Debug for PodHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PodHandle")
+            .field("name", &self.inner.name)
+            .field("uid", &self.inner.uid)
+            .finish_non_exhaustive()
+    }
 }
 
 impl PodHandle {

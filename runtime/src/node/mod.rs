@@ -47,6 +47,15 @@ pub struct Node {
     priorities: Arc<Priorities>,
 }
 
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("node_name", &self.context.node_name)
+            .field("state_dir", &self.state_dir)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Node {
     /// Builds a node: sets up the engine and its compile cache.
     pub fn new(options: NodeOptions) -> Result<Node, Error> {

@@ -11,7 +11,7 @@ use crate::network::Egress;
 use crate::output::{LogLimits, OutputLine};
 use crate::supervisor::BackoffOptions;
 
-/// The settings of a [`Node`].
+/// The settings of a [`Node`](crate::Node).
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct NodeOptions {

@@ -51,6 +51,15 @@ pub struct Logs {
     done: bool,
 }
 
+impl std::fmt::Debug for Logs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Logs")
+            .field("container", &self.container)
+            .field("instance", &self.instance)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Logs {
     pub(crate) fn open(book: Arc<LogBook>, container: &str, instance: i32, to_end: bool) -> Logs {
         let mut written = book.written.clone();

@@ -17,10 +17,10 @@ use crate::spec::{ContainerSpec, Role};
 
 #[derive(Debug, Clone)]
 pub(crate) struct Terminated {
-    pub exit: Exit,
-    pub started_at: Timestamp,
-    pub finished_at: Timestamp,
-    pub finished: Instant,
+    pub(crate) exit: Exit,
+    pub(crate) started_at: Timestamp,
+    pub(crate) finished_at: Timestamp,
+    pub(crate) finished: Instant,
 }
 
 #[derive(Debug, Clone)]
@@ -45,43 +45,43 @@ pub(crate) enum HookState {
 
 /// The handle of a running instance.
 pub(crate) struct Instance {
-    pub id: u64,
-    pub sandbox: Arc<Sandbox>,
-    pub started: Instant,
-    pub term: watch::Sender<bool>,
-    pub kill: Option<oneshot::Sender<i32>>,
+    pub(crate) id: u64,
+    pub(crate) sandbox: Arc<Sandbox>,
+    pub(crate) started: Instant,
+    pub(crate) term: watch::Sender<bool>,
+    pub(crate) kill: Option<oneshot::Sender<i32>>,
     /// Once the container is being stopped (or its preStop hook started early, for sidecars):
     /// the end of its grace period, and why.
-    pub deadline: Option<Instant>,
+    pub(crate) deadline: Option<Instant>,
     /// The container was asked to stop: TERM follows its preStop hook.
-    pub stopping: bool,
-    pub stop_reason: Option<String>,
-    pub pre_stop: HookState,
+    pub(crate) stopping: bool,
+    pub(crate) stop_reason: Option<String>,
+    pub(crate) pre_stop: HookState,
     /// Where its postStart hook is: the next regular container starts once it is done.
-    pub post_start: HookState,
-    pub term_sent: Option<Instant>,
-    pub kill_at: Option<Instant>,
+    pub(crate) post_start: HookState,
+    pub(crate) term_sent: Option<Instant>,
+    pub(crate) kill_at: Option<Instant>,
     /// Probe workers and hook runs of this instance, stopped with it.
-    pub tasks: Vec<AbortHandle>,
+    pub(crate) tasks: Vec<AbortHandle>,
 }
 
 impl Instance {
     /// Sets when the instance is killed: the supervisor's timer and the guest's own epoch
     /// callback both stop it then, whichever comes first.
-    pub fn kill_at(&mut self, at: Instant) {
+    pub(crate) fn kill_at(&mut self, at: Instant) {
         self.kill_at = Some(at);
         self.sandbox.kill.set(at);
     }
 
     /// Stops the instance at once with `code` (KILL, or TERM's default action).
-    pub fn kill(&mut self, code: i32) {
+    pub(crate) fn kill(&mut self, code: i32) {
         if let Some(kill) = self.kill.take() {
             let _ = kill.send(code);
         }
     }
 
     /// Stops the probe workers (the pod is terminating, or the instance is gone).
-    pub fn stop_tasks(&mut self) {
+    pub(crate) fn stop_tasks(&mut self) {
         for task in self.tasks.drain(..) {
             task.abort();
         }
@@ -95,27 +95,27 @@ impl Drop for Instance {
 }
 
 pub(crate) struct Container {
-    pub spec: ContainerSpec,
-    pub name: Arc<str>,
-    pub state: State,
-    pub last_state: Option<Terminated>,
-    pub restart_count: i32,
-    pub started: bool,
-    pub ready: bool,
-    pub backoff: Backoff,
+    pub(crate) spec: ContainerSpec,
+    pub(crate) name: Arc<str>,
+    pub(crate) state: State,
+    pub(crate) last_state: Option<Terminated>,
+    pub(crate) restart_count: i32,
+    pub(crate) started: bool,
+    pub(crate) ready: bool,
+    pub(crate) backoff: Backoff,
     /// Backoff for failures to load the module (the wasm `ImagePullBackOff`).
-    pub load_backoff: Backoff,
-    pub load_failed_at: Option<Instant>,
+    pub(crate) load_backoff: Backoff,
+    pub(crate) load_failed_at: Option<Instant>,
     /// When a waiting container may be started (backoff).
-    pub retry_at: Option<Instant>,
-    pub instance: Option<Instance>,
-    pub runs: u64,
+    pub(crate) retry_at: Option<Instant>,
+    pub(crate) instance: Option<Instance>,
+    pub(crate) runs: u64,
     /// The module as loaded when the pod was created, used by the first start.
-    pub preloaded: Option<(Arc<Image>, Pull)>,
+    pub(crate) preloaded: Option<(Arc<Image>, Pull)>,
 }
 
 impl Container {
-    pub fn new(
+    pub(crate) fn new(
         spec: ContainerSpec,
         waiting_reason: &'static str,
         preloaded: Option<(Arc<Image>, Pull)>,
@@ -141,21 +141,21 @@ impl Container {
         }
     }
 
-    pub fn role(&self) -> Role {
+    pub(crate) fn role(&self) -> Role {
         self.spec.role
     }
 
-    pub fn is_running(&self) -> bool {
+    pub(crate) fn is_running(&self) -> bool {
         matches!(self.state, State::Running { .. })
     }
 
     /// Whether an instance exists (running, or still in its postStart hook).
-    pub fn alive(&self) -> bool {
+    pub(crate) fn alive(&self) -> bool {
         self.instance.is_some()
     }
 
     /// The newest terminated instance: the current state, or the last one while waiting.
-    pub fn last_exit(&self) -> Option<&Terminated> {
+    pub(crate) fn last_exit(&self) -> Option<&Terminated> {
         match &self.state {
             State::Terminated(t) => Some(t),
             State::Waiting { .. } => self.last_state.as_ref(),
@@ -163,11 +163,11 @@ impl Container {
         }
     }
 
-    pub fn succeeded(&self) -> bool {
+    pub(crate) fn succeeded(&self) -> bool {
         matches!(&self.state, State::Terminated(t) if t.exit.code == 0)
     }
 
-    pub fn status(&self) -> k8s::ContainerStatus {
+    pub(crate) fn status(&self) -> k8s::ContainerStatus {
         k8s::ContainerStatus {
             name: self.spec.name.clone(),
             image: self.spec.image.display().to_string(),

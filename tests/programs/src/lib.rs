@@ -27,7 +27,11 @@ pub fn main(term: Option<TermCheck>) {
     let mut exit_on_term: Option<(i32, u64)> = None;
     let mut listeners = Vec::new();
     while let Some(word) = words.next() {
-        let mut arg = || words.next().unwrap_or_else(|| panic!("`{word}` needs an argument"));
+        let mut arg = || {
+            words
+                .next()
+                .unwrap_or_else(|| panic!("`{word}` needs an argument"))
+        };
         match word {
             "print" => println!("{}", arg()),
             "eprint" => eprintln!("{}", arg()),
@@ -65,11 +69,15 @@ pub fn main(term: Option<TermCheck>) {
             "args" => println!("{}", std::env::args().collect::<Vec<_>>().join(" ")),
             "env" => {
                 let name = arg();
-                println!("{name}={}", std::env::var(name).unwrap_or_else(|_| "<unset>".into()));
+                println!(
+                    "{name}={}",
+                    std::env::var(name).unwrap_or_else(|_| "<unset>".into())
+                );
             }
             "write" => {
                 let (path, text) = (arg().to_owned(), arg());
-                std::fs::write(&path, format!("{text}\n")).unwrap_or_else(|e| fail(&format!("write {path}: {e}")));
+                std::fs::write(&path, format!("{text}\n"))
+                    .unwrap_or_else(|e| fail(&format!("write {path}: {e}")));
             }
             "append" => {
                 let (path, text) = (arg().to_owned(), arg());
@@ -77,7 +85,8 @@ pub fn main(term: Option<TermCheck>) {
             }
             "cat" => {
                 let path = arg();
-                let text = std::fs::read_to_string(path).unwrap_or_else(|e| fail(&format!("cat {path}: {e}")));
+                let text = std::fs::read_to_string(path)
+                    .unwrap_or_else(|e| fail(&format!("cat {path}: {e}")));
                 // Always end with a newline, so files without one stay a line of their own.
                 if text.ends_with('\n') {
                     print!("{text}");
@@ -100,8 +109,12 @@ pub fn main(term: Option<TermCheck>) {
                 println!("ls {dir}: {}", names.join(" "));
             }
             "bigfile" => {
-                let (path, kib) = (arg().to_owned(), arg().parse::<usize>().expect("bigfile PATH KIB"));
-                std::fs::write(&path, vec![b'z'; kib * 1024]).unwrap_or_else(|e| fail(&format!("bigfile {path}: {e}")));
+                let (path, kib) = (
+                    arg().to_owned(),
+                    arg().parse::<usize>().expect("bigfile PATH KIB"),
+                );
+                std::fs::write(&path, vec![b'z'; kib * 1024])
+                    .unwrap_or_else(|e| fail(&format!("bigfile {path}: {e}")));
                 println!("wrote {kib} KiB to {path}");
             }
             "rm" => {
@@ -113,7 +126,10 @@ pub fn main(term: Option<TermCheck>) {
                 println!("count {}", lines(path));
             }
             "fail-after" => {
-                let (path, n) = (arg().to_owned(), arg().parse::<usize>().expect("fail-after PATH N"));
+                let (path, n) = (
+                    arg().to_owned(),
+                    arg().parse::<usize>().expect("fail-after PATH N"),
+                );
                 append(&path, "x");
                 if lines(&path) < n {
                     std::process::exit(1);
@@ -156,12 +172,18 @@ fn sleep(ms: u64, term: Option<TermCheck>, exit_on_term: Option<(i32, u64)>) {
 }
 
 fn append(path: &str, text: &str) {
-    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path).unwrap_or_else(|e| fail(&format!("open {path}: {e}")));
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .unwrap_or_else(|e| fail(&format!("open {path}: {e}")));
     writeln!(f, "{text}").unwrap();
 }
 
 fn lines(path: &str) -> usize {
-    std::fs::read_to_string(path).map(|t| t.lines().count()).unwrap_or(0)
+    std::fs::read_to_string(path)
+        .map(|t| t.lines().count())
+        .unwrap_or(0)
 }
 
 fn fail(message: &str) -> ! {

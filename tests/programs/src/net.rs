@@ -29,7 +29,9 @@ fn dial(addr: &str) -> TcpStream {
     let start = Instant::now();
     loop {
         match TcpStream::connect(addr) {
-            Err(e) if e.kind() == ErrorKind::ConnectionRefused && start.elapsed().as_secs() < 10 => {
+            Err(e)
+                if e.kind() == ErrorKind::ConnectionRefused && start.elapsed().as_secs() < 10 =>
+            {
                 std::thread::sleep(Duration::from_millis(2));
             }
             r => return or_exit("connect", r),
@@ -75,7 +77,10 @@ pub fn run<'a>(word: &str, arg: &mut dyn FnMut() -> &'a str, kept: &mut Vec<TcpL
                 for line in lines.filter(|l| l.to_ascii_lowercase().starts_with("x-")) {
                     println!("header {line}");
                 }
-                let _ = write!(s, "HTTP/1.1 {status} X\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
+                let _ = write!(
+                    s,
+                    "HTTP/1.1 {status} X\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
+                );
             }
         }
         "connect" => {
@@ -115,7 +120,10 @@ pub fn run<'a>(word: &str, arg: &mut dyn FnMut() -> &'a str, kept: &mut Vec<TcpL
             let mut buf = [0; 2048];
             loop {
                 let (n, from) = or_exit("recv", s.recv_from(&mut buf));
-                println!("datagram {} from {from}", String::from_utf8_lossy(&buf[..n]));
+                println!(
+                    "datagram {} from {from}",
+                    String::from_utf8_lossy(&buf[..n])
+                );
                 or_exit("send", s.send_to(&buf[..n], from));
             }
         }
@@ -223,7 +231,11 @@ pub fn run<'a>(word: &str, arg: &mut dyn FnMut() -> &'a str, kept: &mut Vec<TcpL
             let mut ack = [0; 8];
             or_exit("ack", s.read_exact(&mut ack));
             assert_eq!(u64::from_le_bytes(ack), (mib as u64) << 20);
-            println!("blast {} bytes in {} us", mib << 20, start.elapsed().as_micros());
+            println!(
+                "blast {} bytes in {} us",
+                mib << 20,
+                start.elapsed().as_micros()
+            );
         }
         "hold" => {
             // Opens up to N connections to itself and keeps them; reports how many it got.
@@ -306,7 +318,9 @@ fn grpc_health(mut s: TcpStream, status: u8) {
                 }
                 // HealthCheckRequest { string service = 1 } after the 5-byte message prefix.
                 let service = match body.get(5..) {
-                    Some([0x0a, n, rest @ ..]) => String::from_utf8_lossy(&rest[..*n as usize]).into_owned(),
+                    Some([0x0a, n, rest @ ..]) => {
+                        String::from_utf8_lossy(&rest[..*n as usize]).into_owned()
+                    }
                     _ => String::new(),
                 };
                 println!("health check service={service:?}");

@@ -2,7 +2,10 @@
 
 fn main() -> std::io::Result<()> {
     let dir = std::env::args().nth(1).unwrap_or_else(|| "/work".into());
-    std::fs::write(format!("{dir}/message.txt"), "prepared by the init container\n")?;
+    std::fs::write(
+        format!("{dir}/message.txt"),
+        "prepared by the init container\n",
+    )?;
     println!("wrote {dir}/message.txt");
     Ok(())
 }
