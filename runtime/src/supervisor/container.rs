@@ -11,6 +11,7 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::AbortHandle;
 
 use super::backoff::Backoff;
+use super::stopping::Stopping;
 use crate::container::{Exit, Sandbox};
 use crate::engine::{Image, Pull};
 use crate::spec::{ContainerSpec, Role};
@@ -35,7 +36,7 @@ pub(crate) enum State {
     Terminated(Terminated),
 }
 
-/// Where an instance's preStop or postStart hook is.
+/// Where an instance's postStart hook is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum HookState {
     NotRun,
@@ -50,26 +51,18 @@ pub(crate) struct Instance {
     pub(crate) started: Instant,
     pub(crate) term: watch::Sender<bool>,
     pub(crate) kill: Option<oneshot::Sender<i32>>,
-    /// Once the container is being stopped (or its preStop hook started early, for sidecars):
-    /// the end of its grace period, and why.
-    pub(crate) deadline: Option<Instant>,
-    /// The container was asked to stop: TERM follows its preStop hook.
-    pub(crate) stopping: bool,
-    pub(crate) stop_reason: Option<String>,
-    pub(crate) pre_stop: HookState,
+    /// Where it is in being stopped.
+    pub(crate) stop: Stopping,
     /// Where its postStart hook is: the next regular container starts once it is done.
     pub(crate) post_start: HookState,
-    pub(crate) term_sent: Option<Instant>,
-    pub(crate) kill_at: Option<Instant>,
     /// Probe workers and hook runs of this instance, stopped with it.
     pub(crate) tasks: Vec<AbortHandle>,
 }
 
 impl Instance {
-    /// Sets when the instance is killed: the supervisor's timer and the guest's own epoch
-    /// callback both stop it then, whichever comes first.
-    pub(crate) fn kill_at(&mut self, at: Instant) {
-        self.kill_at = Some(at);
+    /// Arms the guest's own kill clock (its epoch callback stops it then, beside the
+    /// supervisor's timer for [`Stopping::kill_at`], whichever comes first).
+    pub(crate) fn arm_kill(&self, at: Instant) {
         self.sandbox.kill.set(at);
     }
 

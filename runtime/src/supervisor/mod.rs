@@ -14,6 +14,7 @@ mod results;
 mod start;
 mod status;
 mod stop;
+mod stopping;
 mod sync;
 
 use std::sync::Arc;

@@ -69,8 +69,7 @@ impl PodTask {
         }
         match hook {
             HookKind::PreStop => {
-                instance.pre_stop = HookState::Done;
-                let stopping = instance.stopping;
+                let term_due = instance.stop.pre_stop_done();
                 if let Err(e) = result {
                     self.container_event(
                         index,
@@ -81,7 +80,7 @@ impl PodTask {
                     );
                 }
                 // A sidecar whose hook started with the shutdown still waits for its turn.
-                if stopping {
+                if term_due {
                     self.send_term(index);
                 }
             }

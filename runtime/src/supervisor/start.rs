@@ -9,6 +9,7 @@ use tokio::sync::{oneshot, watch};
 
 use super::container::{HookState, Instance, State};
 use super::probe::{self, HookKind, ProbeKind};
+use super::stopping::Stopping;
 use super::{MIN_GRACE, Msg, PodTask, after};
 use crate::container::{EXIT_KILLED, Exit, Preopen, Sandbox};
 use crate::engine::{Image, LoadError, Pull};
@@ -159,17 +160,12 @@ impl PodTask {
             started: Instant::now(),
             term: term_tx,
             kill: Some(kill_tx),
-            deadline: None,
-            stopping: false,
-            stop_reason: None,
-            pre_stop: HookState::NotRun,
+            stop: Stopping::No,
             post_start: if c.spec.post_start.is_some() {
                 HookState::Running
             } else {
                 HookState::NotRun
             },
-            term_sent: None,
-            kill_at: None,
             tasks: Vec::new(),
         });
         c.runs += 1;

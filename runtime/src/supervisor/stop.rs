@@ -3,9 +3,9 @@
 
 use std::time::{Duration, Instant};
 
-use super::container::HookState;
 use super::probe::{self, HookKind};
-use super::{MIN_GRACE, Msg, PodTask, Shutdown, ShutdownCause, after};
+use super::stopping::Step;
+use super::{Msg, PodTask, Shutdown, ShutdownCause, after};
 use crate::container::{EXIT_KILLED, EXIT_TERMINATED};
 use crate::events::{EventType, Reason};
 use crate::spec::Role;
@@ -26,7 +26,7 @@ impl PodTask {
                         if self.containers[i]
                             .instance
                             .as_ref()
-                            .is_some_and(|inst| inst.deadline.is_some())
+                            .is_some_and(|inst| inst.stop.deadline().is_some())
                         {
                             self.stop(i, grace, force, None);
                         }
@@ -93,12 +93,12 @@ impl PodTask {
         let remaining = shutdown.deadline.saturating_duration_since(now);
         for i in 0..self.containers.len() {
             let c = &mut self.containers[i];
-            if c.role() == Role::Sidecar && c.spec.pre_stop.is_some() && !shutdown.force {
-                if let Some(instance) = &mut c.instance
-                    && instance.deadline.is_none()
-                {
-                    instance.deadline = Some(shutdown.deadline);
-                }
+            if c.role() == Role::Sidecar
+                && c.spec.pre_stop.is_some()
+                && !shutdown.force
+                && let Some(instance) = &mut c.instance
+                && instance.stop.start_early_pre_stop(shutdown.deadline)
+            {
                 self.start_pre_stop(i);
             }
         }
@@ -138,34 +138,24 @@ impl PodTask {
         let Some(instance) = &mut self.containers[index].instance else {
             return;
         };
-        let deadline = instance
-            .deadline
-            .map_or(after(now, grace), |d| d.min(after(now, grace)));
-        instance.deadline = Some(deadline);
-        instance.stopping = true;
-        if reason.is_some() {
-            instance.stop_reason = reason;
-        }
-        if force {
-            instance.kill(EXIT_KILLED);
-            // As the kubelet does for a zero grace period: the container is stopped at once,
-            // and the event still says so.
-            self.killing(index, Duration::ZERO);
-            return;
-        }
-        if let Some(sent) = instance.term_sent {
-            if let Some(kill_at) = instance.kill_at {
-                instance.kill_at(kill_at.min(deadline.max(after(sent, MIN_GRACE))));
+        match instance
+            .stop
+            .request(after(now, grace), reason, has_pre_stop, force)
+        {
+            Step::Kill => {
+                instance.kill(EXIT_KILLED);
+                // As the kubelet does for a zero grace period: the container is stopped at
+                // once, and the event still says so.
+                self.killing(index, Duration::ZERO);
             }
-            return;
-        }
-        match instance.pre_stop {
-            HookState::NotRun if has_pre_stop => self.start_pre_stop(index),
-            HookState::Running => {} // TERM follows when it returns, or at the deadline
-            _ => self.send_term(index),
+            Step::KillAt(at) => instance.arm_kill(at),
+            Step::StartPreStop => self.start_pre_stop(index),
+            Step::SendTerm => self.send_term(index),
+            Step::WaitForHook | Step::Nothing => {}
         }
     }
 
+    /// Runs the container's preStop hook, bounded by its grace period.
     pub(super) fn start_pre_stop(&mut self, index: usize) {
         let Some(handler) = self.containers[index].spec.pre_stop.clone() else {
             return;
@@ -173,12 +163,9 @@ impl PodTask {
         let Some(instance) = &mut self.containers[index].instance else {
             return;
         };
-        if instance.pre_stop != HookState::NotRun {
-            return;
-        }
-        instance.pre_stop = HookState::Running;
         let deadline = instance
-            .deadline
+            .stop
+            .deadline()
             .unwrap_or_else(|| after(Instant::now(), self.spec.grace_period));
         let timeout = deadline.saturating_duration_since(Instant::now());
         let (sandbox, id, tx) = (instance.sandbox.clone(), instance.id, self.tx.clone());
@@ -207,7 +194,7 @@ impl PodTask {
         let why = c
             .instance
             .as_ref()
-            .and_then(|i| i.stop_reason.as_deref())
+            .and_then(|i| i.stop.reason())
             .map(|r| format!(" ({r})"))
             .unwrap_or_default();
         let message = format!(
@@ -221,25 +208,19 @@ impl PodTask {
     /// Sends TERM (or stops the container at once when it does not handle TERM).
     pub(super) fn send_term(&mut self, index: usize) {
         let now = Instant::now();
-        let handles_term = self.containers[index]
-            .instance
-            .as_ref()
-            .is_some_and(|i| i.sandbox.image.handles_term());
         let Some(instance) = &mut self.containers[index].instance else {
             return;
         };
-        if instance.term_sent.is_some() {
+        let handles_term = instance.sandbox.image.handles_term();
+        let Some(remaining) = instance.stop.term(now, handles_term) else {
             return;
-        }
-        instance.term_sent = Some(now);
-        let remaining = instance
-            .deadline
-            .map_or(Duration::ZERO, |d| d.saturating_duration_since(now));
-        if handles_term {
-            let _ = instance.term.send(true);
-            instance.kill_at(after(now, remaining.max(MIN_GRACE)));
-        } else {
-            instance.kill(EXIT_TERMINATED);
+        };
+        match instance.stop.kill_at() {
+            Some(at) => {
+                let _ = instance.term.send(true);
+                instance.arm_kill(at);
+            }
+            None => instance.kill(EXIT_TERMINATED),
         }
         self.killing(index, remaining);
     }

@@ -18,9 +18,9 @@ impl PodTask {
             let Some(i) = &mut self.containers[index].instance else {
                 continue;
             };
-            if i.kill_at.is_some_and(|t| t <= now) {
+            if i.stop.kill_at().is_some_and(|t| t <= now) {
                 i.kill(EXIT_KILLED);
-            } else if i.stopping && i.term_sent.is_none() && i.deadline.is_some_and(|d| d <= now) {
+            } else if i.stop.term_due().is_some_and(|d| d <= now) {
                 // a preStop hook that outlived the grace period: TERM now, KILL 2 s later
                 self.send_term(index);
             }
@@ -170,8 +170,8 @@ impl PodTask {
         for c in &self.containers {
             consider(c.retry_at);
             if let Some(i) = &c.instance {
-                consider(i.kill_at);
-                consider(i.deadline.filter(|_| i.stopping && i.term_sent.is_none()));
+                consider(i.stop.kill_at());
+                consider(i.stop.term_due());
             }
         }
         match self.shutdown {
