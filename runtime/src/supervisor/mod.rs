@@ -131,12 +131,17 @@ enum ShutdownCause {
 /// How often `emptyDir` volumes with a `sizeLimit` are measured.
 const VOLUME_CHECK: Duration = Duration::from_millis(500);
 
+/// A pod's shutdown, once begun: every container stops by `deadline`.
 #[derive(Debug, Clone, Copy)]
 struct Shutdown {
     cause: ShutdownCause,
     deadline: Instant,
     /// Asked with a zero grace period: kill without TERM or hooks.
     force: bool,
+    /// The pod was deleted (it goes once every container has stopped).
+    deleted: bool,
+    /// The node's admission knows the pod has stopped for good.
+    released: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -153,12 +158,10 @@ pub(crate) struct PodTask {
     uid: String,
     containers: Vec<Container>,
     phase: Phase,
-    initialized: bool,
     conditions: Vec<(&'static str, Condition)>,
     start_time: Timestamp,
     started: Instant,
     shutdown: Option<Shutdown>,
-    delete_requested: bool,
     failure: Option<(&'static str, String)>,
     /// Why the pod is being disrupted (the `DisruptionTarget` condition): reason, message.
     disruption: Option<(&'static str, String)>,
@@ -176,9 +179,8 @@ pub(crate) struct PodTask {
     memory: Arc<PodMemory>,
     /// The pod's place in the node's admission.
     seat: Box<dyn AdmissionSeat>,
-    admission: Admission,
-    /// The node's admission knows the pod has stopped for good.
-    released: bool,
+    /// Admitted, initialized.
+    stage: Stage,
     /// The pod's host listeners, closed when the supervisor ends.
     _published: Published,
 }
@@ -195,16 +197,31 @@ pub(crate) struct PodSetup {
     pub memory: Arc<PodMemory>,
 }
 
-/// Where the pod stands with the node's admission.
+/// How far the pod has come: admitted by the node, then initialized (both sticky; a shutdown
+/// keeps the stage it began in, which the status still shows).
 #[derive(Debug, Clone, PartialEq)]
-enum Admission {
-    /// Not decided yet, or does not fit: `message` says why, `nominated` names the node when
-    /// lower-priority pods are being preempted for it.
-    Waiting {
+enum Stage {
+    /// Not admitted by the node yet, or does not fit: `message` says why, `nominated` names the
+    /// node when lower-priority pods are being preempted for it.
+    Pending {
         message: Option<String>,
         nominated: Option<String>,
     },
-    Admitted,
+    /// Admitted: init containers run in order.
+    Initializing,
+    /// Every init container has completed (and every sidecar started): the regular containers
+    /// run.
+    Initialized,
+}
+
+impl Stage {
+    fn admitted(&self) -> bool {
+        !matches!(self, Stage::Pending { .. })
+    }
+
+    fn initialized(&self) -> bool {
+        *self == Stage::Initialized
+    }
 }
 
 /// The pieces a caller keeps to talk to a started pod.
@@ -278,12 +295,10 @@ impl PodTask {
             uid,
             containers,
             phase: Phase::Pending,
-            initialized: false,
             conditions: Vec::new(),
             start_time: Timestamp::now(),
             started: Instant::now(),
             shutdown: None,
-            delete_requested: false,
             failure: None,
             disruption: None,
             rx,
@@ -298,11 +313,10 @@ impl PodTask {
             net,
             memory,
             seat,
-            admission: Admission::Waiting {
+            stage: Stage::Pending {
                 message: None,
                 nominated: None,
             },
-            released: false,
             _published: published,
         };
         task.update_conditions();
@@ -318,7 +332,7 @@ impl PodTask {
 
     /// The node admitted the pod: its containers may start.
     pub(crate) fn admit(&mut self) {
-        self.admission = Admission::Admitted;
+        self.stage = Stage::Initializing;
         self.start_time = Timestamp::now();
         self.started = Instant::now();
         self.update_conditions();
@@ -341,11 +355,13 @@ impl PodTask {
             self.sync().await;
             let finished = self.finished();
             self.publish(finished, false);
-            if finished && !self.released {
-                self.released = true;
+            if finished
+                && let Some(shutdown) = &mut self.shutdown
+                && !std::mem::replace(&mut shutdown.released, true)
+            {
                 self.seat.release();
             }
-            if finished && self.delete_requested {
+            if finished && self.shutdown.is_some_and(|s| s.deleted) {
                 break;
             }
             let deadline = self.next_deadline();
@@ -386,14 +402,14 @@ impl PodTask {
             } => self.exec(&container, command, reply),
             Msg::Admit => self.admit(),
             Msg::Unschedulable { message, nominated } => {
-                if self.admission != Admission::Admitted {
+                if !self.stage.admitted() {
                     self.pod_event(
                         EventType::Warning,
                         Reason::FailedScheduling,
                         message.clone(),
                         None,
                     );
-                    self.admission = Admission::Waiting {
+                    self.stage = Stage::Pending {
                         message: Some(message),
                         nominated,
                     };

@@ -5,7 +5,7 @@ use jiff::Timestamp;
 
 use super::container::Container;
 use super::status::{self, Phase};
-use super::{Admission, Condition, PodTask, ShutdownCause, Snapshot};
+use super::{Condition, PodTask, ShutdownCause, Snapshot, Stage};
 use crate::events::{Event, EventType, Reason, now_micros};
 use crate::spec::Role;
 use k8s_openapi::api::core::v1 as k8s;
@@ -31,7 +31,7 @@ impl PodTask {
     }
 
     pub(super) fn update_conditions(&mut self) {
-        if let Admission::Waiting { message, .. } = &self.admission {
+        if let Stage::Pending { message, .. } = &self.stage {
             // Only the scheduler's verdict, as for a pod not bound to a node.
             let scheduled = message
                 .clone()
@@ -41,7 +41,7 @@ impl PodTask {
         }
         let phase = self.phase;
         let uninit = status::uninitialized(&self.containers);
-        let initialized = self.initialized || uninit.is_empty();
+        let initialized = self.stage.initialized() || uninit.is_empty();
         let initialized = if initialized {
             cond(
                 true,
@@ -151,10 +151,10 @@ impl PodTask {
             conditions: (!conditions.is_empty()).then_some(conditions),
             init_container_statuses: statuses(true),
             container_statuses: statuses(false),
-            start_time: (self.admission == Admission::Admitted).then_some(Time(self.start_time)),
-            nominated_node_name: match &self.admission {
-                Admission::Waiting { nominated, .. } => nominated.clone(),
-                Admission::Admitted => None,
+            start_time: self.stage.admitted().then_some(Time(self.start_time)),
+            nominated_node_name: match &self.stage {
+                Stage::Pending { nominated, .. } => nominated.clone(),
+                Stage::Initializing | Stage::Initialized => None,
             },
             qos_class: Some(self.spec.qos_class().into()),
             pod_ip: Some(self.net.ip().to_string()),

@@ -12,12 +12,12 @@ use crate::spec::Role;
 
 impl PodTask {
     pub(super) fn delete(&mut self, grace: Option<Duration>) {
-        self.delete_requested = true;
         let grace = grace.unwrap_or(self.spec.grace_period);
         let now = Instant::now();
         match &mut self.shutdown {
             // The grace period can be shortened while terminating, never lengthened.
             Some(s) => {
+                s.deleted = true;
                 if after(now, grace) < s.deadline {
                     s.deadline = after(now, grace);
                     s.force |= grace.is_zero();
@@ -37,6 +37,9 @@ impl PodTask {
                 let message = format!("Deleting pod with grace period {}s", grace.as_secs());
                 self.pod_event(EventType::Normal, Reason::Terminating, message, None);
                 self.begin_shutdown(ShutdownCause::Deleted, grace);
+                if let Some(s) = &mut self.shutdown {
+                    s.deleted = true;
+                }
             }
         }
     }
@@ -61,6 +64,8 @@ impl PodTask {
             cause,
             deadline: after(Instant::now(), grace),
             force: grace.is_zero(),
+            deleted: false,
+            released: false,
         });
         for i in 0..self.containers.len() {
             let c = &mut self.containers[i];

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use super::container::HookState;
-use super::{Admission, PodTask, ShutdownCause, VOLUME_CHECK, after};
+use super::{PodTask, ShutdownCause, Stage, VOLUME_CHECK, after};
 use crate::container::EXIT_KILLED;
 use crate::events::{EventType, Reason};
 use crate::spec::{RestartPolicy, Role};
@@ -35,7 +35,7 @@ impl PodTask {
                 self.evict(message, Duration::ZERO);
             }
         }
-        let admitted = self.admission == Admission::Admitted;
+        let admitted = self.stage.admitted();
         if self.shutdown.is_none()
             && admitted
             && let Some(deadline) = self.spec.active_deadline
@@ -56,7 +56,7 @@ impl PodTask {
         }
         if self.shutdown.is_none() && admitted {
             self.start_containers().await;
-            if self.init_failed() || (self.initialized && self.regulars_done()) {
+            if self.init_failed() || (self.stage.initialized() && self.regulars_done()) {
                 self.begin_shutdown(ShutdownCause::Completed, self.spec.grace_period);
             }
         }
@@ -69,7 +69,7 @@ impl PodTask {
 
     pub(super) async fn start_containers(&mut self) {
         let policy = self.spec.restart_policy;
-        if !self.initialized {
+        if !self.stage.initialized() {
             for i in 0..self.containers.len() {
                 let c = &self.containers[i];
                 match c.role() {
@@ -95,7 +95,7 @@ impl PodTask {
                     }
                 }
             }
-            self.initialized = true;
+            self.stage = Stage::Initialized;
             self.pod_event(
                 EventType::Normal,
                 Reason::Initialized,
@@ -177,7 +177,7 @@ impl PodTask {
         match self.shutdown {
             Some(s) => consider(Some(s.deadline)),
             None => {
-                if self.admission == Admission::Admitted {
+                if self.stage.admitted() {
                     consider(self.spec.active_deadline.map(|d| after(self.started, d)));
                 }
                 consider(self.volume_check);
