@@ -13,8 +13,8 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use wasmpod::k8s_openapi::api::scheduling::v1::PriorityClass;
 use wasmpod::{
-    BackoffOptions, Egress, InvalidPod, Node, NodeOptions, PodHandle, PodOptions, PodSpec, Reason,
-    Stream,
+    BackoffOptions, Egress, InvalidPod, LogLimits, Node, NodeOptions, PodHandle, PodOptions,
+    PodSpec, Reason, Stream,
 };
 
 #[derive(Parser)]
@@ -85,6 +85,33 @@ struct NodeArgs {
     /// Whether pods may connect to addresses outside the node's pod network.
     #[arg(long, value_name = "POLICY", default_value = "allow", value_parser = parse_egress)]
     egress: Egress,
+    /// A container's log file is rotated past this size (the kubelet's containerLogMaxSize).
+    #[arg(long, value_name = "SIZE", default_value = "10Mi", value_parser = parse_size)]
+    container_log_max_size: u64,
+    /// Log files kept per container instance (the kubelet's containerLogMaxFiles).
+    #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..))]
+    container_log_max_files: u16,
+}
+
+/// A size in bytes, with an optional `Ki`, `Mi` or `Gi` suffix.
+fn parse_size(s: &str) -> Result<u64, String> {
+    let (digits, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => s.split_at(i),
+        None => (s, ""),
+    };
+    let shift = match unit {
+        "" => 0,
+        "Ki" => 10,
+        "Mi" => 20,
+        "Gi" => 30,
+        _ => return Err("must be a number of bytes, optionally with Ki, Mi or Gi".into()),
+    };
+    digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(1 << shift))
+        .filter(|&n| n > 0)
+        .ok_or_else(|| format!("invalid size {s:?}"))
 }
 
 fn parse_egress(s: &str) -> Result<Egress, String> {
@@ -129,7 +156,10 @@ impl NodeArgs {
         if let Some(dir) = &self.cache_dir {
             options = options.cache_dir(Some(dir.clone()));
         }
-        options.egress(self.egress)
+        options.egress(self.egress).log_limits(LogLimits::new(
+            self.container_log_max_size,
+            self.container_log_max_files.into(),
+        ))
     }
 }
 

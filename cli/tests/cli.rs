@@ -919,3 +919,46 @@ spec:
     assert!(stdout.contains("[c] fine"), "{stdout}");
     assert!(stdout.contains(r#""reason":"Deleted""#), "{stdout}");
 }
+
+/// `--container-log-max-size` and `--container-log-max-files` bound a container's log files.
+#[test]
+fn log_rotation_options() {
+    let dir = Dir::new();
+    let pod = dir.write(
+        "pod.yaml",
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: { name: rotated }
+spec:
+  restartPolicy: Never
+  containers:
+  - { name: c, image: "{p1}", args: [flood, "5000", print, done] }
+"#,
+    );
+    let options = [
+        "--container-log-max-size",
+        "64Ki",
+        "--container-log-max-files",
+        "2",
+    ];
+    let out = dir.run(&pod, &options);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let logs = dir.path("state").join("logs");
+    let pod_dir = std::fs::read_dir(logs)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let files: Vec<_> = std::fs::read_dir(pod_dir.join("c"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 2, "{files:?}");
+    for f in &files {
+        assert!(std::fs::metadata(f).unwrap().len() <= 64 * 1024, "{f:?}");
+    }
+    let bad = dir.run(&pod, &["--container-log-max-size", "lots"]);
+    assert_eq!(bad.status.code(), Some(2));
+}
