@@ -15,7 +15,7 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{FsPerms, I32Exit, WasiCtxBuilder};
 
 use crate::engine::{Activity, Image};
-use crate::host::{KillClock, Killed, MemoryLimiter, P1State, P2State, TermSignal};
+use crate::host::{KillClock, Killed, MemoryLimiter, P1State, P2State, PodExport, TermSignal};
 use crate::memory::{Budget, Charge, PodMemory};
 use crate::network::PodNetwork;
 use crate::output::OutputSink;
@@ -101,15 +101,6 @@ fn p1_export(name: &str) -> &str {
         "post-start" | "post_start" => "wasmpod_post_start",
         "pre-stop" | "pre_stop" => "wasmpod_pre_stop",
         other => other,
-    }
-}
-
-/// The interface of a component export a handler name resolves to.
-fn p2_interface(name: &str) -> Option<&'static str> {
-    match name {
-        "liveness" | "readiness" | "startup" => Some("wasmpod:pod/probes@0.1.0"),
-        "post-start" | "pre-stop" => Some("wasmpod:pod/hooks@0.1.0"),
-        _ => None,
     }
 }
 
@@ -270,22 +261,15 @@ impl Sandbox {
                 })
             }
             Image::Component { instance: pre, .. } => {
-                let component = pre.component();
-                let index = p2_interface(name)
-                    .and_then(|i| component.get_export_index(None, i))
-                    .and_then(|i| component.get_export_index(Some(&i), name));
-                let Some(index) = index else {
+                let Some(export) = PodExport::find(pre, name) else {
                     return self.exec_entry(wasi, with_output).await;
                 };
                 let mut store = self.p2_store(pre.engine(), &mut wasi);
-                let result = async {
+                async {
                     let instance = pre.instantiate_async(&mut store).await?;
-                    let f =
-                        instance.get_typed_func::<(), (Result<(), String>,)>(&mut store, &index)?;
-                    f.call_async(&mut store, ()).await
+                    export.call(&mut store, &instance).await
                 }
-                .await;
-                result.map(|(r,)| r)
+                .await
             }
         };
         match called {

@@ -14,7 +14,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use crate::memory::{Budget, Charge};
 use crate::network::PodNetwork;
 use crate::network::wasi::{Sockets, SocketsView};
-pub(crate) use term::{KillClock, Killed, TERM_INTERFACE, TERM_MODULE, TermSignal};
+pub(crate) use term::{KillClock, Killed, PodExport, TERM_INTERFACE, TERM_MODULE, TermSignal};
 
 /// The linkers of an engine: what preview1 modules and components may import.
 pub(crate) struct Linkers {

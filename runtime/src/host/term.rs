@@ -6,7 +6,10 @@ use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use tokio::sync::watch;
-use wasmtime::component::{HasData, Linker as ComponentLinker, Resource, ResourceTable};
+use wasmtime::Store;
+use wasmtime::component::{
+    HasData, Instance, InstancePre, Linker as ComponentLinker, Resource, ResourceTable,
+};
 use wasmtime::{Caller, Linker};
 use wasmtime_wasi::p2::{DynPollable, Pollable, subscribe};
 
@@ -89,6 +92,7 @@ mod bindings {
         path: "../wit",
         world: "wasmpod:pod/container",
         imports: { default: trappable },
+        exports: { default: async },
         require_store_data_send: true,
         with: {
             "wasi:io": wasmtime_wasi::p2::bindings::io,
@@ -96,7 +100,50 @@ mod bindings {
     });
 }
 
+use bindings::exports::wasmpod::pod::{hooks, probes};
 use bindings::wasmpod::pod::termination;
+
+/// A function of the `wasmpod:pod` exports (`probes`, `hooks`) that a handler's name picks,
+/// found in a component: called in a fresh instance by an exec probe or hook.
+pub(crate) enum PodExport {
+    Liveness(probes::GuestIndices),
+    Readiness(probes::GuestIndices),
+    Startup(probes::GuestIndices),
+    PostStart(hooks::GuestIndices),
+    PreStop(hooks::GuestIndices),
+}
+
+impl PodExport {
+    /// The export `name` (`liveness`, `readiness`, `startup`, `post-start`, `pre-stop`) of the
+    /// component, if it exports that interface.
+    pub(crate) fn find<T>(pre: &InstancePre<T>, name: &str) -> Option<PodExport> {
+        let probes = || probes::GuestIndices::new(pre).ok();
+        let hooks = || hooks::GuestIndices::new(pre).ok();
+        Some(match name {
+            "liveness" => PodExport::Liveness(probes()?),
+            "readiness" => PodExport::Readiness(probes()?),
+            "startup" => PodExport::Startup(probes()?),
+            "post-start" => PodExport::PostStart(hooks()?),
+            "pre-stop" => PodExport::PreStop(hooks()?),
+            _ => return None,
+        })
+    }
+
+    /// Calls it in `instance`: `Err` is a trap, `Ok(Err)` the guest's own failure.
+    pub(crate) async fn call(
+        &self,
+        store: &mut Store<P2State>,
+        instance: &Instance,
+    ) -> wasmtime::Result<Result<(), String>> {
+        match self {
+            PodExport::Liveness(i) => i.load(&mut *store, instance)?.call_liveness(store).await,
+            PodExport::Readiness(i) => i.load(&mut *store, instance)?.call_readiness(store).await,
+            PodExport::Startup(i) => i.load(&mut *store, instance)?.call_startup(store).await,
+            PodExport::PostStart(i) => i.load(&mut *store, instance)?.call_post_start(store).await,
+            PodExport::PreStop(i) => i.load(&mut *store, instance)?.call_pre_stop(store).await,
+        }
+    }
+}
 
 /// What the termination interface sees of a store: its TERM signal and its resource table.
 struct Term<'a> {

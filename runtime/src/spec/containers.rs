@@ -3,7 +3,7 @@
 use super::config::ConfigStore;
 use super::env;
 use super::env::{check_expansion, convert_env};
-use super::errors::FieldError;
+use super::errors::{FieldError, FieldPath};
 use super::handlers::{convert_probe, exec_handler, http_get};
 use super::model::{
     ContainerPort, ContainerSpec, Handler, HostCreate, Mount, Role, Volume, VolumeSource,
@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 #[allow(clippy::too_many_arguments)]
 pub(super) fn convert_container(
-    path: &str,
+    path: &FieldPath,
     c: &k8s::Container,
     is_init: bool,
     base_dir: &Path,
@@ -27,7 +27,7 @@ pub(super) fn convert_container(
 ) -> Option<ContainerSpec> {
     if let Err(why) = check_label(&c.name) {
         errors.push(FieldError::invalid(
-            format!("{path}.name"),
+            path.child("name"),
             format!("invalid value {:?}: {why}", c.name),
         ));
     }
@@ -42,14 +42,14 @@ pub(super) fn convert_container(
         (true, Some("Always")) => Role::Sidecar,
         (true, Some(other)) => {
             errors.push(FieldError::unsupported(
-                format!("{path}.restartPolicy"),
+                path.child("restartPolicy"),
                 format!("unsupported value {other:?}: an init container may only set Always"),
             ));
             Role::Init
         }
         (false, Some(_)) => {
             errors.push(FieldError::not_supported(
-                format!("{path}.restartPolicy"),
+                path.child("restartPolicy"),
                 "not supported by wasmpod: only init containers may set a restart policy",
             ));
             Role::Regular
@@ -58,7 +58,7 @@ pub(super) fn convert_container(
     let image = match c.image.as_deref() {
         None | Some("") => {
             errors.push(FieldError::required(
-                format!("{path}.image"),
+                path.child("image"),
                 "required value: the path of a .wasm file",
             ));
             PathBuf::new()
@@ -66,7 +66,7 @@ pub(super) fn convert_container(
         Some(image) => {
             let file = resolve(base_dir, image.strip_prefix("file://").unwrap_or(image));
             if let Err(why) = check_wasm_file(&file) {
-                let (at, message) = (format!("{path}.image"), format!("{} {why}", file.display()));
+                let (at, message) = (path.child("image"), format!("{} {why}", file.display()));
                 errors.push(if file.exists() {
                     FieldError::invalid(at, message)
                 } else {
@@ -90,28 +90,28 @@ pub(super) fn convert_container(
     check_expansion(path, &env, &argv, field_len, errors);
     let mut mounts: Vec<Mount> = Vec::new();
     for (i, m) in c.volume_mounts.iter().flatten().enumerate() {
-        let mpath = format!("{path}.volumeMounts[{i}]");
+        let mpath = path.child("volumeMounts").index(i);
         let Some(volume) = volumes.iter().position(|v| v.name == m.name) else {
             errors.push(FieldError::not_found(
-                format!("{mpath}.name"),
+                mpath.child("name"),
                 format!("not found: no volume named {:?}", m.name),
             ));
             continue;
         };
         if !m.mount_path.starts_with('/') {
             errors.push(FieldError::invalid(
-                format!("{mpath}.mountPath"),
+                mpath.child("mountPath"),
                 format!("invalid value {:?}: must be an absolute path", m.mount_path),
             ));
         } else if m.mount_path.split('/').any(|part| part == "..") {
             errors.push(FieldError::invalid(
-                format!("{mpath}.mountPath"),
+                mpath.child("mountPath"),
                 "must not contain '..'",
             ));
         }
         if mounts.iter().any(|o| o.path == m.mount_path) {
             errors.push(FieldError::duplicate(
-                format!("{mpath}.mountPath"),
+                mpath.child("mountPath"),
                 format!("duplicate value {:?}", m.mount_path),
             ));
         }
@@ -120,7 +120,7 @@ pub(super) fn convert_container(
             && let Err(why) = check_relative_path(sub)
         {
             errors.push(FieldError::invalid(
-                format!("{mpath}.subPath"),
+                mpath.child("subPath"),
                 format!("invalid value {sub:?}: {why}"),
             ));
         }
@@ -128,7 +128,7 @@ pub(super) fn convert_container(
             let target = sub_path.as_ref().map_or(host.clone(), |s| host.join(s));
             if target.is_file() || (*create == Some(HostCreate::File) && sub_path.is_none()) {
                 errors.push(FieldError::invalid(
-                    format!("{mpath}.name"),
+                    mpath.child("name"),
                     format!(
                         "{} is a file: wasmpod mounts directories only (WASI preopens); mount \
                          the directory that holds it",
@@ -148,7 +148,7 @@ pub(super) fn convert_container(
     let is_regular_init = role == Role::Init;
     let mut probe = |field: &str, p: &Option<k8s::Probe>, threshold_one: bool| {
         let p = p.as_ref()?;
-        let at = format!("{path}.{field}");
+        let at = path.child(field);
         if is_regular_init {
             errors.push(FieldError::not_supported(
                 at,
@@ -163,7 +163,7 @@ pub(super) fn convert_container(
     let readiness = probe("readinessProbe", &c.readiness_probe, false);
     let mut hook = |field: &str, h: Option<&k8s::LifecycleHandler>| {
         let h = h?;
-        let at = format!("{path}.lifecycle.{field}");
+        let at = path.child("lifecycle").child(field);
         if is_regular_init {
             errors.push(FieldError::not_supported(
                 at,
@@ -190,15 +190,15 @@ pub(super) fn convert_container(
             }
         }
         if let Some(exec) = &h.exec {
-            return exec_handler(&format!("{at}.exec"), exec, errors);
+            return exec_handler(&at.child("exec"), exec, errors);
         }
         if let Some(get) = &h.http_get {
-            return http_get(&format!("{at}.httpGet"), get, &ports, errors);
+            return http_get(&at.child("httpGet"), get, &ports, errors);
         }
         let sleep = h.sleep.as_ref()?;
         if sleep.seconds < 0 {
             errors.push(FieldError::invalid(
-                format!("{at}.sleep.seconds"),
+                at.child("sleep").child("seconds"),
                 format!("invalid value {}: must be >= 0", sleep.seconds),
             ));
             return None;
@@ -211,7 +211,7 @@ pub(super) fn convert_container(
     let resources = convert_resources(path, c.resources.as_ref(), errors);
     Some(ContainerSpec {
         name: c.name.clone(),
-        field: path.to_owned(),
+        field: path.to_string(),
         startup,
         liveness,
         readiness,
@@ -231,17 +231,17 @@ pub(super) fn convert_container(
 /// `ports[]`: numbers in range, names unique DNS-1123 labels of at most 15 characters, TCP or
 /// UDP.
 pub(super) fn convert_ports(
-    path: &str,
+    path: &FieldPath,
     ports: &[k8s::ContainerPort],
     errors: &mut Vec<FieldError>,
 ) -> Vec<ContainerPort> {
     let mut out: Vec<ContainerPort> = Vec::new();
     for (i, p) in ports.iter().enumerate() {
-        let at = format!("{path}.ports[{i}]");
+        let at = path.child("ports").index(i);
         let number = |field: &str, v: i32, errors: &mut Vec<FieldError>| {
             u16::try_from(v).ok().filter(|v| *v > 0).or_else(|| {
                 errors.push(FieldError::invalid(
-                    format!("{at}.{field}"),
+                    at.child(field),
                     format!("invalid value {v}: must be between 1 and 65535"),
                 ));
                 None
@@ -255,7 +255,7 @@ pub(super) fn convert_ports(
             Some("UDP") => true,
             Some(other) => {
                 errors.push(FieldError::unsupported(
-                    format!("{at}.protocol"),
+                    at.child("protocol"),
                     format!("unsupported value {other:?}: wasmpod supports TCP and UDP"),
                 ));
                 false
@@ -270,13 +270,13 @@ pub(super) fn convert_ports(
                 }
             }) {
                 errors.push(FieldError::invalid(
-                    format!("{at}.name"),
+                    at.child("name"),
                     format!("invalid value {name:?}: {why}"),
                 ));
             }
             if out.iter().any(|o| o.name.as_ref() == Some(name)) {
                 errors.push(FieldError::duplicate(
-                    format!("{at}.name"),
+                    at.child("name"),
                     format!("duplicate value {name:?}"),
                 ));
             }
@@ -287,7 +287,7 @@ pub(super) fn convert_ports(
                 Ok(ip) => ip,
                 Err(_) => {
                     errors.push(FieldError::invalid(
-                        format!("{at}.hostIP"),
+                        at.child("hostIP"),
                         format!("invalid value {ip:?}: must be an IP address"),
                     ));
                     continue;
@@ -298,7 +298,7 @@ pub(super) fn convert_ports(
             None | Some(0) => None,
             Some(_) if udp => {
                 errors.push(FieldError::not_supported(
-                    format!("{at}.hostPort"),
+                    at.child("hostPort"),
                     "not supported by wasmpod for UDP ports",
                 ));
                 None

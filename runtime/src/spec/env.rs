@@ -2,7 +2,7 @@
 //! `$(VAR)` expansion in values, `command` and `args`.
 
 use super::config::{ConfigStore, Kind};
-use super::errors::FieldError;
+use super::errors::{FieldError, FieldPath};
 use k8s_openapi::api::core::v1 as k8s;
 
 use std::collections::{BTreeMap, HashMap};
@@ -193,14 +193,14 @@ pub(crate) fn expand_vars(input: &str, lookup: impl Fn(&str) -> Option<String>) 
 
 /// `envFrom` then `env`, with configMap and secret references resolved.
 pub(super) fn convert_env(
-    path: &str,
+    path: &FieldPath,
     c: &k8s::Container,
     store: &ConfigStore,
     errors: &mut Vec<FieldError>,
 ) -> Vec<(String, EnvValue)> {
     let mut env = Vec::new();
     for (i, from) in c.env_from.iter().flatten().enumerate() {
-        let at = format!("{path}.envFrom[{i}]");
+        let at = path.child("envFrom").index(i);
         let (kind, name, optional) = match (&from.config_map_ref, &from.secret_ref) {
             (Some(r), None) => (Kind::ConfigMap, &r.name, r.optional),
             (None, Some(r)) => (Kind::Secret, &r.name, r.optional),
@@ -238,10 +238,10 @@ pub(super) fn convert_env(
         }
     }
     for (i, var) in c.env.iter().flatten().enumerate() {
-        let at = format!("{path}.env[{i}]");
+        let at = path.child("env").index(i);
         if var.name.is_empty() || var.name.contains('=') {
             errors.push(FieldError::invalid(
-                format!("{at}.name"),
+                at.child("name"),
                 format!("invalid value {:?}", var.name),
             ));
         }
@@ -264,11 +264,11 @@ pub(super) fn convert_env(
                             Some(Some(v)) => Ok(Some(String::from_utf8_lossy(v).into_owned())),
                             _ if optional == Some(true) => Ok(None),
                             Some(None) => Err(FieldError::not_found(
-                                format!("{at}.valueFrom.{field}.key"),
+                                at.child("valueFrom").child(field).child("key"),
                                 format!("not found: {} {name:?} has no key {key:?}", kind.name()),
                             )),
                             None => Err(FieldError::not_found(
-                                format!("{at}.valueFrom.{field}.name"),
+                                at.child("valueFrom").child(field).child("name"),
                                 format!("not found: no {} {name:?}", kind.name()),
                             )),
                         }
@@ -277,7 +277,7 @@ pub(super) fn convert_env(
                     match FieldRef::parse(&f.field_path) {
                         Ok(f) => Ok(Some(EnvValue::Field(f))),
                         Err(why) => Err(FieldError::invalid(
-                            format!("{at}.valueFrom.fieldRef.fieldPath"),
+                            at.child("valueFrom").child("fieldRef").child("fieldPath"),
                             why,
                         )),
                     }
@@ -304,7 +304,7 @@ pub(super) fn convert_env(
                     })
                 } else {
                     Err(FieldError::required(
-                        format!("{at}.valueFrom"),
+                        at.child("valueFrom"),
                         "must specify fieldRef, configMapKeyRef or secretKeyRef",
                     ))
                 };
@@ -327,7 +327,7 @@ pub(super) fn convert_env(
 /// all of them together), computed from lengths only: a few lines of YAML can otherwise expand
 /// exponentially.
 pub(super) fn check_expansion(
-    path: &str,
+    path: &FieldPath,
     env: &[(String, EnvValue)],
     argv: &[String],
     field_len: &dyn Fn(&FieldRef) -> u64,
@@ -335,7 +335,7 @@ pub(super) fn check_expansion(
 ) {
     let mut lengths: std::collections::HashMap<&str, u64> = std::collections::HashMap::new();
     let mut total = 0u64;
-    let over = |what: String, len: u64, total: &mut u64, errors: &mut Vec<FieldError>| {
+    let over = |what: FieldPath, len: u64, total: &mut u64, errors: &mut Vec<FieldError>| {
         *total = total.saturating_add(len);
         if len > MAX_EXPANDED {
             errors.push(FieldError::too_large(
@@ -356,20 +356,20 @@ pub(super) fn check_expansion(
             EnvValue::Literal { value, .. } => value.len() as u64,
             EnvValue::Field(f) => field_len(f),
         };
-        if over(format!("{path}.env[{name}]"), len, &mut total, errors) {
+        if over(path.child("env").key(name), len, &mut total, errors) {
             return;
         }
         lengths.insert(name, len);
     }
     for (i, arg) in argv.iter().enumerate() {
         let len = expanded_len(arg, |v| lengths.get(v).copied());
-        if over(format!("{path}.args[{i}]"), len, &mut total, errors) {
+        if over(path.child("args").index(i), len, &mut total, errors) {
             return;
         }
     }
     if total > MAX_EXPANDED_TOTAL {
         errors.push(FieldError::too_large(
-            format!("{path}.env"),
+            path.child("env"),
             format!("the environment and arguments expand to more than {MAX_EXPANDED_TOTAL} bytes"),
         ));
     }

@@ -91,6 +91,55 @@ impl fmt::Display for FieldError {
     }
 }
 
+/// A field's path in a document, built a step at a time: `spec.containers[0].image`, in the
+/// notation `kubectl` uses.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct FieldPath(String);
+
+impl FieldPath {
+    /// The path of a top-level field.
+    pub(crate) fn new(name: &str) -> FieldPath {
+        FieldPath(name.to_owned())
+    }
+
+    /// A field of this one: `.name`.
+    pub(crate) fn child(&self, name: &str) -> FieldPath {
+        if self.0.is_empty() {
+            FieldPath::new(name)
+        } else {
+            FieldPath(format!("{}.{name}", self.0))
+        }
+    }
+
+    /// An item of this list: `[i]`.
+    pub(crate) fn index(&self, i: usize) -> FieldPath {
+        FieldPath(format!("{}[{i}]", self.0))
+    }
+
+    /// An entry of this map, or a list item named by its key: `[KEY]`.
+    pub(crate) fn key(&self, key: &str) -> FieldPath {
+        FieldPath(format!("{}[{key}]", self.0))
+    }
+}
+
+impl fmt::Display for FieldPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<FieldPath> for String {
+    fn from(path: FieldPath) -> String {
+        path.0
+    }
+}
+
+impl From<&FieldPath> for String {
+    fn from(path: &FieldPath) -> String {
+        path.0.clone()
+    }
+}
+
 /// Every problem found in one Pod document, reported together.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub struct InvalidPod {

@@ -1,14 +1,14 @@
 //! Probes and lifecycle handlers: `exec`, `httpGet`, `tcpSocket`, `grpc`, with the kubelet's
 //! defaults.
 
-use super::errors::FieldError;
+use super::errors::{FieldError, FieldPath};
 use super::model::{ContainerPort, Handler, HttpGet, Probe};
 use super::names::bounded_seconds;
 use k8s_openapi::api::core::v1 as k8s;
 use std::time::Duration;
 
 pub(super) fn exec_handler(
-    path: &str,
+    path: &FieldPath,
     exec: &k8s::ExecAction,
     errors: &mut Vec<FieldError>,
 ) -> Option<Handler> {
@@ -18,7 +18,7 @@ pub(super) fn exec_handler(
         }
         _ => {
             errors.push(FieldError::required(
-                format!("{path}.command"),
+                path.child("command"),
                 "required value: the export or argv to run",
             ));
             None
@@ -28,7 +28,7 @@ pub(super) fn exec_handler(
 
 /// A probe's or handler's port: a number, or the name of one of the container's ports.
 pub(super) fn handler_port(
-    at: &str,
+    at: &FieldPath,
     port: &k8s_openapi::apimachinery::pkg::util::intstr::IntOrString,
     ports: &[ContainerPort],
     errors: &mut Vec<FieldError>,
@@ -45,7 +45,7 @@ pub(super) fn handler_port(
         },
     };
     if found.is_none() {
-        let at = format!("{at}.port");
+        let at = at.child("port");
         errors.push(match port {
             IntOrString::Int(n) => FieldError::invalid(
                 at,
@@ -60,17 +60,17 @@ pub(super) fn handler_port(
 }
 
 /// `host` other than the pod IP is not honoured: the handler always targets the pod.
-pub(super) fn no_host(at: &str, host: &Option<String>, errors: &mut Vec<FieldError>) {
+pub(super) fn no_host(at: &FieldPath, host: &Option<String>, errors: &mut Vec<FieldError>) {
     if host.as_deref().is_some_and(|h| !h.is_empty()) {
         errors.push(FieldError::not_supported(
-            format!("{at}.host"),
+            at.child("host"),
             "not supported by wasmpod: probes and hooks always target the pod IP",
         ));
     }
 }
 
 pub(super) fn http_get(
-    at: &str,
+    at: &FieldPath,
     get: &k8s::HTTPGetAction,
     ports: &[ContainerPort],
     errors: &mut Vec<FieldError>,
@@ -79,14 +79,14 @@ pub(super) fn http_get(
     match get.scheme.as_deref() {
         None | Some("HTTP") => {}
         Some(other) => errors.push(FieldError::unsupported(
-            format!("{at}.scheme"),
+            at.child("scheme"),
             format!("unsupported value {other:?}: wasmpod supports HTTP"),
         )),
     }
     let path = get.path.clone().unwrap_or_else(|| "/".into());
     if !path.starts_with('/') || path.contains(|c: char| c.is_whitespace() || c.is_control()) {
         errors.push(FieldError::invalid(
-            format!("{at}.path"),
+            at.child("path"),
             format!("invalid value {path:?}: must be an absolute path without spaces"),
         ));
     }
@@ -95,7 +95,7 @@ pub(super) fn http_get(
         let bad = |s: &str| s.contains(['\r', '\n']);
         if h.name.is_empty() || h.name.contains([':', ' ']) || bad(&h.name) || bad(&h.value) {
             errors.push(FieldError::invalid(
-                format!("{at}.httpHeaders[{i}]"),
+                at.child("httpHeaders").index(i),
                 format!("invalid header {:?}", h.name),
             ));
         }
@@ -110,7 +110,7 @@ pub(super) fn http_get(
 }
 
 pub(super) fn convert_probe(
-    path: &str,
+    path: &FieldPath,
     p: &k8s::Probe,
     threshold_one: bool,
     ports: &[ContainerPort],
@@ -130,15 +130,15 @@ pub(super) fn convert_probe(
         return None;
     }
     let handler = if let Some(exec) = &p.exec {
-        exec_handler(&format!("{path}.exec"), exec, errors)?
+        exec_handler(&path.child("exec"), exec, errors)?
     } else if let Some(get) = &p.http_get {
-        http_get(&format!("{path}.httpGet"), get, ports, errors)?
+        http_get(&path.child("httpGet"), get, ports, errors)?
     } else if let Some(tcp) = &p.tcp_socket {
-        let at = format!("{path}.tcpSocket");
+        let at = path.child("tcpSocket");
         no_host(&at, &tcp.host, errors);
         Handler::TcpSocket(handler_port(&at, &tcp.port, ports, errors)?)
     } else if let Some(grpc) = &p.grpc {
-        let at = format!("{path}.grpc");
+        let at = path.child("grpc");
         let port = k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(grpc.port);
         Handler::Grpc {
             port: handler_port(&at, &port, ports, errors)?,
@@ -155,7 +155,7 @@ pub(super) fn convert_probe(
         let v = value.unwrap_or(default);
         if v < min {
             errors.push(FieldError::invalid(
-                format!("{path}.{field}"),
+                path.child(field),
                 format!("invalid value {v}: must be >= {min}"),
             ));
             return default as u32;
@@ -169,7 +169,7 @@ pub(super) fn convert_probe(
     let failure_threshold = seconds("failureThreshold", p.failure_threshold, 3, 1);
     if threshold_one && success_threshold != 1 {
         errors.push(FieldError::invalid(
-            format!("{path}.successThreshold"),
+            path.child("successThreshold"),
             format!("invalid value {success_threshold}: must be 1"),
         ));
     }
@@ -177,14 +177,14 @@ pub(super) fn convert_probe(
         Some(g) if threshold_one && g >= 0 => Some(bounded_seconds(g)),
         Some(_) if !threshold_one => {
             errors.push(FieldError::invalid(
-                format!("{path}.terminationGracePeriodSeconds"),
+                path.child("terminationGracePeriodSeconds"),
                 "must not be set for readiness probes",
             ));
             None
         }
         Some(g) => {
             errors.push(FieldError::invalid(
-                format!("{path}.terminationGracePeriodSeconds"),
+                path.child("terminationGracePeriodSeconds"),
                 format!("invalid value {g}: must be >= 0"),
             ));
             None

@@ -3,7 +3,7 @@
 
 use super::config::{ConfigStore, Kind};
 use super::containers::{check_host_ports, convert_container};
-use super::errors::FieldError;
+use super::errors::{FieldError, FieldPath};
 use super::model::{ContainerSpec, PodSpec, RestartPolicy, Volume, VolumeSource};
 use super::names::{bounded_seconds, check_label, check_subdomain, check_uid};
 use super::volumes::{host_path, projected};
@@ -61,16 +61,16 @@ pub(super) fn convert(
 
     let mut volumes = Vec::new();
     for (i, v) in spec.volumes.iter().flatten().enumerate() {
-        let path = format!("spec.volumes[{i}]");
+        let path = FieldPath::new("spec").child("volumes").index(i);
         if let Err(why) = check_label(&v.name) {
             errors.push(FieldError::invalid(
-                format!("{path}.name"),
+                path.child("name"),
                 format!("invalid value {:?}: {why}", v.name),
             ));
         }
         if volumes.iter().any(|other: &Volume| other.name == v.name) {
             errors.push(FieldError::duplicate(
-                format!("{path}.name"),
+                path.child("name"),
                 format!("duplicate value {:?}", v.name),
             ));
         }
@@ -103,7 +103,7 @@ pub(super) fn convert(
                 Some("Memory") => true,
                 Some(other) => {
                     errors.push(FieldError::unsupported(
-                        format!("{path}.emptyDir.medium"),
+                        path.child("emptyDir").child("medium"),
                         format!("unsupported value {other:?}: must be \"\" or Memory"),
                     ));
                     false
@@ -113,7 +113,7 @@ pub(super) fn convert(
                 quantity::parse(&q.0, 1.0)
                     .map_err(|why| {
                         errors.push(FieldError::invalid(
-                            format!("{path}.emptyDir.sizeLimit"),
+                            path.child("emptyDir").child("sizeLimit"),
                             why,
                         ))
                     })
@@ -125,7 +125,7 @@ pub(super) fn convert(
             VolumeSource::HostPath(target, create)
         } else if let Some(cm) = &v.config_map {
             let files = projected(
-                &format!("{path}.configMap"),
+                &path.child("configMap"),
                 Kind::ConfigMap,
                 &cm.name,
                 cm.items.as_deref(),
@@ -138,7 +138,7 @@ pub(super) fn convert(
             let secret = v.secret.as_ref()?;
             let name = secret.secret_name.clone().unwrap_or_default();
             let files = projected(
-                &format!("{path}.secret"),
+                &path.child("secret"),
                 Kind::Secret,
                 &name,
                 secret.items.as_deref(),
@@ -179,12 +179,20 @@ pub(super) fn convert(
         .iter()
         .flatten()
         .enumerate()
-        .map(|(i, c)| (format!("spec.initContainers[{i}]"), c, true));
-    let regulars = spec
-        .containers
-        .iter()
-        .enumerate()
-        .map(|(i, c)| (format!("spec.containers[{i}]"), c, false));
+        .map(|(i, c)| {
+            (
+                FieldPath::new("spec").child("initContainers").index(i),
+                c,
+                true,
+            )
+        });
+    let regulars = spec.containers.iter().enumerate().map(|(i, c)| {
+        (
+            FieldPath::new("spec").child("containers").index(i),
+            c,
+            false,
+        )
+    });
     for (path, c, is_init) in inits.chain(regulars) {
         if let Some(container) = convert_container(
             &path, c, is_init, base_dir, &volumes, store, &field_len, errors,
@@ -194,7 +202,7 @@ pub(super) fn convert(
                 .any(|o: &ContainerSpec| o.name == container.name)
             {
                 errors.push(FieldError::duplicate(
-                    format!("{path}.name"),
+                    path.child("name"),
                     format!("duplicate value {:?}", container.name),
                 ));
             }

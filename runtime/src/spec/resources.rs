@@ -1,12 +1,12 @@
 //! `resources`: limits and requests of memory and CPU, with the API server's defaulting.
 
-use super::errors::FieldError;
+use super::errors::{FieldError, FieldPath};
 use super::model::Resources;
 use super::quantity;
 use k8s_openapi::api::core::v1 as k8s;
 
 pub(super) fn convert_resources(
-    path: &str,
+    path: &FieldPath,
     r: Option<&k8s::ResourceRequirements>,
     errors: &mut Vec<FieldError>,
 ) -> Resources {
@@ -23,7 +23,7 @@ pub(super) fn convert_resources(
         quantity::parse(&q.0, scale)
             .map_err(|e| {
                 errors.push(FieldError::invalid(
-                    format!("{path}.resources.{kind}.{key}"),
+                    path.child("resources").child(kind).child(key),
                     e,
                 ))
             })
@@ -38,7 +38,7 @@ pub(super) fn convert_resources(
         && request > limit
     {
         errors.push(FieldError::invalid(
-            format!("{path}.resources.requests.cpu"),
+            path.child("resources").child("requests").child("cpu"),
             "must be less than or equal to the cpu limit",
         ));
     }
@@ -46,7 +46,7 @@ pub(super) fn convert_resources(
         && request > limit
     {
         errors.push(FieldError::invalid(
-            format!("{path}.resources.requests.memory"),
+            path.child("resources").child("requests").child("memory"),
             "must be less than or equal to the memory limit",
         ));
     }

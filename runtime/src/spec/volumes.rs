@@ -2,7 +2,7 @@
 //! relative paths inside a volume.
 
 use super::config::{ConfigStore, Kind};
-use super::errors::FieldError;
+use super::errors::{FieldError, FieldPath};
 use super::model::HostCreate;
 use super::names::resolve;
 use k8s_openapi::api::core::v1 as k8s;
@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 /// Checks a `hostPath` against its `type` (relative paths are relative to the YAML file);
 /// `DirectoryOrCreate` and `FileOrCreate` make what is missing when the pod starts.
 pub(super) fn host_path(
-    path: &str,
+    path: &FieldPath,
     host: &k8s::HostPathVolumeSource,
     base_dir: &Path,
     errors: &mut Vec<FieldError>,
@@ -25,7 +25,7 @@ pub(super) fn host_path(
         Some("FileOrCreate") => (false, Some(HostCreate::File)),
         Some(other) => {
             errors.push(FieldError::invalid(
-                format!("{path}.hostPath.type"),
+                path.child("hostPath").child("type"),
                 format!(
                     "unsupported value {other:?}: wasmpod supports Directory, DirectoryOrCreate, \
                      File and FileOrCreate"
@@ -44,7 +44,7 @@ pub(super) fn host_path(
     };
     if let Some(why) = problem {
         errors.push(FieldError::invalid(
-            format!("{path}.hostPath.path"),
+            path.child("hostPath").child("path"),
             format!("{} {why}", target.display()),
         ));
     }
@@ -53,7 +53,7 @@ pub(super) fn host_path(
 
 /// The files a `configMap` or `secret` volume shows: every key, or the `items` chosen.
 pub(super) fn projected(
-    at: &str,
+    at: &FieldPath,
     kind: Kind,
     name: &str,
     items: Option<&[k8s::KeyToPath]>,
@@ -69,7 +69,7 @@ pub(super) fn projected(
                 "name"
             };
             errors.push(FieldError::not_found(
-                format!("{at}.{field}"),
+                at.child(field),
                 format!(
                     "not found: no {} {name:?} (give it in the pod file or with --config)",
                     kind.name()
@@ -86,7 +86,7 @@ pub(super) fn projected(
         let path = &item.path;
         if let Err(why) = check_relative_path(path) {
             errors.push(FieldError::invalid(
-                format!("{at}.items[{i}].path"),
+                at.child("items").index(i).child("path"),
                 format!("invalid value {path:?}: {why}"),
             ));
             continue;
@@ -97,7 +97,7 @@ pub(super) fn projected(
             p == path || is_parent(p, path) || is_parent(path, p)
         }) {
             errors.push(FieldError::invalid(
-                format!("{at}.items[{i}].path"),
+                at.child("items").index(i).child("path"),
                 format!(
                     "invalid value {path:?}: conflicts with the path {:?} of another item",
                     files[other].0
@@ -109,7 +109,7 @@ pub(super) fn projected(
             Some(value) => files.push((path.clone(), value.clone())),
             None if optional == Some(true) => {}
             None => errors.push(FieldError::not_found(
-                format!("{at}.items[{i}].key"),
+                at.child("items").index(i).child("key"),
                 format!(
                     "not found: {} {name:?} has no key {:?}",
                     kind.name(),
