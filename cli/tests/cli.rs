@@ -6,7 +6,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use wasmpod_tests::fill;
+use wasmpod_tests::{PodYaml, container_yaml, fill};
 
 struct Dir {
     tmp: tempfile::TempDir,
@@ -28,6 +28,18 @@ impl Dir {
         let path = self.path(name);
         std::fs::write(&path, fill(text)).unwrap();
         path
+    }
+
+    /// The log directory of container `c` of the one pod that ran.
+    fn log_dir(&self, container: &str) -> PathBuf {
+        let logs = self.path("state").join("logs");
+        let pod = std::fs::read_dir(logs)
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .path();
+        pod.join(container)
     }
 
     fn wasmpod(&self) -> Command {
@@ -771,21 +783,16 @@ spec:
 fn a_pod_that_can_never_fit_is_bad_input() {
     let dir = Dir::new();
     let pod = dir.write(
-        "huge.yaml",
-        r#"
-apiVersion: v1
-kind: Pod
-metadata: { name: huge }
-spec:
-  containers:
-  - { name: c, image: "{p1}", args: [print, never], resources: { requests: { memory: 100Ti } } }
-"#,
+        "pod.yaml",
+        &PodYaml::new("huge")
+            .container(r#"{ name: c, image: "{p1}", args: [print, never], resources: { requests: { memory: 100Ti } } }"#)
+            .build(),
     );
     let out = dir.run(&pod, &[]);
     assert_eq!(out.status.code(), Some(2));
     let stderr = text(&out.stderr);
     assert!(
-        stderr.contains("huge.yaml: 0/1 nodes are available: 1 Insufficient memory.")
+        stderr.contains("pod.yaml: 0/1 nodes are available: 1 Insufficient memory.")
             && stderr.contains("can never be scheduled"),
         "{stderr}"
     );
@@ -799,16 +806,11 @@ fn unwritable_outputs_are_refused_before_the_pod_starts() {
     let dir = Dir::new();
     let pod = dir.write(
         "pod.yaml",
-        r#"
-apiVersion: v1
-kind: Pod
-metadata: { name: out }
-spec:
-  restartPolicy: Never
-  volumes: [ { name: v, emptyDir: {} } ]
-  containers:
-  - { name: c, image: "{p1}", args: [print, ran], volumeMounts: [ { name: v, mountPath: /v } ] }
-"#,
+        &PodYaml::new("out")
+            .never()
+            .spec("volumes: [ { name: v, emptyDir: {} } ]")
+            .container(r#"{ name: c, image: "{p1}", args: [print, ran], volumeMounts: [ { name: v, mountPath: /v } ] }"#)
+            .build(),
     );
     let nowhere = dir.path("no/such/dir/file.json");
     for option in ["--events", "--status"] {
@@ -837,15 +839,14 @@ fn run_does_not_hang_when_nobody_reads_its_stdout() {
     let dir = Dir::new();
     let pod = dir.write(
         "pod.yaml",
-        r#"
-apiVersion: v1
-kind: Pod
-metadata: { name: flood }
-spec:
-  restartPolicy: Never
-  containers:
-  - { name: c, image: "{p1}", args: [flood, "200000", print, done] }
-"#,
+        &PodYaml::new("flood")
+            .never()
+            .container(&container_yaml(
+                "c",
+                "{p1}",
+                r#"[flood, "200000", print, done]"#,
+            ))
+            .build(),
     );
     let mut child = dir
         .run_command(&pod, &["--events", "-"])
@@ -867,14 +868,7 @@ spec:
         std::thread::sleep(Duration::from_millis(50));
     };
     assert_eq!(status.code(), Some(0));
-    let logs = dir.path("state").join("logs");
-    let pod_dir = std::fs::read_dir(logs)
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
-    let log = std::fs::read_to_string(pod_dir.join("c/0.log")).unwrap();
+    let log = std::fs::read_to_string(dir.log_dir("c").join("0.log")).unwrap();
     assert!(log.ends_with(" stdout F done\n"), "the log has every line");
 }
 
@@ -926,15 +920,14 @@ fn log_rotation_options() {
     let dir = Dir::new();
     let pod = dir.write(
         "pod.yaml",
-        r#"
-apiVersion: v1
-kind: Pod
-metadata: { name: rotated }
-spec:
-  restartPolicy: Never
-  containers:
-  - { name: c, image: "{p1}", args: [flood, "5000", print, done] }
-"#,
+        &PodYaml::new("rotated")
+            .never()
+            .container(&container_yaml(
+                "c",
+                "{p1}",
+                r#"[flood, "5000", print, done]"#,
+            ))
+            .build(),
     );
     let options = [
         "--container-log-max-size",
@@ -944,14 +937,7 @@ spec:
     ];
     let out = dir.run(&pod, &options);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    let logs = dir.path("state").join("logs");
-    let pod_dir = std::fs::read_dir(logs)
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
-    let files: Vec<_> = std::fs::read_dir(pod_dir.join("c"))
+    let files: Vec<_> = std::fs::read_dir(dir.log_dir("c"))
         .unwrap()
         .map(|e| e.unwrap().path())
         .collect();
