@@ -4,11 +4,12 @@
 //! and its logs in `<state>/logs/<namespace>_<name>_<uid>` (the kubelet's `/var/log/pods`). The
 //! UID is validated (letters, digits, '-'), the namespace and name are DNS names, and each part
 //! is checked again here to be one path component of at most 255 bytes, so that no path leaves
-//! the state dir. A pod holds an exclusive lock on `<state>/pods/<uid>.lock` for its life: a
-//! second pod with the same UID, in this process or another one sharing the state dir, is
-//! refused instead of sharing (and at the end deleting) the first one's directories.
+//! the state dir. A pod owns `<state>/pods/<uid>.lock` for its life (made with `O_EXCL`, holding
+//! its process's id, removed when the pod goes): a second pod with the same UID, in this process
+//! or another live one sharing the state dir, is refused instead of sharing (and at the end
+//! deleting) the first one's directories. A lock left by a process that died is taken over. No
+//! descriptor is held, so a node of many thousands of pods spends none on this.
 
-use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -21,7 +22,6 @@ pub(crate) struct PodPaths {
     pub(crate) pod_dir: PathBuf,
     pub(crate) log_dir: PathBuf,
     lock: PathBuf,
-    _held: File,
 }
 
 /// Why a pod's directories could not be claimed.
@@ -57,27 +57,79 @@ impl PodPaths {
         };
         std::fs::create_dir_all(&pods).map_err(io_err(&pods))?;
         let lock = pods.join(format!("{uid}.lock"));
-        let held = File::create(&lock).map_err(io_err(&lock))?;
-        match held.try_lock() {
-            Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => return Err(ClaimError::InUse(uid.into())),
-            Err(std::fs::TryLockError::Error(e)) => return Err(io_err(&lock)(e)),
-        }
+        take_lock(&lock, uid).map_err(|e| match e {
+            Taken::InUse => ClaimError::InUse(uid.into()),
+            Taken::Io(source) => io_err(&lock)(source),
+        })?;
         Ok(PodPaths {
             pod_dir: pods.join(uid),
             log_dir: state_dir
                 .join("logs")
                 .join(log_dir_name(namespace, name, uid)),
             lock,
-            _held: held,
         })
     }
 }
 
 impl Drop for PodPaths {
     fn drop(&mut self) {
-        // Removed before the lock is released, so a waiting claimant makes a fresh one.
         let _ = std::fs::remove_file(&self.lock);
+    }
+}
+
+enum Taken {
+    InUse,
+    Io(io::Error),
+}
+
+/// Makes the lock file `path` holding this process's id; takes over one whose process is gone.
+fn take_lock(path: &Path, uid: &str) -> Result<(), Taken> {
+    use std::io::Write;
+    for _ in 0..2 {
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(path)
+        {
+            Ok(mut file) => {
+                return writeln!(file, "{}", std::process::id()).map_err(Taken::Io);
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                let holder = std::fs::read_to_string(path)
+                    .ok()
+                    .and_then(|text| text.trim().parse::<u32>().ok());
+                if holder.is_some_and(process_lives) {
+                    return Err(Taken::InUse);
+                }
+                // A lock of a process that ended without cleaning up (or one being written
+                // this instant, which then holds our own id or none yet: refuse rather than race).
+                if holder.is_none() {
+                    return Err(Taken::InUse);
+                }
+                tracing::info!(uid, "taking over the lock of a process that is gone");
+                let _ = std::fs::remove_file(path);
+            }
+            Err(e) => return Err(Taken::Io(e)),
+        }
+    }
+    Err(Taken::InUse)
+}
+
+/// Whether process `pid` exists (this process included).
+fn process_lives(pid: u32) -> bool {
+    #[cfg(unix)]
+    {
+        let Ok(pid) = libc::pid_t::try_from(pid) else {
+            return false;
+        };
+        // SAFETY: kill with signal 0 sends nothing; it only checks that the process exists.
+        let r = unsafe { libc::kill(pid, 0) };
+        r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = pid;
+        true
     }
 }
 
@@ -119,6 +171,15 @@ mod tests {
         assert!(first.pod_dir.starts_with(dir.path().join("pods")));
         drop(first);
         PodPaths::claim(dir.path(), "default", "b", "u-1").unwrap();
+    }
+
+    #[test]
+    fn a_lock_left_by_a_dead_process_is_taken_over() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("pods")).unwrap();
+        // No process has id 0x7ffffffe (above the kernel's pid_max).
+        std::fs::write(dir.path().join("pods/u-2.lock"), "2147483646\n").unwrap();
+        PodPaths::claim(dir.path(), "default", "a", "u-2").unwrap();
     }
 
     #[test]
