@@ -948,3 +948,38 @@ fn log_rotation_options() {
     let bad = dir.run(&pod, &["--container-log-max-size", "lots"]);
     assert_eq!(bad.status.code(), Some(2));
 }
+
+/// The pod `kubectl run demo --image=... --restart=Never --dry-run=client -o yaml` prints runs
+/// as it is (server-set fields and `status` accepted, `dnsPolicy: ClusterFirst` honoured).
+#[test]
+fn a_pod_made_by_kubectl_run_runs() {
+    let dir = Dir::new();
+    let pod = dir.write(
+        "demo.yaml",
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  creationTimestamp: null
+  labels:
+    run: demo
+  name: demo
+spec:
+  containers:
+  - image: "{p1}"
+    name: demo
+    resources: {}
+  dnsPolicy: ClusterFirst
+  restartPolicy: Never
+status: {}
+"#,
+    );
+    let validate = dir.wasmpod().arg("validate").arg(&pod).output().unwrap();
+    assert_eq!(
+        text(&validate.stdout),
+        "valid\n",
+        "{}",
+        text(&validate.stderr)
+    );
+    let out = dir.run(&pod, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}

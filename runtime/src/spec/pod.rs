@@ -259,6 +259,24 @@ pub(super) fn convert(
         None => name.split('.').next().unwrap_or_default().to_owned(),
     };
     check_host_ports(&containers, errors);
+    // Name lookup in a pod always answers `localhost` and the pod's hostname, then asks the
+    // node's resolver (when egress is allowed): what `ClusterFirst` comes to on a node without
+    // cluster DNS, and `Default` is.
+    match spec.dns_policy.as_deref() {
+        None | Some("ClusterFirst" | "Default" | "ClusterFirstWithHostNet") => {}
+        Some("None") => errors.push(FieldError::not_supported(
+            "spec.dnsPolicy",
+            "not supported by wasmpod: None needs dnsConfig, which wasmpod does not honour; use \
+             ClusterFirst or Default (the node's resolver)",
+        )),
+        Some(other) => errors.push(FieldError::unsupported(
+            "spec.dnsPolicy",
+            format!(
+                "unsupported value {other:?}: must be ClusterFirst, ClusterFirstWithHostNet, \
+                 Default or None"
+            ),
+        )),
+    }
     let priority_class = spec.priority_class_name.clone();
     if let Some(class) = &priority_class
         && let Err(why) = check_subdomain(class)

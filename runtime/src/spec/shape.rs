@@ -17,9 +17,12 @@ pub(super) enum Shape {
     Object(&'static [(&'static str, Shape)]),
     /// A list of items of one shape.
     List(&'static Shape),
+    /// Accepted whatever it holds (as checked by the Kubernetes types) and not used: what the
+    /// API server sets itself or ignores on input (`status`, `metadata.resourceVersion`, ...).
+    Ignored,
 }
 
-use Shape::{List, Object, Scalar, StringMap};
+use Shape::{Ignored, List, Object, Scalar, StringMap};
 
 const NAME_VALUE: Shape = Object(&[("name", Scalar), ("value", Scalar)]);
 const KEY_REF: Shape = Object(&[("name", Scalar), ("key", Scalar), ("optional", Scalar)]);
@@ -146,8 +149,22 @@ const POD: Shape = Object(&[
             ("uid", Scalar),
             ("labels", StringMap),
             ("annotations", StringMap),
+            // Set by the API server (or by it, then by controllers); accepted on input as the API
+            // server accepts it, and not used: a pod exported with `kubectl get -o yaml` or made
+            // by `kubectl run --dry-run=client -o yaml` runs as it is.
+            ("creationTimestamp", Ignored),
+            ("resourceVersion", Ignored),
+            ("generation", Ignored),
+            ("managedFields", Ignored),
+            ("ownerReferences", Ignored),
+            ("finalizers", Ignored),
+            ("selfLink", Ignored),
+            ("deletionTimestamp", Ignored),
+            ("deletionGracePeriodSeconds", Ignored),
         ]),
     ),
+    // The API server ignores a pod's status on creation.
+    ("status", Ignored),
     (
         "spec",
         Object(&[
@@ -159,6 +176,7 @@ const POD: Shape = Object(&[
             ("terminationGracePeriodSeconds", Scalar),
             ("activeDeadlineSeconds", Scalar),
             ("priorityClassName", Scalar),
+            ("dnsPolicy", Scalar),
             (
                 "readinessGates",
                 List(&Object(&[("conditionType", Scalar)])),
@@ -182,7 +200,7 @@ fn walk(
     errors: &mut Vec<FieldError>,
 ) {
     match (shape, input) {
-        (_, Value::Null) | (Scalar, _) => {}
+        (_, Value::Null) | (Scalar | Ignored, _) => {}
         (StringMap, Value::Object(map)) => {
             for (key, value) in map {
                 if !value.is_string() {

@@ -444,3 +444,61 @@ spec:
     assert_eq!(kind("spec.containers[1].livenessProbe"), K::Required);
     assert_eq!(K::Required.cause_type(), "FieldValueRequired");
 }
+
+/// What `kubectl run demo --image=... --restart=Never --dry-run=client -o yaml` prints.
+#[test]
+fn a_pod_made_by_kubectl_run_validates() {
+    let yaml = r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  creationTimestamp: null
+  labels:
+    run: demo
+  name: demo
+spec:
+  containers:
+  - image: a.wasm
+    name: demo
+    resources: {}
+  dnsPolicy: ClusterFirst
+  restartPolicy: Never
+status: {}
+"#;
+    let spec = parse(yaml).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(spec.restart_policy, RestartPolicy::Never);
+}
+
+/// Fields the API server sets are accepted on input and not used.
+#[test]
+fn server_set_fields_are_accepted() {
+    let yaml = r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: exported
+  creationTimestamp: "2026-11-23T10:00:00Z"
+  resourceVersion: "12345"
+  generation: 2
+  selfLink: /api/v1/namespaces/default/pods/exported
+  finalizers: [example.com/keep]
+  ownerReferences: [ { apiVersion: apps/v1, kind: ReplicaSet, name: rs, uid: 0b5c4a4e-1111-4222-8333-944455556666 } ]
+  managedFields: [ { manager: kubectl, operation: Update, apiVersion: v1, fieldsType: FieldsV1, fieldsV1: { "f:spec": {} } } ]
+spec:
+  containers: [ { name: c, image: a.wasm } ]
+status:
+  phase: Running
+  podIP: 10.0.0.7
+"#;
+    parse(yaml).unwrap_or_else(|e| panic!("{e}"));
+    let errs = errors(&pod_with("", "  dnsPolicy: None\n", ""));
+    assert!(
+        errs[0].starts_with("spec.dnsPolicy: not supported by wasmpod"),
+        "{errs:?}"
+    );
+    let errs = errors(&pod_with("", "  dnsPolicy: Sometimes\n", ""));
+    assert!(
+        errs[0].starts_with("spec.dnsPolicy: unsupported value"),
+        "{errs:?}"
+    );
+}
