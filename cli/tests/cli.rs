@@ -608,7 +608,7 @@ spec:
 "#,
         &[
             "spec.hostNetwork: not supported by wasmpod",
-            "spec.containers[0].securityContext: not supported by wasmpod",
+            "spec.containers[0].securityContext.privileged: not supported by wasmpod: a wasm guest cannot be given",
             "spec.containers[0].imagee: unknown field",
             "spec.containers[1].stdin: not supported by wasmpod",
         ],
@@ -982,4 +982,37 @@ status: {}
     );
     let out = dir.run(&pod, &[]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}
+
+/// A wasm pod as runwasi's and SpinKube's docs write one (runtime class, pull policy, a
+/// restricted security context) runs as it is.
+#[test]
+fn a_pod_for_a_wasm_runtime_class_runs() {
+    let dir = Dir::new();
+    let pod = dir.write(
+        "wasi-demo.yaml",
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: wasi-demo
+  labels: { app: wasi-demo }
+spec:
+  runtimeClassName: wasmtime-spin-v2
+  restartPolicy: Never
+  securityContext: { runAsNonRoot: true, seccompProfile: { type: RuntimeDefault } }
+  containers:
+  - name: demo
+    image: "{p1}"
+    imagePullPolicy: IfNotPresent
+    args: [print, hello]
+    securityContext:
+      allowPrivilegeEscalation: false
+      capabilities: { drop: [ALL] }
+      readOnlyRootFilesystem: true
+      runAsNonRoot: true
+"#,
+    );
+    let out = dir.run(&pod, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "[demo] hello\n");
 }

@@ -10,6 +10,7 @@ use super::model::{
 };
 use super::names::{bounded_seconds, check_label, check_wasm_file, resolve};
 use super::resources::convert_resources;
+use super::security;
 use super::volumes::check_relative_path;
 use k8s_openapi::api::core::v1 as k8s;
 use std::path::{Path, PathBuf};
@@ -209,6 +210,22 @@ pub(super) fn convert_container(
     let post_start = hook("postStart", lifecycle.and_then(|l| l.post_start.as_ref()));
     let pre_stop = hook("preStop", lifecycle.and_then(|l| l.pre_stop.as_ref()));
     let resources = convert_resources(path, c.resources.as_ref(), errors);
+    security::check_container(path, c.security_context.as_ref(), errors);
+    check_pull_policy(path, c, errors);
+    // A guest's stdin is empty and it has no terminal: asking for either is refused.
+    for (field, asked) in [
+        ("stdin", c.stdin),
+        ("stdinOnce", c.stdin_once),
+        ("tty", c.tty),
+    ] {
+        if asked == Some(true) {
+            errors.push(FieldError::not_supported(
+                path.child(field),
+                "not supported by wasmpod: containers get an empty stdin and no terminal \
+                 (nothing attaches to them)",
+            ));
+        }
+    }
     Some(ContainerSpec {
         name: c.name.clone(),
         field: path.to_string(),
@@ -331,5 +348,18 @@ pub(super) fn check_host_ports(containers: &[ContainerSpec], errors: &mut Vec<Fi
             }
             seen.push(host);
         }
+    }
+}
+
+/// `imagePullPolicy`: one of Kubernetes' three values. An image is a file, read (and its compiled
+/// form cached) when the pod is created, so every policy means the same until images come from
+/// registries.
+fn check_pull_policy(path: &FieldPath, c: &k8s::Container, errors: &mut Vec<FieldError>) {
+    match c.image_pull_policy.as_deref() {
+        None | Some("Always" | "IfNotPresent" | "Never") => {}
+        Some(other) => errors.push(FieldError::unsupported(
+            path.child("imagePullPolicy"),
+            format!("unsupported value {other:?}: must be Always, IfNotPresent or Never"),
+        )),
     }
 }

@@ -18,6 +18,7 @@ mod pod;
 mod priority;
 mod quantity;
 mod resources;
+mod security;
 mod shape;
 mod volumes;
 mod yaml;

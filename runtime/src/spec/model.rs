@@ -211,7 +211,7 @@ pub(crate) enum HostCreate {
 /// "#;
 /// let err = wasmpod::PodSpec::from_yaml(yaml, "/nonexistent".as_ref()).unwrap_err();
 /// let paths: Vec<&str> = err.errors.iter().map(|e| e.path.as_str()).collect();
-/// assert_eq!(paths, ["spec.containers[0].securityContext", "spec.containers[0].image"]);
+/// assert_eq!(paths, ["spec.containers[0].image", "spec.containers[0].securityContext.privileged"]);
 /// ```
 #[derive(Debug, Clone)]
 pub struct PodSpec {

@@ -13,6 +13,18 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
+/// The `runtimeClassName`s a wasmpod node answers to: its own and those of the wasm runtimes
+/// whose manifests users bring (runwasi's shims, SpinKube, WasmEdge, crun's wasm handler).
+pub(crate) const RUNTIME_CLASSES: &[&str] = &[
+    "wasmpod",
+    "wasmtime",
+    "wasm",
+    "spin",
+    "wasmtime-spin-v2",
+    "wasmedge",
+    "crun",
+];
+
 pub(super) fn convert(
     pod: &k8s::Pod,
     base_dir: &Path,
@@ -277,6 +289,30 @@ pub(super) fn convert(
             ),
         )),
     }
+    super::security::check_pod(spec.security_context.as_ref(), errors);
+    // The node is its own scheduler: a pod for another one would never run.
+    if let Some(name) = spec.scheduler_name.as_deref()
+        && name != "default-scheduler"
+    {
+        errors.push(FieldError::unsupported(
+            "spec.schedulerName",
+            format!("unsupported value {name:?}: wasmpod admits pods itself, as default-scheduler"),
+        ));
+    }
+    // The runtime classes wasm pods carry in the wild all mean "run here".
+    if let Some(class) = spec.runtime_class_name.as_deref()
+        && !RUNTIME_CLASSES.contains(&class)
+    {
+        errors.push(FieldError::not_found(
+            "spec.runtimeClassName",
+            format!(
+                "not found: RuntimeClass {class:?} not found (this node runs {})",
+                RUNTIME_CLASSES.join(", ")
+            ),
+        ));
+    }
+    // `enableServiceLinks` adds variables for the namespace's Services: a node has none, so
+    // either value leaves the environment as it is.
     let priority_class = spec.priority_class_name.clone();
     if let Some(class) = &priority_class
         && let Err(why) = check_subdomain(class)

@@ -92,9 +92,30 @@ const HANDLER: Shape = Object(&[
     ("httpGet", HTTP_GET),
     ("sleep", Object(&[("seconds", Scalar)])),
 ]);
+/// Checked by `security.rs`: what the sandbox satisfies is accepted, the rest refused with why.
+const SECCOMP: Shape = Object(&[("type", Scalar), ("localhostProfile", Scalar)]);
+const CONTAINER_SECURITY: Shape = Object(&[
+    ("runAsNonRoot", Scalar),
+    ("runAsUser", Scalar),
+    ("runAsGroup", Scalar),
+    ("readOnlyRootFilesystem", Scalar),
+    ("allowPrivilegeEscalation", Scalar),
+    ("privileged", Scalar),
+    ("procMount", Scalar),
+    (
+        "capabilities",
+        Object(&[("add", List(&Scalar)), ("drop", List(&Scalar))]),
+    ),
+    ("seccompProfile", SECCOMP),
+]);
 const CONTAINER: Shape = Object(&[
     ("name", Scalar),
     ("image", Scalar),
+    ("imagePullPolicy", Scalar),
+    ("securityContext", CONTAINER_SECURITY),
+    ("stdin", Scalar),
+    ("stdinOnce", Scalar),
+    ("tty", Scalar),
     ("command", List(&Scalar)),
     ("args", List(&Scalar)),
     ("env", List(&ENV_VAR)),
@@ -177,6 +198,21 @@ const POD: Shape = Object(&[
             ("activeDeadlineSeconds", Scalar),
             ("priorityClassName", Scalar),
             ("dnsPolicy", Scalar),
+            ("schedulerName", Scalar),
+            ("runtimeClassName", Scalar),
+            ("enableServiceLinks", Scalar),
+            (
+                "securityContext",
+                Object(&[
+                    ("runAsNonRoot", Scalar),
+                    ("runAsUser", Scalar),
+                    ("runAsGroup", Scalar),
+                    ("fsGroup", Scalar),
+                    ("supplementalGroups", List(&Scalar)),
+                    ("seccompProfile", SECCOMP),
+                    ("sysctls", List(&NAME_VALUE)),
+                ]),
+            ),
             (
                 "readinessGates",
                 List(&Object(&[("conditionType", Scalar)])),

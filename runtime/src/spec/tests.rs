@@ -502,3 +502,67 @@ status:
         "{errs:?}"
     );
 }
+
+/// Security settings the wasm sandbox gives already are accepted; those it cannot give are
+/// refused with the reason.
+#[test]
+fn security_contexts_the_sandbox_satisfies_are_accepted() {
+    let good = pod_with(
+        "",
+        "  securityContext: { runAsNonRoot: true, runAsUser: 1000, fsGroup: 2000, seccompProfile: { type: RuntimeDefault } }\n  schedulerName: default-scheduler\n  enableServiceLinks: true\n",
+        "    imagePullPolicy: IfNotPresent\n    stdin: false\n    tty: false\n    securityContext: { runAsNonRoot: true, readOnlyRootFilesystem: true, allowPrivilegeEscalation: false, capabilities: { drop: [ALL] }, seccompProfile: { type: RuntimeDefault } }\n",
+    );
+    parse(&good).unwrap_or_else(|e| panic!("{e}"));
+    let bad = pod_with(
+        "",
+        "  securityContext: { sysctls: [ { name: net.core.somaxconn, value: \"1024\" } ], seccompProfile: { type: Unconfined } }\n  schedulerName: my-scheduler\n",
+        "    imagePullPolicy: Sometimes\n    tty: true\n    securityContext: { privileged: true, allowPrivilegeEscalation: true, capabilities: { add: [NET_ADMIN] } }\n",
+    );
+    let err = parse(&bad).unwrap_err();
+    let paths: Vec<&str> = err.errors.iter().map(|e| e.path.as_str()).collect();
+    for path in [
+        "spec.containers[0].securityContext.privileged",
+        "spec.containers[0].securityContext.allowPrivilegeEscalation",
+        "spec.containers[0].securityContext.capabilities.add",
+        "spec.containers[0].imagePullPolicy",
+        "spec.containers[0].tty",
+        "spec.securityContext.seccompProfile.type",
+        "spec.securityContext.sysctls",
+        "spec.schedulerName",
+    ] {
+        assert!(paths.contains(&path), "{path} in {paths:?}");
+    }
+    let privileged = err
+        .errors
+        .iter()
+        .find(|e| e.path.ends_with("privileged"))
+        .unwrap();
+    assert_eq!(privileged.kind, FieldErrorKind::NotSupportedByWasmpod);
+    assert!(
+        privileged.message.contains("cannot be given"),
+        "{privileged}"
+    );
+}
+
+#[test]
+fn runtime_classes_of_wasm_runtimes_run_here_and_others_are_not_found() {
+    for class in [
+        "wasmpod",
+        "wasmtime",
+        "spin",
+        "wasmtime-spin-v2",
+        "wasmedge",
+        "crun",
+    ] {
+        parse(&pod_with("", &format!("  runtimeClassName: {class}\n"), ""))
+            .unwrap_or_else(|e| panic!("{class}: {e}"));
+    }
+    let err = parse(&pod_with("", "  runtimeClassName: gvisor\n", "")).unwrap_err();
+    assert_eq!(err.errors[0].path, "spec.runtimeClassName");
+    assert_eq!(err.errors[0].kind, FieldErrorKind::NotFound);
+    assert!(
+        err.errors[0]
+            .message
+            .contains("RuntimeClass \"gvisor\" not found")
+    );
+}

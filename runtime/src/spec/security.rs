@@ -1,0 +1,83 @@
+//! `securityContext`, pod and container: a wasm guest has no users, no capabilities, no
+//! syscalls and no root filesystem beyond its mounts, so the settings that ask for a confined
+//! container are given already and accepted; those that ask for more than the sandbox gives
+//! (`privileged`, added capabilities, privilege escalation, other seccomp profiles, sysctls)
+//! are refused with the reason.
+
+use k8s_openapi::api::core::v1 as k8s;
+
+use super::errors::{FieldError, FieldPath};
+
+/// Checks a container's `securityContext`.
+pub(super) fn check_container(
+    path: &FieldPath,
+    context: Option<&k8s::SecurityContext>,
+    errors: &mut Vec<FieldError>,
+) {
+    let Some(c) = context else { return };
+    let at = path.child("securityContext");
+    if c.privileged == Some(true) {
+        errors.push(FieldError::not_supported(
+            at.child("privileged"),
+            "not supported by wasmpod: a wasm guest cannot be given the host's devices or \
+             privileges",
+        ));
+    }
+    if c.allow_privilege_escalation == Some(true) {
+        errors.push(FieldError::not_supported(
+            at.child("allowPrivilegeEscalation"),
+            "not supported by wasmpod: a wasm guest has no privileges to gain; leave it unset \
+             or false",
+        ));
+    }
+    if let Some(caps) = &c.capabilities
+        && caps.add.as_ref().is_some_and(|add| !add.is_empty())
+    {
+        errors.push(FieldError::not_supported(
+            at.child("capabilities").child("add"),
+            "not supported by wasmpod: a wasm guest has no Linux capabilities to add (dropping \
+             them is accepted: it has none)",
+        ));
+    }
+    check_seccomp(&at, c.seccomp_profile.as_ref(), errors);
+    if c.proc_mount.as_deref().is_some_and(|m| m != "Default") {
+        errors.push(FieldError::not_supported(
+            at.child("procMount"),
+            "not supported by wasmpod: a wasm guest has no /proc",
+        ));
+    }
+}
+
+/// Checks the pod's `securityContext`.
+pub(super) fn check_pod(context: Option<&k8s::PodSecurityContext>, errors: &mut Vec<FieldError>) {
+    let Some(c) = context else { return };
+    let at = FieldPath::new("spec").child("securityContext");
+    check_seccomp(&at, c.seccomp_profile.as_ref(), errors);
+    if c.sysctls.as_ref().is_some_and(|s| !s.is_empty()) {
+        errors.push(FieldError::not_supported(
+            at.child("sysctls"),
+            "not supported by wasmpod: a wasm guest has no kernel parameters",
+        ));
+    }
+}
+
+/// `RuntimeDefault` is what the sandbox is (a guest reaches the host only through WASI); other
+/// profiles name syscall filters a guest does not have.
+fn check_seccomp(
+    at: &FieldPath,
+    profile: Option<&k8s::SeccompProfile>,
+    errors: &mut Vec<FieldError>,
+) {
+    if let Some(p) = profile
+        && p.type_ != "RuntimeDefault"
+    {
+        errors.push(FieldError::not_supported(
+            at.child("seccompProfile").child("type"),
+            format!(
+                "not supported by wasmpod: {:?}; a wasm guest makes no syscalls, so only \
+                 RuntimeDefault (the WASI sandbox) applies",
+                p.type_
+            ),
+        ));
+    }
+}
