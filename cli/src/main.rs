@@ -31,7 +31,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run one pod in the foreground until it ends; exit 0 if it Succeeded, 1 if it Failed.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Check a Pod YAML file; print `valid` or every error.
     Validate {
         /// YAML with the ConfigMap, Secret and PriorityClass documents the pod uses. Repeatable.
@@ -88,9 +88,21 @@ struct NodeArgs {
     /// A container's log file is rotated past this size (the kubelet's containerLogMaxSize).
     #[arg(long, value_name = "SIZE", default_value = "10Mi", value_parser = parse_size)]
     container_log_max_size: u64,
+    /// Labels of the node, `KEY=VALUE,...`, beside kubernetes.io/hostname, os and arch (the
+    /// kubelet's --node-labels): what pods' nodeSelectors match.
+    #[arg(long, value_name = "KEY=VALUE,...", value_delimiter = ',', value_parser = parse_label)]
+    node_labels: Vec<(String, String)>,
     /// Log files kept per container instance (the kubelet's containerLogMaxFiles).
     #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..))]
     container_log_max_files: u16,
+}
+
+/// `KEY=VALUE`.
+fn parse_label(pair: &str) -> Result<(String, String), String> {
+    match pair.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
+        _ => Err(format!("invalid label {pair:?}: expected KEY=VALUE")),
+    }
 }
 
 /// A size in bytes, with an optional `Ki`, `Mi` or `Gi` suffix.
@@ -156,6 +168,7 @@ impl NodeArgs {
         if let Some(dir) = &self.cache_dir {
             options = options.cache_dir(Some(dir.clone()));
         }
+        options = options.labels(self.node_labels.clone());
         options.egress(self.egress).log_limits(LogLimits::new(
             self.container_log_max_size,
             self.container_log_max_files.into(),
@@ -187,7 +200,7 @@ fn main() -> ExitCode {
         }
         Command::Run(args) => {
             let runtime = tokio::runtime::Runtime::new().expect("cannot start the async runtime");
-            match runtime.block_on(run(args)) {
+            match runtime.block_on(run(*args)) {
                 Ok(code) => code,
                 Err(e) => {
                     eprintln!("wasmpod: {e:#}");

@@ -1016,3 +1016,28 @@ spec:
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "[demo] hello\n");
 }
+
+/// `--node-labels` give the node labels a pod's `nodeSelector` needs; without them the pod can
+/// never be scheduled, which `run` says at once (exit 2).
+#[test]
+fn node_labels_and_node_selectors() {
+    let dir = Dir::new();
+    let pod = dir.write(
+        "pod.yaml",
+        &PodYaml::new("picky")
+            .never()
+            .spec("nodeSelector: { disk: ssd }")
+            .container(&container_yaml("c", "{p1}", "[print, ran]"))
+            .build(),
+    );
+    let out = dir.run(&pod, &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("didn't match Pod's node affinity/selector"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = dir.run(&pod, &["--node-labels", "disk=ssd,zone=a"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "[c] ran\n");
+}

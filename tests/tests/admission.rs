@@ -365,3 +365,50 @@ async fn priority_classes_resolve_at_admission() {
 fn node_name() -> String {
     NodeOptions::default().node_name
 }
+
+/// `nodeSelector` against the node's labels (the kubelet's own and the node's options): a pod
+/// that matches runs; one that does not stays Pending with the scheduler's reason, whatever room
+/// the node has, and runs on a node that has the label.
+#[tokio::test]
+async fn node_selector_matches_the_node_labels() {
+    let pod = |name: &str, selector: &str| {
+        PodYaml::new(name)
+            .never()
+            .spec(&format!("nodeSelector: {selector}"))
+            .container(r#"{ name: c, image: "{p1}", args: [print, ran] }"#)
+            .build()
+    };
+    let node = TestNode::new();
+    assert_eq!(node.node.labels()["kubernetes.io/os"], "linux");
+    let (_, status) = node
+        .run(&pod("linux", "{ kubernetes.io/os: linux }"), LIMIT)
+        .await;
+    assert_eq!(status.phase.as_deref(), Some("Succeeded"));
+    let ssd = node.start(&pod("ssd", "{ disk: ssd }")).await;
+    let pending = wait_for(&ssd, LIMIT, |s| {
+        s.conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == "PodScheduled" && c.reason.as_deref() == Some("Unschedulable"))
+    })
+    .await;
+    let (status, _, message) = condition(&pending, "PodScheduled");
+    assert_eq!(status, "False");
+    assert!(
+        message.unwrap_or_default().starts_with(
+            "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector."
+        ),
+        "{pending:?}"
+    );
+    assert_eq!(pending.phase.as_deref(), Some("Pending"));
+    assert!(
+        node.node
+            .check_fits(&node.spec(&pod("ssd", "{ disk: ssd }")))
+            .is_err()
+    );
+    ssd.delete(None);
+    ssd.deleted().await;
+    let labelled = TestNode::with(|o| o.labels([("disk", "ssd")]));
+    let (_, status) = labelled.run(&pod("ssd", "{ disk: ssd }"), LIMIT).await;
+    assert_eq!(status.phase.as_deref(), Some("Succeeded"));
+}

@@ -45,6 +45,7 @@ pub struct Node {
     scheduler: Arc<scheduler::Scheduler>,
     memory: Arc<NodeMemory>,
     priorities: Arc<Priorities>,
+    labels: Arc<std::collections::BTreeMap<String, String>>,
 }
 
 impl std::fmt::Debug for Node {
@@ -60,6 +61,7 @@ impl Node {
     /// Builds a node: sets up the engine and its compile cache.
     pub fn new(options: NodeOptions) -> Result<Node, Error> {
         raise_fd_limit();
+        let labels = Arc::new(options.all_labels());
         crate::volumes::remove_orphans();
         let engine =
             Engine::new(options.cache_dir.clone()).map_err(|e| Error::Engine(format!("{e:#}")))?;
@@ -94,6 +96,7 @@ impl Node {
             log_limits: options.log_limits,
         };
         Ok(Node {
+            labels,
             context: Arc::new(context),
             state_dir: options.state_dir,
             pods,
@@ -108,9 +111,28 @@ impl Node {
         self.scheduler.allocatable()
     }
 
-    /// Whether the pod could ever be admitted: `Err` says which of its requests is larger than
-    /// everything the node has (such a pod would stay Pending forever).
+    /// The node's labels (the kubelet's own and [`NodeOptions::labels`]).
+    pub fn labels(&self) -> &std::collections::BTreeMap<String, String> {
+        &self.labels
+    }
+
+    /// Whether the node's labels match the pod's `nodeSelector`.
+    fn selects(&self, spec: &PodSpec) -> bool {
+        spec.node_selector
+            .iter()
+            .all(|(k, v)| self.labels.get(k) == Some(v))
+    }
+
+    /// Whether the pod could ever be admitted: `Err` says why not (its `nodeSelector` does not
+    /// match the node's labels, or a request is larger than everything the node has; such a pod
+    /// would stay Pending forever).
     pub fn check_fits(&self, spec: &PodSpec) -> Result<(), String> {
+        if !self.selects(spec) {
+            return Err(format!(
+                "0/1 nodes are available: 1 {}: it can never be scheduled",
+                scheduler::NOT_SELECTED
+            ));
+        }
         let has = self.scheduler.allocatable();
         let wants = spec.requests();
         if wants.memory > has.memory {
@@ -290,6 +312,7 @@ impl Node {
             preempts: priority.preempts,
             requests,
             memory,
+            selected: self.selects(&spec),
         };
         if self.scheduler.submit(key, candidate) {
             task.admit();

@@ -1,6 +1,7 @@
 //! The settings of a node and of one pod: where state lives, backoff, limits, egress, what the
 //! node has for pods, PriorityClasses, log limits; and a pod's published ports and output tap.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -40,6 +41,10 @@ pub struct NodeOptions {
     pub priority_classes: Vec<PriorityClass>,
     /// How large containers' logs may grow (the kubelet's rotation settings).
     pub log_limits: LogLimits,
+    /// The node's labels besides the kubelet's own (`kubernetes.io/hostname`,
+    /// `kubernetes.io/os`, `kubernetes.io/arch`), which these may override: what pods'
+    /// `nodeSelector`s match (`--node-labels`).
+    pub labels: BTreeMap<String, String>,
 }
 
 /// What a node has for pods: the sum of the requests of the pods it runs stays within it.
@@ -114,6 +119,7 @@ impl Default for NodeOptions {
             eviction_threshold: None,
             priority_classes: Vec::new(),
             log_limits: LogLimits::default(),
+            labels: BTreeMap::new(),
         }
     }
 }
@@ -177,6 +183,35 @@ impl NodeOptions {
     pub fn backoff(mut self, backoff: BackoffOptions) -> Self {
         self.backoff = backoff;
         self
+    }
+
+    /// Adds labels to [`NodeOptions::labels`].
+    pub fn labels(
+        mut self,
+        labels: impl IntoIterator<Item = (impl Into<String>, impl Into<String>)>,
+    ) -> Self {
+        self.labels
+            .extend(labels.into_iter().map(|(k, v)| (k.into(), v.into())));
+        self
+    }
+
+    /// The node's labels: the kubelet's own, then [`NodeOptions::labels`] over them.
+    pub(super) fn all_labels(&self) -> BTreeMap<String, String> {
+        let arch = match std::env::consts::ARCH {
+            "x86_64" => "amd64",
+            "aarch64" => "arm64",
+            other => other,
+        };
+        let mut labels = BTreeMap::from([
+            ("kubernetes.io/hostname".to_owned(), self.node_name.clone()),
+            (
+                "kubernetes.io/os".to_owned(),
+                std::env::consts::OS.to_owned(),
+            ),
+            ("kubernetes.io/arch".to_owned(), arch.to_owned()),
+        ]);
+        labels.extend(self.labels.clone());
+        labels
     }
 
     /// Sets [`NodeOptions::log_limits`].

@@ -18,6 +18,9 @@ use crate::memory::{NodeMemory, PodMemory};
 use crate::spec::Requests;
 use crate::supervisor::AdmissionSeat;
 
+/// The scheduler's reason for a node whose labels do not match a pod's `nodeSelector`.
+pub(crate) const NOT_SELECTED: &str = "node(s) didn't match Pod's node affinity/selector";
+
 /// How long the node waits before looking for eviction victims again after finding none.
 const QUIET: Duration = Duration::from_millis(100);
 
@@ -30,6 +33,8 @@ pub(crate) struct Candidate {
     pub preempts: bool,
     pub requests: Requests,
     pub memory: Arc<PodMemory>,
+    /// The node's labels match the pod's `nodeSelector` (they do not change).
+    pub selected: bool,
 }
 
 enum State {
@@ -304,6 +309,13 @@ impl Scheduler {
     /// What becomes of pending pod `key`, with `reserved` held for pods before it.
     fn verdict(&self, inner: &Inner, key: u64, reserved: Usage) -> Verdict {
         let entry = &inner.entries[&key];
+        if !entry.pod.selected {
+            // The scheduler's NodeAffinity filter comes first; no preemption can help it.
+            return Verdict::Wait(format!(
+                "0/1 nodes are available: 1 {NOT_SELECTED}. preemption: 0/1 nodes are \
+                 available: 1 Preemption is not helpful for scheduling."
+            ));
+        }
         let lacking = self.shortfall(inner.used.add(reserved), entry.pod.requests);
         if lacking.is_empty() {
             return Verdict::Admit;

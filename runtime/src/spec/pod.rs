@@ -324,6 +324,7 @@ pub(super) fn convert(
     }
 
     Some(PodSpec {
+        node_selector: spec.node_selector.clone().unwrap_or_default(),
         priority_class,
         hostname,
         labels: meta.labels.clone().unwrap_or_default(),

@@ -200,6 +200,7 @@ const POD: Shape = Object(&[
             ("dnsPolicy", Scalar),
             ("schedulerName", Scalar),
             ("runtimeClassName", Scalar),
+            ("nodeSelector", StringMap),
             ("enableServiceLinks", Scalar),
             (
                 "securityContext",
