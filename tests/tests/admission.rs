@@ -412,3 +412,36 @@ async fn node_selector_matches_the_node_labels() {
     let (_, status) = labelled.run(&pod("ssd", "{ disk: ssd }"), LIMIT).await;
     assert_eq!(status.phase.as_deref(), Some("Succeeded"));
 }
+
+/// `nodeName` binds a pod to a node: this node's name runs it, another one leaves it Pending
+/// with the scheduler's reason.
+#[tokio::test]
+async fn node_name_binds_the_pod() {
+    let node = TestNode::with(|o| o.node_name("edge-1"));
+    let pod = |name: &str, node_name: &str| {
+        PodYaml::new(name)
+            .never()
+            .spec(&format!("nodeName: {node_name}"))
+            .container(r#"{ name: c, image: "{p1}", args: [print, ran] }"#)
+            .build()
+    };
+    let (_, status) = node.run(&pod("here", "edge-1"), LIMIT).await;
+    assert_eq!(status.phase.as_deref(), Some("Succeeded"));
+    let elsewhere = node.start(&pod("there", "edge-2")).await;
+    let pending = wait_for(&elsewhere, LIMIT, |s| {
+        s.conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == "PodScheduled" && c.reason.as_deref() == Some("Unschedulable"))
+    })
+    .await;
+    let (_, _, message) = condition(&pending, "PodScheduled");
+    assert!(
+        message.unwrap_or_default().starts_with(
+            "0/1 nodes are available: 1 node(s) didn't match the requested node name."
+        ),
+        "{pending:?}"
+    );
+    elsewhere.delete(None);
+    elsewhere.deleted().await;
+}

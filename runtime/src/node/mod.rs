@@ -116,21 +116,30 @@ impl Node {
         &self.labels
     }
 
-    /// Whether the node's labels match the pod's `nodeSelector`.
-    fn selects(&self, spec: &PodSpec) -> bool {
-        spec.node_selector
+    /// Why the node can never take the pod, in the scheduler's words: another `nodeName`, or a
+    /// `nodeSelector` its labels do not match.
+    fn unselected(&self, spec: &PodSpec) -> Option<&'static str> {
+        if spec
+            .node_name
+            .as_ref()
+            .is_some_and(|n| *n != self.context.node_name)
+        {
+            return Some(scheduler::NOT_NAMED);
+        }
+        let matches = spec
+            .node_selector
             .iter()
-            .all(|(k, v)| self.labels.get(k) == Some(v))
+            .all(|(k, v)| self.labels.get(k) == Some(v));
+        (!matches).then_some(scheduler::NOT_SELECTED)
     }
 
-    /// Whether the pod could ever be admitted: `Err` says why not (its `nodeSelector` does not
-    /// match the node's labels, or a request is larger than everything the node has; such a pod
+    /// Whether the pod could ever be admitted: `Err` says why not (another `nodeName`, a
+    /// `nodeSelector` the node's labels do not match, or a request is larger than everything the node has; such a pod
     /// would stay Pending forever).
     pub fn check_fits(&self, spec: &PodSpec) -> Result<(), String> {
-        if !self.selects(spec) {
+        if let Some(why) = self.unselected(spec) {
             return Err(format!(
-                "0/1 nodes are available: 1 {}: it can never be scheduled",
-                scheduler::NOT_SELECTED
+                "0/1 nodes are available: 1 {why}: it can never be scheduled"
             ));
         }
         let has = self.scheduler.allocatable();
@@ -312,7 +321,7 @@ impl Node {
             preempts: priority.preempts,
             requests,
             memory,
-            selected: self.selects(&spec),
+            unselected: self.unselected(&spec),
         };
         if self.scheduler.submit(key, candidate) {
             task.admit();

@@ -20,6 +20,8 @@ use crate::supervisor::AdmissionSeat;
 
 /// The scheduler's reason for a node whose labels do not match a pod's `nodeSelector`.
 pub(crate) const NOT_SELECTED: &str = "node(s) didn't match Pod's node affinity/selector";
+/// The scheduler's reason for a node other than the pod's `nodeName`.
+pub(crate) const NOT_NAMED: &str = "node(s) didn't match the requested node name";
 
 /// How long the node waits before looking for eviction victims again after finding none.
 const QUIET: Duration = Duration::from_millis(100);
@@ -33,8 +35,9 @@ pub(crate) struct Candidate {
     pub preempts: bool,
     pub requests: Requests,
     pub memory: Arc<PodMemory>,
-    /// The node's labels match the pod's `nodeSelector` (they do not change).
-    pub selected: bool,
+    /// Why the node can never take the pod (its `nodeName` or `nodeSelector`), in the
+    /// scheduler's words; these do not change.
+    pub unselected: Option<&'static str>,
 }
 
 enum State {
@@ -309,11 +312,12 @@ impl Scheduler {
     /// What becomes of pending pod `key`, with `reserved` held for pods before it.
     fn verdict(&self, inner: &Inner, key: u64, reserved: Usage) -> Verdict {
         let entry = &inner.entries[&key];
-        if !entry.pod.selected {
-            // The scheduler's NodeAffinity filter comes first; no preemption can help it.
+        if let Some(why) = entry.pod.unselected {
+            // The scheduler's NodeName and NodeAffinity filters come first; no preemption can
+            // help them.
             return Verdict::Wait(format!(
-                "0/1 nodes are available: 1 {NOT_SELECTED}. preemption: 0/1 nodes are \
-                 available: 1 Preemption is not helpful for scheduling."
+                "0/1 nodes are available: 1 {why}. preemption: 0/1 nodes are available: 1 \
+                 Preemption is not helpful for scheduling."
             ));
         }
         let lacking = self.shortfall(inner.used.add(reserved), entry.pod.requests);

@@ -325,6 +325,7 @@ pub(super) fn convert(
 
     Some(PodSpec {
         node_selector: spec.node_selector.clone().unwrap_or_default(),
+        node_name: spec.node_name.clone().filter(|n| !n.is_empty()),
         priority_class,
         hostname,
         labels: meta.labels.clone().unwrap_or_default(),

@@ -201,6 +201,7 @@ const POD: Shape = Object(&[
             ("schedulerName", Scalar),
             ("runtimeClassName", Scalar),
             ("nodeSelector", StringMap),
+            ("nodeName", Scalar),
             ("enableServiceLinks", Scalar),
             (
                 "securityContext",
