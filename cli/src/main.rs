@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
+use wasmpod::k8s_openapi::api::core::v1::Taint;
 use wasmpod::k8s_openapi::api::scheduling::v1::PriorityClass;
 use wasmpod::{
     BackoffOptions, Egress, InvalidPod, LogLimits, Node, NodeOptions, PodHandle, PodOptions,
@@ -92,9 +93,35 @@ struct NodeArgs {
     /// kubelet's --node-labels): what pods' nodeSelectors match.
     #[arg(long, value_name = "KEY=VALUE,...", value_delimiter = ',', value_parser = parse_label)]
     node_labels: Vec<(String, String)>,
+    /// Taints of the node, `KEY[=VALUE]:EFFECT,...` (the kubelet's --register-with-taints):
+    /// pods must tolerate each NoSchedule and NoExecute one.
+    #[arg(long, value_name = "KEY=VALUE:EFFECT,...", value_delimiter = ',', value_parser = parse_taint)]
+    register_with_taints: Vec<Taint>,
     /// Log files kept per container instance (the kubelet's containerLogMaxFiles).
     #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..))]
     container_log_max_files: u16,
+}
+
+/// `KEY[=VALUE]:EFFECT`.
+fn parse_taint(s: &str) -> Result<Taint, String> {
+    let (kv, effect) = s
+        .rsplit_once(':')
+        .ok_or_else(|| format!("invalid taint {s:?}: expected KEY[=VALUE]:EFFECT"))?;
+    if !matches!(effect, "NoSchedule" | "PreferNoSchedule" | "NoExecute") {
+        return Err(format!(
+            "invalid taint effect {effect:?}: must be NoSchedule, PreferNoSchedule or NoExecute"
+        ));
+    }
+    let (key, value) = kv.split_once('=').unwrap_or((kv, ""));
+    if key.is_empty() {
+        return Err(format!("invalid taint {s:?}: the key is empty"));
+    }
+    Ok(Taint {
+        key: key.to_owned(),
+        value: Some(value.to_owned()),
+        effect: effect.to_owned(),
+        time_added: None,
+    })
 }
 
 /// `KEY=VALUE`.
@@ -168,7 +195,9 @@ impl NodeArgs {
         if let Some(dir) = &self.cache_dir {
             options = options.cache_dir(Some(dir.clone()));
         }
-        options = options.labels(self.node_labels.clone());
+        options = options
+            .labels(self.node_labels.clone())
+            .taints(self.register_with_taints.clone());
         options.egress(self.egress).log_limits(LogLimits::new(
             self.container_log_max_size,
             self.container_log_max_files.into(),

@@ -1041,3 +1041,39 @@ fn node_labels_and_node_selectors() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "[c] ran\n");
 }
+
+/// `--register-with-taints` taints the node: a pod that does not tolerate the taint can never
+/// run here (exit 2); one that does runs.
+#[test]
+fn taints_from_the_command_line() {
+    let dir = Dir::new();
+    let pod = |name: &str, spec: &str| {
+        dir.write(
+            &format!("{name}.yaml"),
+            &PodYaml::new(name)
+                .never()
+                .spec(spec)
+                .container(&container_yaml("c", "{p1}", "[print, ran]"))
+                .build(),
+        )
+    };
+    let taint = ["--register-with-taints", "dedicated=wasm:NoSchedule"];
+    let out = dir.run(&pod("plain", "dnsPolicy: ClusterFirst"), &taint);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("node(s) had untolerated taint {dedicated: wasm}"),
+        "{}",
+        text(&out.stderr)
+    );
+    let tolerant = pod(
+        "tolerant",
+        "tolerations: [ { key: dedicated, value: wasm, effect: NoSchedule } ]",
+    );
+    let out = dir.run(&tolerant, &taint);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let bad = dir.run(
+        &tolerant,
+        &["--register-with-taints", "dedicated=wasm:Sometimes"],
+    );
+    assert_eq!(bad.status.code(), Some(2));
+}

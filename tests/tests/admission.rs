@@ -445,3 +445,57 @@ async fn node_name_binds_the_pod() {
     elsewhere.delete(None);
     elsewhere.deleted().await;
 }
+
+/// Taints against tolerations: a `NoSchedule` taint keeps a pod that does not tolerate it
+/// Pending with the scheduler's reason; one that tolerates it (by key and value, or `Exists`)
+/// runs; a `PreferNoSchedule` taint is only a preference.
+#[tokio::test]
+async fn taints_need_tolerations() {
+    use wasmpod::k8s_openapi::api::core::v1::Taint;
+    let taint = |key: &str, value: &str, effect: &str| Taint {
+        key: key.into(),
+        value: Some(value.into()),
+        effect: effect.into(),
+        time_added: None,
+    };
+    let node = TestNode::with(|o| {
+        o.taints([
+            taint("dedicated", "wasm", "NoSchedule"),
+            taint("spot", "", "PreferNoSchedule"),
+        ])
+    });
+    let pod = |name: &str, tolerations: &str| {
+        PodYaml::new(name)
+            .never()
+            .spec(&format!("tolerations: {tolerations}"))
+            .container(r#"{ name: c, image: "{p1}", args: [print, ran] }"#)
+            .build()
+    };
+    for (name, tolerations) in [
+        (
+            "equal",
+            "[ { key: dedicated, operator: Equal, value: wasm, effect: NoSchedule } ]",
+        ),
+        ("exists", "[ { operator: Exists } ]"),
+    ] {
+        let (_, status) = node.run(&pod(name, tolerations), LIMIT).await;
+        assert_eq!(status.phase.as_deref(), Some("Succeeded"), "{name}");
+    }
+    let intolerant = node.start(&pod("intolerant", "[]")).await;
+    let pending = wait_for(&intolerant, LIMIT, |s| {
+        s.conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == "PodScheduled" && c.reason.as_deref() == Some("Unschedulable"))
+    })
+    .await;
+    let (_, _, message) = condition(&pending, "PodScheduled");
+    assert!(
+        message.unwrap_or_default().starts_with(
+            "0/1 nodes are available: 1 node(s) had untolerated taint {dedicated: wasm}."
+        ),
+        "{pending:?}"
+    );
+    intolerant.delete(None);
+    intolerant.deleted().await;
+}

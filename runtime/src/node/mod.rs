@@ -46,6 +46,7 @@ pub struct Node {
     memory: Arc<NodeMemory>,
     priorities: Arc<Priorities>,
     labels: Arc<std::collections::BTreeMap<String, String>>,
+    taints: Arc<[k8s_openapi::api::core::v1::Taint]>,
 }
 
 impl std::fmt::Debug for Node {
@@ -62,6 +63,7 @@ impl Node {
     pub fn new(options: NodeOptions) -> Result<Node, Error> {
         raise_fd_limit();
         let labels = Arc::new(options.all_labels());
+        let taints: Arc<[_]> = options.taints.clone().into();
         crate::volumes::remove_orphans();
         let engine =
             Engine::new(options.cache_dir.clone()).map_err(|e| Error::Engine(format!("{e:#}")))?;
@@ -97,6 +99,7 @@ impl Node {
         };
         Ok(Node {
             labels,
+            taints,
             context: Arc::new(context),
             state_dir: options.state_dir,
             pods,
@@ -118,19 +121,37 @@ impl Node {
 
     /// Why the node can never take the pod, in the scheduler's words: another `nodeName`, or a
     /// `nodeSelector` its labels do not match.
-    fn unselected(&self, spec: &PodSpec) -> Option<&'static str> {
+    fn unselected(&self, spec: &PodSpec) -> Option<String> {
         if spec
             .node_name
             .as_ref()
             .is_some_and(|n| *n != self.context.node_name)
         {
-            return Some(scheduler::NOT_NAMED);
+            return Some(scheduler::NOT_NAMED.into());
         }
         let matches = spec
             .node_selector
             .iter()
             .all(|(k, v)| self.labels.get(k) == Some(v));
-        (!matches).then_some(scheduler::NOT_SELECTED)
+        if !matches {
+            return Some(scheduler::NOT_SELECTED.into());
+        }
+        self.taints
+            .iter()
+            .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
+            .find(|t| !spec.tolerations.iter().any(|tol| tolerates(tol, t)))
+            .map(|t| {
+                format!(
+                    "node(s) had untolerated taint {{{}: {}}}",
+                    t.key,
+                    t.value.as_deref().unwrap_or_default()
+                )
+            })
+    }
+
+    /// The node's taints.
+    pub fn taints(&self) -> &[k8s_openapi::api::core::v1::Taint] {
+        &self.taints
     }
 
     /// Whether the pod could ever be admitted: `Err` says why not (another `nodeName`, a
@@ -331,6 +352,27 @@ impl Node {
     }
 }
 
+/// Whether a toleration matches a taint (the scheduler's `ToleratesTaint`): the same effect (or
+/// any, when empty), and `Exists` with the same key (or any key, when empty) or `Equal` with the
+/// same key and value.
+fn tolerates(
+    tol: &k8s_openapi::api::core::v1::Toleration,
+    taint: &k8s_openapi::api::core::v1::Taint,
+) -> bool {
+    let effect = tol.effect.as_deref().unwrap_or_default();
+    if !effect.is_empty() && effect != taint.effect {
+        return false;
+    }
+    let key = tol.key.as_deref().unwrap_or_default();
+    if !key.is_empty() && key != taint.key {
+        return false;
+    }
+    match tol.operator.as_deref() {
+        Some("Exists") => true,
+        _ => tol.value.as_deref().unwrap_or_default() == taint.value.as_deref().unwrap_or_default(),
+    }
+}
+
 /// Raises the soft limit on open files to the hard one: each container holds descriptors (its
 /// log, its mounts, its sockets), and the usual soft limit of 1,024 is reached by a few hundred.
 fn raise_fd_limit() {
@@ -350,6 +392,57 @@ fn raise_fd_limit() {
                     tracing::warn!("cannot raise the open-file limit");
                 }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::{Taint, Toleration};
+
+    use super::tolerates;
+
+    fn taint(key: &str, value: &str, effect: &str) -> Taint {
+        Taint {
+            key: key.into(),
+            value: Some(value.into()),
+            effect: effect.into(),
+            ..Taint::default()
+        }
+    }
+
+    fn toleration(key: &str, operator: &str, value: &str, effect: &str) -> Toleration {
+        let opt = |s: &str| (!s.is_empty()).then(|| s.to_owned());
+        Toleration {
+            key: opt(key),
+            operator: opt(operator),
+            value: opt(value),
+            effect: opt(effect),
+            toleration_seconds: None,
+        }
+    }
+
+    /// The scheduler's `ToleratesTaint`, as a table.
+    #[test]
+    fn tolerations_match_taints() {
+        let t = taint("dedicated", "wasm", "NoSchedule");
+        let rows = [
+            (toleration("dedicated", "Equal", "wasm", "NoSchedule"), true),
+            (toleration("dedicated", "", "wasm", "NoSchedule"), true),
+            (toleration("dedicated", "Equal", "wasm", ""), true),
+            (toleration("dedicated", "Exists", "", ""), true),
+            (toleration("", "Exists", "", ""), true),
+            (toleration("", "Exists", "", "NoSchedule"), true),
+            (toleration("", "Exists", "", "NoExecute"), false),
+            (toleration("dedicated", "Equal", "gpu", "NoSchedule"), false),
+            (toleration("other", "Exists", "", ""), false),
+            (
+                toleration("dedicated", "Equal", "wasm", "PreferNoSchedule"),
+                false,
+            ),
+        ];
+        for (i, (tol, expected)) in rows.iter().enumerate() {
+            assert_eq!(tolerates(tol, &t), *expected, "row {i}: {tol:?}");
         }
     }
 }

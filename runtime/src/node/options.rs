@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use k8s_openapi::api::core::v1::Taint;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use tokio::sync::mpsc;
 
@@ -45,6 +46,10 @@ pub struct NodeOptions {
     /// `kubernetes.io/os`, `kubernetes.io/arch`), which these may override: what pods'
     /// `nodeSelector`s match (`--node-labels`).
     pub labels: BTreeMap<String, String>,
+    /// The node's taints (the kubelet's `--register-with-taints`): a pod must tolerate each
+    /// `NoSchedule` and `NoExecute` one to be admitted (`PreferNoSchedule` is a preference,
+    /// which one node cannot act on).
+    pub taints: Vec<Taint>,
 }
 
 /// What a node has for pods: the sum of the requests of the pods it runs stays within it.
@@ -120,6 +125,7 @@ impl Default for NodeOptions {
             priority_classes: Vec::new(),
             log_limits: LogLimits::default(),
             labels: BTreeMap::new(),
+            taints: Vec::new(),
         }
     }
 }
@@ -192,6 +198,12 @@ impl NodeOptions {
     ) -> Self {
         self.labels
             .extend(labels.into_iter().map(|(k, v)| (k.into(), v.into())));
+        self
+    }
+
+    /// Adds taints to [`NodeOptions::taints`].
+    pub fn taints(mut self, taints: impl IntoIterator<Item = Taint>) -> Self {
+        self.taints.extend(taints);
         self
     }
 

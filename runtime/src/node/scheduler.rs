@@ -37,7 +37,7 @@ pub(crate) struct Candidate {
     pub memory: Arc<PodMemory>,
     /// Why the node can never take the pod (its `nodeName` or `nodeSelector`), in the
     /// scheduler's words; these do not change.
-    pub unselected: Option<&'static str>,
+    pub unselected: Option<String>,
 }
 
 enum State {
@@ -312,7 +312,7 @@ impl Scheduler {
     /// What becomes of pending pod `key`, with `reserved` held for pods before it.
     fn verdict(&self, inner: &Inner, key: u64, reserved: Usage) -> Verdict {
         let entry = &inner.entries[&key];
-        if let Some(why) = entry.pod.unselected {
+        if let Some(why) = &entry.pod.unselected {
             // The scheduler's NodeName and NodeAffinity filters come first; no preemption can
             // help them.
             return Verdict::Wait(format!(

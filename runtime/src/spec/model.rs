@@ -229,6 +229,8 @@ pub struct PodSpec {
     pub(crate) hostname: String,
     pub(crate) labels: BTreeMap<String, String>,
     pub(crate) annotations: BTreeMap<String, String>,
+    /// `spec.tolerations`, validated.
+    pub(crate) tolerations: Vec<k8s_openapi::api::core::v1::Toleration>,
     /// `spec.nodeName`: the node the pod is bound to, when the manifest says.
     pub(crate) node_name: Option<String>,
     /// `spec.nodeSelector`: labels the node must have.

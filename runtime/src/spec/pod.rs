@@ -326,6 +326,7 @@ pub(super) fn convert(
     Some(PodSpec {
         node_selector: spec.node_selector.clone().unwrap_or_default(),
         node_name: spec.node_name.clone().filter(|n| !n.is_empty()),
+        tolerations: check_tolerations(spec.tolerations.as_deref().unwrap_or_default(), errors),
         priority_class,
         hostname,
         labels: meta.labels.clone().unwrap_or_default(),
@@ -340,4 +341,52 @@ pub(super) fn convert(
         active_deadline,
         readiness_gates,
     })
+}
+
+/// `tolerations[]` as the API server validates them: `Exists` or `Equal` (the default), no value
+/// with `Exists`, a key unless `Exists` tolerates every taint, a known effect, and
+/// `tolerationSeconds` only for `NoExecute`.
+fn check_tolerations(
+    list: &[k8s::Toleration],
+    errors: &mut Vec<FieldError>,
+) -> Vec<k8s::Toleration> {
+    let at = FieldPath::new("spec").child("tolerations");
+    for (i, t) in list.iter().enumerate() {
+        let at = at.index(i);
+        let key = t.key.as_deref().unwrap_or_default();
+        match t.operator.as_deref() {
+            None | Some("" | "Equal") if key.is_empty() => errors.push(FieldError::invalid(
+                at.child("operator"),
+                "must be Exists when key is empty, which means \"match all values and all keys\"",
+            )),
+            None | Some("" | "Equal") => {}
+            Some("Exists") if t.value.as_deref().is_some_and(|v| !v.is_empty()) => {
+                errors.push(FieldError::invalid(
+                    at.child("value"),
+                    "value must be empty when `operator` is 'Exists'",
+                ))
+            }
+            Some("Exists") => {}
+            Some(other) => errors.push(FieldError::unsupported(
+                at.child("operator"),
+                format!("unsupported value {other:?}: must be Equal or Exists"),
+            )),
+        }
+        match t.effect.as_deref() {
+            None | Some("" | "NoSchedule" | "PreferNoSchedule" | "NoExecute") => {}
+            Some(other) => errors.push(FieldError::unsupported(
+                at.child("effect"),
+                format!(
+                    "unsupported value {other:?}: must be NoSchedule, PreferNoSchedule or NoExecute"
+                ),
+            )),
+        }
+        if t.toleration_seconds.is_some() && t.effect.as_deref() != Some("NoExecute") {
+            errors.push(FieldError::invalid(
+                at.child("effect"),
+                "effect must be 'NoExecute' when `tolerationSeconds` is set",
+            ));
+        }
+    }
+    list.to_vec()
 }

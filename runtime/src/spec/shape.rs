@@ -202,6 +202,16 @@ const POD: Shape = Object(&[
             ("runtimeClassName", Scalar),
             ("nodeSelector", StringMap),
             ("nodeName", Scalar),
+            (
+                "tolerations",
+                List(&Object(&[
+                    ("key", Scalar),
+                    ("operator", Scalar),
+                    ("value", Scalar),
+                    ("effect", Scalar),
+                    ("tolerationSeconds", Scalar),
+                ])),
+            ),
             ("enableServiceLinks", Scalar),
             (
                 "securityContext",

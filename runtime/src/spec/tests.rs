@@ -566,3 +566,26 @@ fn runtime_classes_of_wasm_runtimes_run_here_and_others_are_not_found() {
             .contains("RuntimeClass \"gvisor\" not found")
     );
 }
+
+#[test]
+fn tolerations_are_validated_as_the_api_server_does() {
+    let ok = "  tolerations: [ { key: a, operator: Equal, value: b, effect: NoSchedule }, { operator: Exists }, { key: c, operator: Exists, effect: NoExecute, tolerationSeconds: 30 } ]\n";
+    parse(&pod_with("", ok, "")).unwrap_or_else(|e| panic!("{e}"));
+    let bad = "  tolerations: [ { value: b }, { key: a, operator: Exists, value: b }, { key: a, operator: Near }, { key: a, effect: Sometimes }, { key: a, tolerationSeconds: 5 } ]\n";
+    let paths: Vec<String> = parse(&pod_with("", bad, ""))
+        .unwrap_err()
+        .errors
+        .into_iter()
+        .map(|e| e.path)
+        .collect();
+    assert_eq!(
+        paths,
+        [
+            "spec.tolerations[0].operator",
+            "spec.tolerations[1].value",
+            "spec.tolerations[2].operator",
+            "spec.tolerations[3].effect",
+            "spec.tolerations[4].effect",
+        ]
+    );
+}
