@@ -1,0 +1,148 @@
+//! Real manifests: what the API server sets, security contexts, runtime classes, tolerations.
+
+use super::*;
+
+/// What `kubectl run demo --image=... --restart=Never --dry-run=client -o yaml` prints.
+#[test]
+fn a_pod_made_by_kubectl_run_validates() {
+    let yaml = r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  creationTimestamp: null
+  labels:
+    run: demo
+  name: demo
+spec:
+  containers:
+  - image: a.wasm
+    name: demo
+    resources: {}
+  dnsPolicy: ClusterFirst
+  restartPolicy: Never
+status: {}
+"#;
+    let spec = parse(yaml).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(spec.restart_policy, RestartPolicy::Never);
+}
+
+/// Fields the API server sets are accepted on input and not used.
+#[test]
+fn server_set_fields_are_accepted() {
+    let yaml = r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: exported
+  creationTimestamp: "2026-11-23T10:00:00Z"
+  resourceVersion: "12345"
+  generation: 2
+  selfLink: /api/v1/namespaces/default/pods/exported
+  finalizers: [example.com/keep]
+  ownerReferences: [ { apiVersion: apps/v1, kind: ReplicaSet, name: rs, uid: 0b5c4a4e-1111-4222-8333-944455556666 } ]
+  managedFields: [ { manager: kubectl, operation: Update, apiVersion: v1, fieldsType: FieldsV1, fieldsV1: { "f:spec": {} } } ]
+spec:
+  containers: [ { name: c, image: a.wasm } ]
+status:
+  phase: Running
+  podIP: 10.0.0.7
+"#;
+    parse(yaml).unwrap_or_else(|e| panic!("{e}"));
+    let errs = errors(&pod_with("", "  dnsPolicy: None\n", ""));
+    assert!(
+        errs[0].starts_with("spec.dnsPolicy: not supported by wasmpod"),
+        "{errs:?}"
+    );
+    let errs = errors(&pod_with("", "  dnsPolicy: Sometimes\n", ""));
+    assert!(
+        errs[0].starts_with("spec.dnsPolicy: unsupported value"),
+        "{errs:?}"
+    );
+}
+
+/// Security settings the wasm sandbox gives already are accepted; those it cannot give are
+/// refused with the reason.
+#[test]
+fn security_contexts_the_sandbox_satisfies_are_accepted() {
+    let good = pod_with(
+        "",
+        "  securityContext: { runAsNonRoot: true, runAsUser: 1000, fsGroup: 2000, seccompProfile: { type: RuntimeDefault } }\n  schedulerName: default-scheduler\n  enableServiceLinks: true\n",
+        "    imagePullPolicy: IfNotPresent\n    stdin: false\n    tty: false\n    securityContext: { runAsNonRoot: true, readOnlyRootFilesystem: true, allowPrivilegeEscalation: false, capabilities: { drop: [ALL] }, seccompProfile: { type: RuntimeDefault } }\n",
+    );
+    parse(&good).unwrap_or_else(|e| panic!("{e}"));
+    let bad = pod_with(
+        "",
+        "  securityContext: { sysctls: [ { name: net.core.somaxconn, value: \"1024\" } ], seccompProfile: { type: Unconfined } }\n  schedulerName: my-scheduler\n",
+        "    imagePullPolicy: Sometimes\n    tty: true\n    securityContext: { privileged: true, allowPrivilegeEscalation: true, capabilities: { add: [NET_ADMIN] } }\n",
+    );
+    let err = parse(&bad).unwrap_err();
+    let paths: Vec<&str> = err.errors.iter().map(|e| e.path.as_str()).collect();
+    for path in [
+        "spec.containers[0].securityContext.privileged",
+        "spec.containers[0].securityContext.allowPrivilegeEscalation",
+        "spec.containers[0].securityContext.capabilities.add",
+        "spec.containers[0].imagePullPolicy",
+        "spec.containers[0].tty",
+        "spec.securityContext.seccompProfile.type",
+        "spec.securityContext.sysctls",
+        "spec.schedulerName",
+    ] {
+        assert!(paths.contains(&path), "{path} in {paths:?}");
+    }
+    let privileged = err
+        .errors
+        .iter()
+        .find(|e| e.path.ends_with("privileged"))
+        .unwrap();
+    assert_eq!(privileged.kind, FieldErrorKind::NotSupportedByWasmpod);
+    assert!(
+        privileged.message.contains("cannot be given"),
+        "{privileged}"
+    );
+}
+
+#[test]
+fn runtime_classes_of_wasm_runtimes_run_here_and_others_are_not_found() {
+    for class in [
+        "wasmpod",
+        "wasmtime",
+        "spin",
+        "wasmtime-spin-v2",
+        "wasmedge",
+        "crun",
+    ] {
+        parse(&pod_with("", &format!("  runtimeClassName: {class}\n"), ""))
+            .unwrap_or_else(|e| panic!("{class}: {e}"));
+    }
+    let err = parse(&pod_with("", "  runtimeClassName: gvisor\n", "")).unwrap_err();
+    assert_eq!(err.errors[0].path, "spec.runtimeClassName");
+    assert_eq!(err.errors[0].kind, FieldErrorKind::NotFound);
+    assert!(
+        err.errors[0]
+            .message
+            .contains("RuntimeClass \"gvisor\" not found")
+    );
+}
+
+#[test]
+fn tolerations_are_validated_as_the_api_server_does() {
+    let ok = "  tolerations: [ { key: a, operator: Equal, value: b, effect: NoSchedule }, { operator: Exists }, { key: c, operator: Exists, effect: NoExecute, tolerationSeconds: 30 } ]\n";
+    parse(&pod_with("", ok, "")).unwrap_or_else(|e| panic!("{e}"));
+    let bad = "  tolerations: [ { value: b }, { key: a, operator: Exists, value: b }, { key: a, operator: Near }, { key: a, effect: Sometimes }, { key: a, tolerationSeconds: 5 } ]\n";
+    let paths: Vec<String> = parse(&pod_with("", bad, ""))
+        .unwrap_err()
+        .errors
+        .into_iter()
+        .map(|e| e.path)
+        .collect();
+    assert_eq!(
+        paths,
+        [
+            "spec.tolerations[0].operator",
+            "spec.tolerations[1].value",
+            "spec.tolerations[2].operator",
+            "spec.tolerations[3].effect",
+            "spec.tolerations[4].effect",
+        ]
+    );
+}
