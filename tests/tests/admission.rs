@@ -499,3 +499,53 @@ async fn taints_need_tolerations() {
     intolerant.delete(None);
     intolerant.deleted().await;
 }
+
+/// `priority` and `preemptionPolicy`, which an exported pod carries, are accepted when they are
+/// what the pod's PriorityClass gives, and refused as the API server refuses them otherwise;
+/// service account names are accepted (no token is mounted).
+#[tokio::test]
+async fn written_priorities_must_match_the_class() {
+    let node = TestNode::new();
+    let pod = |name: &str, lines: &[&str]| {
+        let mut pod = PodYaml::new(name).never();
+        for line in lines {
+            pod = pod.spec(line);
+        }
+        pod.container(r#"{ name: c, image: "{p1}", args: [print, ran] }"#)
+            .build()
+    };
+    let exported = [
+        "priority: 0",
+        "preemptionPolicy: PreemptLowerPriority",
+        "serviceAccountName: default",
+        "serviceAccount: default",
+    ];
+    let (_, status) = node.run(&pod("exported", &exported), LIMIT).await;
+    assert_eq!(status.phase.as_deref(), Some("Succeeded"));
+    let err = node
+        .node
+        .create_pod(
+            node.spec(&pod("forged", &["priority: 7"])),
+            PodOptions::default(),
+        )
+        .await
+        .expect_err("a priority the class does not give");
+    assert!(
+        err.to_string().starts_with(
+            "spec.priority: the integer value of priority (7) must not be provided in pod spec"
+        ),
+        "{err}"
+    );
+    let err = node
+        .node
+        .create_pod(
+            node.spec(&pod("never", &["preemptionPolicy: Never"])),
+            PodOptions::default(),
+        )
+        .await
+        .expect_err("a preemption policy the class does not give");
+    assert!(
+        err.to_string().contains("computed PreemptLowerPriority"),
+        "{err}"
+    );
+}

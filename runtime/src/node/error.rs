@@ -31,6 +31,10 @@ pub enum Error {
     /// The pod names a PriorityClass the node does not have.
     #[error("spec.priorityClassName: no PriorityClass with name {0} was found")]
     UnknownPriorityClass(String),
+    /// The pod's `spec.priority` or `spec.preemptionPolicy` is not what its PriorityClass gives
+    /// (the message is the API server's).
+    #[error("{0}")]
+    PriorityMismatch(String),
     /// The node's PriorityClasses are inconsistent (two of one name, two global defaults).
     #[error("PriorityClass {name}: {message}")]
     PriorityClass {

@@ -56,14 +56,41 @@ impl Priorities {
         })
     }
 
+    /// The pod's priority from its class. As the API server's priority admission does, a
+    /// `spec.priority` or `spec.preemptionPolicy` written in the pod must be what the class gives.
     pub(super) fn of(&self, spec: &PodSpec) -> Result<Priority, Error> {
-        match &spec.priority_class {
-            None => Ok(self.default),
+        let priority = match &spec.priority_class {
+            None => self.default,
             Some(name) => self
                 .classes
                 .get(name)
                 .copied()
-                .ok_or_else(|| Error::UnknownPriorityClass(name.clone())),
+                .ok_or_else(|| Error::UnknownPriorityClass(name.clone()))?,
+        };
+        if let Some(given) = spec.priority
+            && given != priority.value
+        {
+            return Err(Error::PriorityMismatch(format!(
+                "spec.priority: the integer value of priority ({given}) must not be provided in \
+                 pod spec; priority admission controller computed {} from the given \
+                 PriorityClass name",
+                priority.value
+            )));
         }
+        let policy = if priority.preempts {
+            "PreemptLowerPriority"
+        } else {
+            "Never"
+        };
+        if let Some(given) = spec.preemption_policy.as_deref()
+            && given != policy
+        {
+            return Err(Error::PriorityMismatch(format!(
+                "spec.preemptionPolicy: the value of preemptionPolicy ({given}) must not be \
+                 provided in pod spec; priority admission controller computed {policy} from the \
+                 given PriorityClass name"
+            )));
+        }
+        Ok(priority)
     }
 }

@@ -229,6 +229,10 @@ pub struct PodSpec {
     pub(crate) hostname: String,
     pub(crate) labels: BTreeMap<String, String>,
     pub(crate) annotations: BTreeMap<String, String>,
+    /// `spec.priority` and `spec.preemptionPolicy` as written (the API server fills them in from
+    /// the PriorityClass; given, they must agree with it).
+    pub(crate) priority: Option<i32>,
+    pub(crate) preemption_policy: Option<String>,
     /// `spec.tolerations`, validated.
     pub(crate) tolerations: Vec<k8s_openapi::api::core::v1::Toleration>,
     /// `spec.nodeName`: the node the pod is bound to, when the manifest says.

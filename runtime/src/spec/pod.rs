@@ -299,6 +299,16 @@ pub(super) fn convert(
             format!("unsupported value {name:?}: wasmpod admits pods itself, as default-scheduler"),
         ));
     }
+    if let Some(policy) = spec.preemption_policy.as_deref()
+        && !matches!(policy, "PreemptLowerPriority" | "Never")
+    {
+        errors.push(FieldError::unsupported(
+            "spec.preemptionPolicy",
+            format!("unsupported value {policy:?}: must be PreemptLowerPriority or Never"),
+        ));
+    }
+    // No API server runs on a node, so no service account token is mounted: the names are
+    // accepted (an exported pod carries them) and a token volume would have to be given.
     // The runtime classes wasm pods carry in the wild all mean "run here".
     if let Some(class) = spec.runtime_class_name.as_deref()
         && !RUNTIME_CLASSES.contains(&class)
@@ -326,6 +336,8 @@ pub(super) fn convert(
     Some(PodSpec {
         node_selector: spec.node_selector.clone().unwrap_or_default(),
         node_name: spec.node_name.clone().filter(|n| !n.is_empty()),
+        priority: spec.priority,
+        preemption_policy: spec.preemption_policy.clone(),
         tolerations: check_tolerations(spec.tolerations.as_deref().unwrap_or_default(), errors),
         priority_class,
         hostname,

@@ -202,6 +202,11 @@ const POD: Shape = Object(&[
             ("runtimeClassName", Scalar),
             ("nodeSelector", StringMap),
             ("nodeName", Scalar),
+            ("priority", Scalar),
+            ("preemptionPolicy", Scalar),
+            ("serviceAccountName", Scalar),
+            ("serviceAccount", Scalar),
+            ("automountServiceAccountToken", Scalar),
             (
                 "tolerations",
                 List(&Object(&[
