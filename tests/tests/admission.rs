@@ -385,22 +385,13 @@ async fn node_selector_matches_the_node_labels() {
         .await;
     assert_eq!(status.phase.as_deref(), Some("Succeeded"));
     let ssd = node.start(&pod("ssd", "{ disk: ssd }")).await;
-    let pending = wait_for(&ssd, LIMIT, |s| {
-        s.conditions
-            .iter()
-            .flatten()
-            .any(|c| c.type_ == "PodScheduled" && c.reason.as_deref() == Some("Unschedulable"))
-    })
-    .await;
-    let (status, _, message) = condition(&pending, "PodScheduled");
-    assert_eq!(status, "False");
+    let message = unschedulable(&ssd).await;
     assert!(
-        message.unwrap_or_default().starts_with(
+        message.starts_with(
             "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector."
         ),
-        "{pending:?}"
+        "{message}"
     );
-    assert_eq!(pending.phase.as_deref(), Some("Pending"));
     assert!(
         node.node
             .check_fits(&node.spec(&pod("ssd", "{ disk: ssd }")))
@@ -428,19 +419,12 @@ async fn node_name_binds_the_pod() {
     let (_, status) = node.run(&pod("here", "edge-1"), LIMIT).await;
     assert_eq!(status.phase.as_deref(), Some("Succeeded"));
     let elsewhere = node.start(&pod("there", "edge-2")).await;
-    let pending = wait_for(&elsewhere, LIMIT, |s| {
-        s.conditions
-            .iter()
-            .flatten()
-            .any(|c| c.type_ == "PodScheduled" && c.reason.as_deref() == Some("Unschedulable"))
-    })
-    .await;
-    let (_, _, message) = condition(&pending, "PodScheduled");
+    let message = unschedulable(&elsewhere).await;
     assert!(
-        message.unwrap_or_default().starts_with(
+        message.starts_with(
             "0/1 nodes are available: 1 node(s) didn't match the requested node name."
         ),
-        "{pending:?}"
+        "{message}"
     );
     elsewhere.delete(None);
     elsewhere.deleted().await;
@@ -482,19 +466,12 @@ async fn taints_need_tolerations() {
         assert_eq!(status.phase.as_deref(), Some("Succeeded"), "{name}");
     }
     let intolerant = node.start(&pod("intolerant", "[]")).await;
-    let pending = wait_for(&intolerant, LIMIT, |s| {
-        s.conditions
-            .iter()
-            .flatten()
-            .any(|c| c.type_ == "PodScheduled" && c.reason.as_deref() == Some("Unschedulable"))
-    })
-    .await;
-    let (_, _, message) = condition(&pending, "PodScheduled");
+    let message = unschedulable(&intolerant).await;
     assert!(
-        message.unwrap_or_default().starts_with(
+        message.starts_with(
             "0/1 nodes are available: 1 node(s) had untolerated taint {dedicated: wasm}."
         ),
-        "{pending:?}"
+        "{message}"
     );
     intolerant.delete(None);
     intolerant.deleted().await;
