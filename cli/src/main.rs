@@ -349,8 +349,8 @@ async fn report_pending(pod: PodHandle) {
     }
 }
 
+/// Where the event stream goes: the file at `path`, or stdout for `-`.
 fn open_output(path: &Path) -> anyhow::Result<Box<dyn Write + Send>> {
-    // (The event stream's file; `-` is stdout.)
     if path == Path::new("-") {
         return Ok(Box::new(std::io::stdout()));
     }

@@ -138,8 +138,11 @@ fn process_lives(pid: u32) -> bool {
 pub(crate) fn log_dir_name(namespace: &str, name: &str, uid: &str) -> String {
     let fixed = namespace.len() + uid.len() + 2;
     let room = NAME_MAX.saturating_sub(fixed);
-    // Names are ASCII (DNS names), so any cut is at a character boundary.
-    let name = &name[..name.len().min(room)];
+    let mut end = name.len().min(room);
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    let name = &name[..end];
     format!("{namespace}_{name}_{uid}")
 }
 

@@ -191,7 +191,7 @@ impl PodVolumes {
     }
 
     /// Removes what wasmpod made for the pod.
-    pub(crate) fn remove(&self, pod_dir: &Path, uid: &str) {
+    pub(crate) fn remove(&self, pod_dir: &Path) {
         for (dir, owned) in self.dirs.iter().zip(&self.owned) {
             if *owned
                 && let Err(e) = std::fs::remove_dir_all(dir)
@@ -201,7 +201,6 @@ impl PodVolumes {
             }
         }
         let _ = std::fs::remove_dir(pod_dir.join("volumes"));
-        let _ = uid;
         if let Some((dir, _lock)) = &self.shm {
             // The lock goes with the directory; it is released when `self` drops.
             let _ = std::fs::remove_dir_all(dir);

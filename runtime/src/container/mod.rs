@@ -310,8 +310,8 @@ fn prepare<T: 'static>(
     // credited back, so that over a few pauses it uses f of a core. Only time inside wasm counts
     // (the call hooks say when the guest enters and leaves it): time blocked in host calls,
     // sleeping or waiting for I/O, is not CPU.
-    let throttle = Arc::new(std::sync::Mutex::new(Throttle::default()));
-    let hook = cpu_share.map(|_| throttle.clone());
+    let throttle = cpu_share.map(|f| (f, Arc::new(std::sync::Mutex::new(Throttle::default()))));
+    let hook = throttle.as_ref().map(|(_, t)| t.clone());
     crate::engine::activity::track(store, activity, move |inside| {
         if let Some(t) = &hook {
             let mut t = t.lock().unwrap_or_else(|e| e.into_inner());
@@ -327,7 +327,14 @@ fn prepare<T: 'static>(
         if kill.passed() {
             return Err(Killed.into());
         }
-        let pause = cpu_share.and_then(|f| {
+        // An unlimited guest only yields; a limited one pays its debt once it is large enough.
+        let Some((f, throttle)) = &throttle else {
+            return Ok(UpdateDeadline::YieldCustom(
+                1,
+                Box::pin(tokio::task::yield_now()),
+            ));
+        };
+        let pause = {
             let mut t = throttle.lock().unwrap_or_else(|e| e.into_inner());
             let now = Instant::now();
             if let Some(entered) = t.entered.replace(now) {
@@ -335,13 +342,15 @@ fn prepare<T: 'static>(
             }
             t.debt += std::mem::take(&mut t.ran) * (1.0 - f) / f;
             (t.debt >= THROTTLE_PAUSE.as_secs_f64()).then(|| Duration::from_secs_f64(t.debt))
-        });
+        };
+        let Some(pause) = pause else {
+            return Ok(UpdateDeadline::YieldCustom(
+                1,
+                Box::pin(tokio::task::yield_now()),
+            ));
+        };
         let throttle = throttle.clone();
         let slice = async move {
-            let Some(pause) = pause else {
-                tokio::task::yield_now().await;
-                return;
-            };
             let start = Instant::now();
             tokio::time::sleep(pause).await;
             let mut t = throttle.lock().unwrap_or_else(|e| e.into_inner());

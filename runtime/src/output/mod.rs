@@ -355,30 +355,44 @@ async fn write_logs(
                     })
             });
             for out in lines {
-                let sent = match tap.try_send(out) {
-                    Ok(()) => Ok(()),
-                    Err(mpsc::error::TrySendError::Full(out)) if dropped_for_tap == 0 => {
-                        match tokio::time::timeout(TAP_PATIENCE, tap.send(out)).await {
-                            Ok(Ok(())) => Ok(()),
-                            Ok(Err(_)) => Err(true),
-                            Err(_) => Err(false),
-                        }
-                    }
-                    Err(mpsc::error::TrySendError::Full(_)) => Err(false),
-                    Err(mpsc::error::TrySendError::Closed(_)) => Err(true),
-                };
-                match sent {
-                    Ok(()) if dropped_for_tap > 0 => {
+                match deliver(tap, out, dropped_for_tap > 0).await {
+                    Delivery::Sent if dropped_for_tap > 0 => {
                         tracing::warn!(
                             dropped = dropped_for_tap,
                             "the pod's output watcher missed lines (they are in the log)"
                         );
                         dropped_for_tap = 0;
                     }
-                    Ok(()) => {}
-                    Err(true) => break,
-                    Err(false) => dropped_for_tap += 1,
+                    Delivery::Sent => {}
+                    Delivery::Dropped => dropped_for_tap += 1,
+                    Delivery::Closed => break,
                 }
+            }
+        }
+    }
+}
+
+/// What became of a line handed to the pod's output watcher.
+enum Delivery {
+    Sent,
+    /// The watcher did not keep up; the line is only in the log.
+    Dropped,
+    /// Nobody watches any more.
+    Closed,
+}
+
+/// Hands `out` to the watcher, waiting at most [`TAP_PATIENCE`] for room (not at all while it is
+/// already `dropping` lines).
+async fn deliver(tap: &mpsc::Sender<OutputLine>, out: OutputLine, dropping: bool) -> Delivery {
+    match tap.try_send(out) {
+        Ok(()) => Delivery::Sent,
+        Err(mpsc::error::TrySendError::Closed(_)) => Delivery::Closed,
+        Err(mpsc::error::TrySendError::Full(_)) if dropping => Delivery::Dropped,
+        Err(mpsc::error::TrySendError::Full(out)) => {
+            match tokio::time::timeout(TAP_PATIENCE, tap.send(out)).await {
+                Ok(Ok(())) => Delivery::Sent,
+                Ok(Err(_)) => Delivery::Closed,
+                Err(_) => Delivery::Dropped,
             }
         }
     }

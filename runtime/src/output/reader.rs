@@ -92,11 +92,8 @@ impl Logs {
             // Seen before reading, so nothing flushed after the read is missed.
             let ended = self.book.has_ended(&self.container, self.instance);
             self.written.mark_unchanged();
-            self.read_more().await;
-            if !self.lines.is_empty() {
-                continue;
-            }
-            if self.file.is_some() && self.partial.is_empty() && !self.at_end().await {
+            // Read until the file has nothing more (a chunk may hold no whole record).
+            if self.read_more().await || !self.lines.is_empty() {
                 continue;
             }
             if !self.to_end || ended || self.written.changed().await.is_err() {
@@ -109,32 +106,38 @@ impl Logs {
 
     /// Reads the next piece of the file (at most [`READ_CHUNK`] bytes, so a large log is never
     /// held in memory whole) as lines; at its end, moves on to a new file at the path when the
-    /// writer has rotated the log.
-    async fn read_more(&mut self) {
+    /// writer has rotated the log. Whether anything was read.
+    async fn read_more(&mut self) -> bool {
         if self.file.is_none() {
             match tokio::fs::File::open(&self.path).await {
                 Ok(file) => self.file = Some(file),
-                Err(_) => return, // nothing written yet
+                Err(_) => return false, // nothing written yet
             }
         }
-        let Some(file) = &mut self.file else { return };
-        let mut chunk = vec![0u8; READ_CHUNK];
-        let n = match file.read(&mut chunk).await {
+        let Some(file) = &mut self.file else {
+            return false;
+        };
+        let start = self.partial.len();
+        let read = (&mut *file)
+            .take(READ_CHUNK as u64)
+            .read_to_end(&mut self.partial)
+            .await;
+        let n = match read {
             Ok(n) => n,
             Err(e) => {
                 tracing::warn!(file = %self.path.display(), "cannot read the container log: {e}");
-                return;
+                self.partial.truncate(start);
+                return false;
             }
         };
         if n == 0 {
             if self.rotated().await {
                 self.file = None;
                 self.partial.clear();
-                Box::pin(self.read_more()).await;
+                return Box::pin(self.read_more()).await;
             }
-            return;
+            return false;
         }
-        self.partial.extend_from_slice(&chunk[..n]);
         let mut consumed = 0;
         while let Some(nl) = self.partial[consumed..].iter().position(|&b| b == b'\n') {
             let record = &self.partial[consumed..consumed + nl];
@@ -148,18 +151,7 @@ impl Logs {
             // No record is this long (lines are split at 16 KiB): not a log the writer made.
             self.partial.clear();
         }
-    }
-
-    /// Whether everything the open file holds now was read.
-    async fn at_end(&mut self) -> bool {
-        use tokio::io::AsyncSeekExt;
-        let Some(file) = &mut self.file else {
-            return true;
-        };
-        match (file.stream_position().await, file.metadata().await) {
-            (Ok(at), Ok(meta)) => at >= meta.len(),
-            _ => true,
-        }
+        true
     }
 
     /// Whether the file at the path is no longer the one being read (the log was rotated).

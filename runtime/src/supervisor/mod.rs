@@ -37,7 +37,7 @@ use crate::network::publish::Published;
 use crate::network::{NodeNetwork, PodNetwork};
 use crate::output::{LogBook, PodOutput};
 use crate::paths::PodPaths;
-use crate::spec::{PodSpec, VolumeSource};
+use crate::spec::{Handler, PodSpec, VolumeSource};
 use crate::volumes::PodVolumes;
 
 /// The kubelet's floor for the time between TERM and KILL (`minimumGracePeriodInSeconds`).
@@ -423,6 +423,26 @@ impl PodTask {
             // The kubelet's hard eviction: a grace period of one second.
             Msg::Evict { message } => self.evict(message, Duration::from_secs(1)),
         }
+    }
+
+    /// Runs a lifecycle hook of container `index`'s live instance in the background, bounded by
+    /// `timeout`; its result comes back as [`Msg::Hook`].
+    fn run_hook(&mut self, index: usize, hook: HookKind, handler: Handler, timeout: Duration) {
+        let tx = self.tx.clone();
+        let Some(instance) = &mut self.containers[index].instance else {
+            return;
+        };
+        let (sandbox, id) = (instance.sandbox.clone(), instance.id);
+        let task = tokio::spawn(async move {
+            let result = probe::run_handler(&handler, &sandbox, timeout).await;
+            let _ = tx.send(Msg::Hook {
+                index,
+                id,
+                hook,
+                result,
+            });
+        });
+        instance.tasks.push(task.abort_handle());
     }
 
     /// The instance `id` of container `index`, if it is still the live one.

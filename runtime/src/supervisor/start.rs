@@ -190,19 +190,8 @@ impl PodTask {
         match post_start {
             // The container is not Running until its postStart hook returns.
             Some(handler) => {
-                let (tx, timeout) = (self.tx.clone(), self.spec.grace_period.max(MIN_GRACE));
-                let task = tokio::spawn(async move {
-                    let result = probe::run_handler(&handler, &sandbox, timeout).await;
-                    let _ = tx.send(Msg::Hook {
-                        index,
-                        id,
-                        hook: HookKind::PostStart,
-                        result,
-                    });
-                });
-                if let Some(instance) = &mut self.containers[index].instance {
-                    instance.tasks.push(task.abort_handle());
-                }
+                let timeout = self.spec.grace_period.max(MIN_GRACE);
+                self.run_hook(index, HookKind::PostStart, handler, timeout);
             }
             None => self.running(index),
         }

@@ -3,9 +3,9 @@
 
 use std::time::{Duration, Instant};
 
-use super::probe::{self, HookKind};
+use super::probe::HookKind;
 use super::stopping::Step;
-use super::{Msg, PodTask, Shutdown, ShutdownCause, after};
+use super::{PodTask, Shutdown, ShutdownCause, after};
 use crate::container::{EXIT_KILLED, EXIT_TERMINATED};
 use crate::events::{EventType, Reason};
 use crate::spec::Role;
@@ -165,7 +165,7 @@ impl PodTask {
         let Some(handler) = self.containers[index].spec.pre_stop.clone() else {
             return;
         };
-        let Some(instance) = &mut self.containers[index].instance else {
+        let Some(instance) = &self.containers[index].instance else {
             return;
         };
         let deadline = instance
@@ -173,17 +173,7 @@ impl PodTask {
             .deadline()
             .unwrap_or_else(|| after(Instant::now(), self.spec.grace_period));
         let timeout = deadline.saturating_duration_since(Instant::now());
-        let (sandbox, id, tx) = (instance.sandbox.clone(), instance.id, self.tx.clone());
-        let task = tokio::spawn(async move {
-            let result = probe::run_handler(&handler, &sandbox, timeout).await;
-            let _ = tx.send(Msg::Hook {
-                index,
-                id,
-                hook: HookKind::PreStop,
-                result,
-            });
-        });
-        instance.tasks.push(task.abort_handle());
+        self.run_hook(index, HookKind::PreStop, handler, timeout);
         self.container_event(
             index,
             EventType::Normal,
@@ -237,7 +227,7 @@ impl PodTask {
             }
         }
         self.seat.release();
-        self.volumes.remove(&self.paths.pod_dir, &self.uid);
+        self.volumes.remove(&self.paths.pod_dir);
         self.pod_event(
             EventType::Normal,
             Reason::Deleted,
