@@ -33,6 +33,9 @@ struct Cli {
 enum Command {
     /// Run one pod in the foreground until it ends; exit 0 if it Succeeded, 1 if it Failed.
     Run(Box<RunArgs>),
+    /// Run the node agent until SIGTERM or Ctrl-C: keep pods across restarts in the state dir
+    /// and serve the Kubernetes API to kubectl (the kubeconfig is written under the state dir).
+    Serve(Box<ServeArgs>),
     /// Check a Pod YAML file; print `valid` or every error.
     Validate {
         /// YAML with the ConfigMap, Secret and PriorityClass documents the pod uses. Repeatable.
@@ -63,6 +66,21 @@ struct RunArgs {
     node: NodeArgs,
     /// The Pod YAML file.
     pod: PathBuf,
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// Where the API listens (HTTPS); port 0 picks a free port.
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:6443")]
+    listen: SocketAddr,
+    /// Where relative image paths of pods are resolved [default: the current directory]
+    #[arg(long, value_name = "DIR")]
+    images_dir: Option<PathBuf>,
+    /// The node's name [default: the host name]
+    #[arg(long, value_name = "NAME")]
+    node_name: Option<String>,
+    #[command(flatten)]
+    node: NodeArgs,
 }
 
 /// Options of the node that runs the pods.
@@ -227,6 +245,16 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::Serve(args) => {
+            let runtime = tokio::runtime::Runtime::new().expect("cannot start the async runtime");
+            match runtime.block_on(serve(*args)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("wasmpod: {e:#}");
+                    ExitCode::from(2)
+                }
+            }
+        }
         Command::Run(args) => {
             let runtime = tokio::runtime::Runtime::new().expect("cannot start the async runtime");
             match runtime.block_on(run(*args)) {
@@ -325,6 +353,30 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         Some("Succeeded") => ExitCode::SUCCESS,
         _ => ExitCode::from(1),
     })
+}
+
+/// `wasmpod serve`: the node agent, until SIGTERM or Ctrl-C.
+async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let mut signals = Signals::listen().context("cannot listen for signals")?;
+    let mut node = args.node.options();
+    if let Some(name) = args.node_name {
+        node = node.node_name(name);
+    }
+    let mut options = wasmpod_agent::AgentOptions::default()
+        .node(node)
+        .listen(args.listen);
+    if let Some(dir) = args.images_dir {
+        options = options.images_dir(dir);
+    }
+    let agent = wasmpod_agent::Agent::start(options).await?;
+    println!(
+        "wasmpod: serving the Kubernetes API on https://{}\nKUBECONFIG={}",
+        agent.local_addr(),
+        agent.kubeconfig().display()
+    );
+    signals.next().await;
+    agent.stop().await;
+    Ok(())
 }
 
 /// How long `run` waits, once the pod is gone, for its event stream to be written out.

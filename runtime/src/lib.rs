@@ -46,6 +46,7 @@ mod spec;
 mod supervisor;
 mod volumes;
 
+pub use container::ExecOutput;
 pub use engine::LoadError;
 pub use events::{Event, EventStream, EventType, Reason};
 pub use network::Egress;

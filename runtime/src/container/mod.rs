@@ -67,6 +67,8 @@ pub(crate) struct Sandbox {
 pub(crate) struct Exit {
     pub(crate) code: i32,
     pub(crate) oom: bool,
+    /// The instance was lost with the node's previous process (its end was not seen).
+    pub(crate) lost: bool,
     pub(crate) message: Option<String>,
 }
 
@@ -75,13 +77,25 @@ impl Exit {
         Exit {
             code,
             oom: false,
+            lost: false,
             message: None,
+        }
+    }
+
+    /// An instance that was running when the node's previous process ended: the kubelet's
+    /// `ContainerStatusUnknown`, exit code 137.
+    pub(crate) fn lost(message: String) -> Exit {
+        Exit {
+            lost: true,
+            message: Some(message),
+            ..Exit::code(EXIT_KILLED)
         }
     }
 
     /// The Kubernetes reason for this exit.
     pub(crate) fn reason(&self) -> &'static str {
         match (self.oom, self.code) {
+            _ if self.lost => "ContainerStatusUnknown",
             (true, _) => "OOMKilled",
             (false, 0) => "Completed",
             (false, _) => "Error",
@@ -186,9 +200,8 @@ impl Sandbox {
         match self.wasi(&self.argv, stdout, stderr) {
             Ok(wasi) => self.run_entry(wasi).await,
             Err(e) => Exit {
-                code: EXIT_START_ERROR,
-                oom: false,
                 message: Some(e.to_string()),
+                ..Exit::code(EXIT_START_ERROR)
             },
         }
     }
@@ -224,26 +237,59 @@ impl Sandbox {
     /// has it, else the entry point with argv = `command`. `Ok` on success; the error says why
     /// not, with what the handler printed.
     pub(crate) async fn exec(&self, command: &[String]) -> Result<(), String> {
-        let name = command.first().map(String::as_str).unwrap_or_default();
         let output = MemoryOutputPipe::new(EXEC_OUTPUT);
-        let mut wasi = self
-            .wasi(command, output.clone(), output.clone())
-            .map_err(|e| e.to_string())?;
-        let with_output = |message: String| {
-            let out = String::from_utf8_lossy(&output.contents())
-                .trim()
-                .to_owned();
-            if out.is_empty() {
-                message
-            } else {
-                format!("{message}: {out}")
+        let (_, why) = self.invoke(command, output.clone(), output.clone()).await;
+        match why {
+            None => Ok(()),
+            Some(message) => {
+                let out = String::from_utf8_lossy(&output.contents())
+                    .trim()
+                    .to_owned();
+                Err(if out.is_empty() {
+                    message
+                } else {
+                    format!("{message}: {out}")
+                })
             }
+        }
+    }
+
+    /// Runs `command` as [`Sandbox::exec`] does, keeping up to `limit` bytes of each of its
+    /// stdout and stderr (`kubectl exec`).
+    pub(crate) async fn exec_output(&self, command: &[String], limit: usize) -> ExecOutput {
+        let (stdout, stderr) = (MemoryOutputPipe::new(limit), MemoryOutputPipe::new(limit));
+        let (exit_code, why) = self.invoke(command, stdout.clone(), stderr.clone()).await;
+        let mut stderr = stderr.contents().to_vec();
+        if exit_code != 0
+            && let Some(why) = why.filter(|w| !w.starts_with("command exited with"))
+        {
+            stderr.extend_from_slice(format!("{why}\n").as_bytes());
+        }
+        ExecOutput {
+            exit_code,
+            stdout: stdout.contents().to_vec(),
+            stderr,
+        }
+    }
+
+    /// Runs `command` in a fresh instance: its exit code (the export's result, the entry
+    /// point's exit code, 134 for a trap) and, when that is not 0, why.
+    async fn invoke(
+        &self,
+        command: &[String],
+        stdout: MemoryOutputPipe,
+        stderr: MemoryOutputPipe,
+    ) -> (i32, Option<String>) {
+        let name = command.first().map(String::as_str).unwrap_or_default();
+        let mut wasi = match self.wasi(command, stdout, stderr) {
+            Ok(wasi) => wasi,
+            Err(e) => return (EXIT_START_ERROR, Some(e.to_string())),
         };
         let called = match &*self.image {
             Image::Module { pre, .. } => {
                 let export = p1_export(name);
                 let Some(wasmtime::ExternType::Func(_)) = pre.module().get_export(export) else {
-                    return self.exec_entry(wasi, with_output).await;
+                    return self.exec_entry(wasi).await;
                 };
                 let mut store = self.p1_store(pre.module().engine(), &mut wasi);
                 let result = async {
@@ -256,13 +302,13 @@ impl Sandbox {
                     if code == 0 {
                         Ok(())
                     } else {
-                        Err(format!("{export} returned {code}"))
+                        Err((code, format!("{export} returned {code}")))
                     }
                 })
             }
             Image::Component { instance: pre, .. } => {
                 let Some(export) = PodExport::find(pre, name) else {
-                    return self.exec_entry(wasi, with_output).await;
+                    return self.exec_entry(wasi).await;
                 };
                 let mut store = self.p2_store(pre.engine(), &mut wasi);
                 async {
@@ -270,27 +316,40 @@ impl Sandbox {
                     export.call(&mut store, &instance).await
                 }
                 .await
+                .map(|r| r.map_err(|message| (1, message)))
             }
         };
         match called {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(message)) => Err(with_output(message)),
-            Err(e) => Err(with_output(format!("{name} trapped: {}", e.root_cause()))),
+            Ok(Ok(())) => (0, None),
+            Ok(Err((code, message))) => (code, Some(message)),
+            Err(e) => (
+                EXIT_TRAP,
+                Some(format!("{name} trapped: {}", e.root_cause())),
+            ),
         }
     }
 
-    async fn exec_entry(
-        &self,
-        wasi: WasiCtxBuilder,
-        with_output: impl Fn(String) -> String,
-    ) -> Result<(), String> {
+    async fn exec_entry(&self, wasi: WasiCtxBuilder) -> (i32, Option<String>) {
         let exit = self.run_entry(wasi).await;
         match (exit.code, exit.message) {
-            (0, _) => Ok(()),
-            (code, None) => Err(with_output(format!("command exited with {code}"))),
-            (code, Some(m)) => Err(with_output(format!("command exited with {code} ({m})"))),
+            (0, _) => (0, None),
+            (code, None) => (code, Some(format!("command exited with {code}"))),
+            (code, Some(m)) => (code, Some(format!("command exited with {code} ({m})"))),
         }
     }
+}
+
+/// What a command run in a container (`kubectl exec`) printed, and its exit code.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ExecOutput {
+    /// The exit code: the entry point's, the export's result, 134 when it trapped, 128 when it
+    /// could not start.
+    pub exit_code: i32,
+    /// What it wrote to stdout (the first MiBs of it, see [`crate::PodHandle::exec_output`]).
+    pub stdout: Vec<u8>,
+    /// What it wrote to stderr, then why it failed when that is not its exit code alone.
+    pub stderr: Vec<u8>,
 }
 
 fn prepare<T: 'static>(
@@ -377,11 +436,7 @@ struct Throttle {
 
 fn exit_of(result: wasmtime::Result<i32>, oom: bool) -> Exit {
     match result {
-        Ok(code) => Exit {
-            code,
-            oom: false,
-            message: None,
-        },
+        Ok(code) => Exit::code(code),
         Err(e) => {
             if let Some(exit) = e.downcast_ref::<I32Exit>() {
                 return Exit::code(exit.0);
@@ -392,15 +447,14 @@ fn exit_of(result: wasmtime::Result<i32>, oom: bool) -> Exit {
             let cause = e.root_cause().to_string();
             if oom {
                 return Exit {
-                    code: EXIT_KILLED,
                     oom: true,
                     message: Some(format!("memory limit reached: {cause}")),
+                    ..Exit::code(EXIT_KILLED)
                 };
             }
             Exit {
-                code: EXIT_TRAP,
-                oom: false,
                 message: Some(cause),
+                ..Exit::code(EXIT_TRAP)
             }
         }
     }

@@ -8,6 +8,7 @@ use k8s_openapi::api::core::v1::PodStatus;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::Error;
+use crate::container::ExecOutput;
 use crate::events::{EventStream, Journal};
 use crate::output::{LogBook, LogOptions, Logs};
 use crate::supervisor::{Msg, Snapshot};
@@ -87,20 +88,36 @@ impl PodHandle {
     /// the entry point with argv = `command`. The instance shares the container's volumes and
     /// environment, not its memory. `Err` says why it failed, with what it printed.
     pub async fn exec(&self, container: &str, command: &[&str]) -> Result<(), String> {
+        let command: Vec<String> = command.iter().map(|s| s.to_string()).collect();
+        self.sandbox(container).await?.exec(&command).await
+    }
+
+    /// Runs `command` in the running `container` as [`PodHandle::exec`] does, and returns what
+    /// it wrote (up to `limit` bytes of stdout and of stderr; more is dropped) and its exit code,
+    /// as `kubectl exec` shows them. `Err` only when it cannot run: no such container, or not
+    /// running.
+    pub async fn exec_output(
+        &self,
+        container: &str,
+        command: &[String],
+        limit: usize,
+    ) -> Result<ExecOutput, String> {
+        Ok(self
+            .sandbox(container)
+            .await?
+            .exec_output(command, limit)
+            .await)
+    }
+
+    async fn sandbox(&self, container: &str) -> Result<Arc<crate::container::Sandbox>, String> {
         let (reply, answer) = oneshot::channel();
-        let command = command.iter().map(|s| s.to_string()).collect();
         let msg = Msg::Exec {
             container: container.to_owned(),
-            command,
             reply,
         };
-        self.inner
-            .tx
-            .send(msg)
-            .map_err(|_| format!("pod {} is gone", self.name()))?;
-        answer
-            .await
-            .map_err(|_| format!("pod {} is gone", self.name()))?
+        let gone = || format!("pod {} is gone", self.name());
+        self.inner.tx.send(msg).map_err(|_| gone())?;
+        answer.await.map_err(|_| gone())?
     }
 
     /// Deletes the pod: its containers are stopped gracefully within `grace` (the pod's

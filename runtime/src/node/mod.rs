@@ -8,6 +8,8 @@ mod registry;
 mod scheduler;
 
 use std::path::PathBuf;
+
+use k8s_openapi::api::scheduling::v1::PriorityClass;
 use std::sync::Arc;
 
 use crate::engine::{Engine, Image, Pull};
@@ -44,7 +46,7 @@ pub struct Node {
     pods: Arc<registry::Registry>,
     scheduler: Arc<scheduler::Scheduler>,
     memory: Arc<NodeMemory>,
-    priorities: Arc<Priorities>,
+    priorities: Arc<std::sync::RwLock<Arc<Priorities>>>,
     labels: Arc<std::collections::BTreeMap<String, String>>,
     taints: Arc<[k8s_openapi::api::core::v1::Taint]>,
 }
@@ -105,8 +107,17 @@ impl Node {
             pods,
             scheduler,
             memory,
-            priorities: Arc::new(priorities),
+            priorities: Arc::new(std::sync::RwLock::new(Arc::new(priorities))),
         })
+    }
+
+    /// Replaces the node's PriorityClasses (a node agent's API changed them). Pods created from
+    /// now on resolve their `priorityClassName` against these; running pods keep their priority.
+    /// The classes are checked as [`Node::new`] checks [`NodeOptions::priority_classes`].
+    pub fn set_priority_classes(&self, classes: &[PriorityClass]) -> Result<(), Error> {
+        let priorities = Arc::new(Priorities::new(classes)?);
+        *self.priorities.write().unwrap_or_else(|e| e.into_inner()) = priorities;
+        Ok(())
     }
 
     /// What the node has for pods' requests.
@@ -226,7 +237,11 @@ impl Node {
     /// Terminated pods beyond [`NodeOptions::terminated_pods_kept`] are deleted, oldest first,
     /// whenever a pod stops for good.
     pub async fn create_pod(&self, spec: PodSpec, options: PodOptions) -> Result<PodHandle, Error> {
-        let priority = self.priorities.of(&spec)?;
+        let priorities = self
+            .priorities
+            .read()
+            .map_or_else(|e| e.into_inner().clone(), |p| p.clone());
+        let priority = priorities.of(&spec)?;
         loop {
             match self.pods.reserve(&spec.namespace, &spec.name) {
                 registry::Reserve::Reserved => break,
@@ -310,6 +325,7 @@ impl Node {
             paths,
             images,
             tap: options.output,
+            resume: options.resume,
             net,
             published,
             memory: memory.clone(),

@@ -253,12 +253,37 @@ pub struct PodOptions {
     /// Extra published ports (`run --publish`): host address → container port on the pod IP.
     /// `hostPort` fields of the pod are published too.
     pub publish: Vec<(SocketAddr, u16)>,
+    /// The restart counts of the containers of a pod resumed after its node's process ended
+    /// (a node agent's restart), by container name; see [`PodOptions::resume`].
+    pub resume: BTreeMap<String, i32>,
 }
 
 impl PodOptions {
     /// Publishes `container_port` of the pod on `host` (adds to [`PodOptions::publish`]).
     pub fn publish(mut self, host: SocketAddr, container_port: u16) -> Self {
         self.publish.push((host, container_port));
+        self
+    }
+
+    /// Resumes a pod whose node's process ended while it ran, from the status it last had:
+    /// each container that had started counts its lost instance as exited (last state
+    /// `ContainerStatusUnknown`, exit code 137) and starts again as a restart, so restart counts
+    /// and log files go on from where they were (the pod's `metadata.uid` must be the same).
+    pub fn resume(mut self, last: &k8s_openapi::api::core::v1::PodStatus) -> Self {
+        let ran = |s: &Option<k8s_openapi::api::core::v1::ContainerState>| {
+            s.as_ref()
+                .is_some_and(|s| s.running.is_some() || s.terminated.is_some())
+        };
+        for c in last
+            .init_container_statuses
+            .iter()
+            .chain(&last.container_statuses)
+            .flatten()
+        {
+            if ran(&c.state) || ran(&c.last_state) {
+                self.resume.insert(c.name.clone(), c.restart_count.max(0));
+            }
+        }
         self
     }
 

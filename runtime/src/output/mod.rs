@@ -94,6 +94,9 @@ pub struct OutputLine {
     pub line: String,
     /// True when this is a piece of a line longer than the log's record limit.
     pub partial: bool,
+    /// When it was written (RFC 3339, nanoseconds), for lines read back from the log with
+    /// [`crate::PodHandle::logs`]; `None` for lines delivered as they are written.
+    pub time: Option<String>,
 }
 
 struct Chunk {
@@ -352,6 +355,7 @@ async fn write_logs(
                         stream,
                         line,
                         partial,
+                        time: None,
                     })
             });
             for out in lines {

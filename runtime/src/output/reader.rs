@@ -177,7 +177,7 @@ const READ_CHUNK: usize = 64 * 1024;
 fn parse(container: &str, record: &[u8]) -> Option<OutputLine> {
     let record = String::from_utf8_lossy(record);
     let mut fields = record.splitn(4, ' ');
-    let _time = fields.next()?;
+    let time = fields.next()?;
     let stream = match fields.next()? {
         "stdout" => Stream::Stdout,
         "stderr" => Stream::Stderr,
@@ -189,5 +189,6 @@ fn parse(container: &str, record: &[u8]) -> Option<OutputLine> {
         stream,
         line: fields.next().unwrap_or_default().to_owned(),
         partial,
+        time: Some(time.to_owned()),
     })
 }

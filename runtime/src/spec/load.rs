@@ -136,6 +136,32 @@ impl PodSpec {
         }
     }
 
+    /// Validates a Pod given as a JSON value (an API request's body), as strictly as Pod YAML
+    /// (unknown and duplicate fields are errors). `config` holds the ConfigMap and Secret objects
+    /// its volumes and env may use; relative image paths are resolved against `base_dir`.
+    pub fn from_value(
+        pod: &Value,
+        base_dir: &Path,
+        config: &[Value],
+    ) -> Result<PodSpec, InvalidPod> {
+        let mut store = ConfigStore::default();
+        let mut errors = Vec::new();
+        for (i, doc) in config.iter().enumerate() {
+            if is_v1(doc) && kind_of(doc).is_some() {
+                store.add(
+                    doc.clone(),
+                    &format!("config object {}", i + 1),
+                    &mut errors,
+                );
+            }
+        }
+        if !errors.is_empty() {
+            return Err(InvalidPod { file: None, errors });
+        }
+        let text = serde_json::to_string(pod).unwrap_or_default();
+        PodSpec::parse(&text, base_dir, store)
+    }
+
     /// Validates a Kubernetes Pod value; relative image paths are resolved against `base_dir`.
     pub fn from_pod(pod: &k8s::Pod, base_dir: &Path) -> Result<PodSpec, InvalidPod> {
         let value = serde_json::to_value(pod).map_err(|e| InvalidPod {

@@ -134,6 +134,22 @@ impl Container {
         }
     }
 
+    /// Continues from a lost instance numbered `restart_count` (the node's process ended while
+    /// it ran): that instance counts as exited, and the next start is a restart.
+    pub(crate) fn resume(&mut self, restart_count: i32) {
+        let now = Timestamp::now();
+        self.restart_count = restart_count;
+        self.runs = 1;
+        self.last_state = Some(Terminated {
+            exit: Exit::lost(
+                "The container could not be located when the node agent restarted".into(),
+            ),
+            started_at: now,
+            finished_at: now,
+            finished: Instant::now(),
+        });
+    }
+
     pub(crate) fn role(&self) -> Role {
         self.spec.role
     }

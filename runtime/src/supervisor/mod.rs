@@ -111,11 +111,10 @@ pub(crate) enum Msg {
     Evict {
         message: String,
     },
-    /// Run `command` in a fresh instance of the named container (`kubectl exec`).
+    /// The sandbox of the named running container, to run a command in (`kubectl exec`).
     Exec {
         container: String,
-        command: Vec<String>,
-        reply: oneshot::Sender<Result<(), String>>,
+        reply: oneshot::Sender<Result<std::sync::Arc<crate::container::Sandbox>, String>>,
     },
 }
 
@@ -192,6 +191,8 @@ pub(crate) struct PodSetup {
     pub paths: PodPaths,
     pub images: Vec<(Arc<Image>, Pull)>,
     pub tap: Option<mpsc::Sender<crate::OutputLine>>,
+    /// Restart counts of a resumed pod's containers (`PodOptions::resume`).
+    pub resume: std::collections::BTreeMap<String, i32>,
     pub net: Arc<PodNetwork>,
     pub published: Published,
     pub memory: Arc<PodMemory>,
@@ -260,6 +261,7 @@ impl PodTask {
             paths,
             images,
             tap,
+            resume,
             net,
             published,
             memory,
@@ -279,16 +281,26 @@ impl PodTask {
         } else {
             "ContainerCreating"
         };
-        let containers = spec
+        let containers: Vec<Container> = spec
             .containers
             .iter()
             .zip(images.into_iter().map(Some).chain(std::iter::repeat(None)))
-            .map(|(c, image)| Container::new(c.clone(), waiting, image))
+            .map(|(c, image)| {
+                let mut c = Container::new(c.clone(), waiting, image);
+                if let Some(&count) = resume.get(&c.spec.name) {
+                    c.resume(count);
+                }
+                c
+            })
             .collect();
         let (tx, rx) = mpsc::unbounded_channel();
         let journal = Arc::new(Journal::default());
         let (snapshot, snapshot_rx) = watch::channel(Snapshot::default());
         let output = PodOutput::start(paths.log_dir.clone(), tap, node.log_limits);
+        // A resumed container's lost instance wrote all it will: its log is complete.
+        for c in containers.iter().filter(|c| c.runs > 0) {
+            output.ended(&c.name, c.restart_count);
+        }
         let mut task = PodTask {
             spec,
             node,
@@ -395,11 +407,7 @@ impl PodTask {
                 failure,
                 verdict,
             } => self.probed(index, id, kind, failure, verdict),
-            Msg::Exec {
-                container,
-                command,
-                reply,
-            } => self.exec(&container, command, reply),
+            Msg::Exec { container, reply } => self.exec(&container, reply),
             Msg::Admit => self.admit(),
             Msg::Unschedulable { message, nominated } => {
                 if !self.stage.admitted() {

@@ -193,8 +193,7 @@ impl PodTask {
     pub(super) fn exec(
         &mut self,
         container: &str,
-        command: Vec<String>,
-        reply: oneshot::Sender<Result<(), String>>,
+        reply: oneshot::Sender<Result<std::sync::Arc<crate::container::Sandbox>, String>>,
     ) {
         let sandbox = match self.containers.iter().find(|c| &*c.name == container) {
             None => Err(format!("no container named {container:?}")),
@@ -203,15 +202,6 @@ impl PodTask {
                 _ => Err(format!("container {container:?} is not running")),
             },
         };
-        match sandbox {
-            Ok(sandbox) => {
-                tokio::spawn(async move {
-                    let _ = reply.send(sandbox.exec(&command).await);
-                });
-            }
-            Err(e) => {
-                let _ = reply.send(Err(e));
-            }
-        }
+        let _ = reply.send(sandbox);
     }
 }

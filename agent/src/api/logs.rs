@@ -1,0 +1,146 @@
+//! `pods/{name}/log`: a container's log as the kubelet serves it, whole or followed, with
+//! `previous`, `tailLines`, `timestamps` and `limitBytes`.
+
+use std::collections::VecDeque;
+
+use bytes::Bytes;
+use http::{HeaderValue, Response, header};
+use serde_json::Value;
+use wasmpod::LogOptions;
+
+use super::{Api, Call};
+use crate::body::Body;
+use crate::status::ApiError;
+
+/// The most a log answer that is not followed holds; past it the oldest lines are left out.
+const MAX_ANSWER: usize = 16 << 20;
+
+fn names(pod: &Value, list: &str) -> Vec<String> {
+    pod.pointer(&format!("/spec/{list}"))
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["name"].as_str().map(str::to_owned))
+        .collect()
+}
+
+pub(super) async fn logs(
+    api: &Api,
+    ns: &str,
+    name: &str,
+    call: &Call,
+) -> Result<Response<Body>, ApiError> {
+    let pod = api
+        .store
+        .get("pods", ns, name)
+        .ok_or_else(|| ApiError::not_found("pods", name))?;
+    let containers = names(&pod, "containers");
+    let container = match call.query.get("container") {
+        Some(c) if !c.is_empty() => c.to_owned(),
+        _ if containers.len() == 1 => containers[0].clone(),
+        _ => {
+            return Err(ApiError::bad_request(format!(
+                "a container name must be specified for pod {name}, choose one of: [{}] or one of the init containers: [{}]",
+                containers.join(" "),
+                names(&pod, "initContainers").join(" ")
+            )));
+        }
+    };
+    let uid = pod
+        .pointer("/metadata/uid")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let handle = api.kubelet.handle(uid).ok_or_else(|| {
+        ApiError::bad_request(format!(
+            "the logs of pod {name} are not available: the pod does not run on this node any more"
+        ))
+    })?;
+    let mut options = LogOptions::default();
+    let follow = call.query.flag("follow");
+    if follow {
+        options = options.follow();
+    }
+    if call.query.flag("previous") {
+        options = options.previous();
+    }
+    let tail = call.query.number("tailLines")?.map(|n| n.max(0) as usize);
+    let limit = call.query.number("limitBytes")?.map(|n| n.max(0) as usize);
+    let timestamps = call.query.flag("timestamps");
+    let format = move |line: &wasmpod::OutputLine| -> Vec<u8> {
+        let mut out = Vec::with_capacity(line.line.len() + 40);
+        if timestamps {
+            out.extend_from_slice(line.time.as_deref().unwrap_or("").as_bytes());
+            out.push(b' ');
+        }
+        out.extend_from_slice(line.line.as_bytes());
+        if !line.partial {
+            out.push(b'\n');
+        }
+        out
+    };
+    let bad = |e: wasmpod::Error| ApiError::bad_request(e.to_string());
+    // What the log holds now: all of it, or its last `tail` lines.
+    let mut skip = 0;
+    let mut head: VecDeque<Vec<u8>> = VecDeque::new();
+    if !follow || tail.is_some() {
+        let mut what_is_there = LogOptions::default();
+        if options.previous {
+            what_is_there = what_is_there.previous();
+        }
+        let mut now = handle.logs(&container, what_is_there).map_err(bad)?;
+        let mut size = 0;
+        while let Some(line) = now.next().await {
+            skip += 1;
+            let bytes = format(&line);
+            size += bytes.len();
+            head.push_back(bytes);
+            while tail.is_some_and(|t| head.len() > t) || size > MAX_ANSWER {
+                size -= head.pop_front().map_or(0, |b| b.len());
+            }
+        }
+    }
+    let mut r = if !follow {
+        let mut all: Vec<u8> = head.into_iter().flatten().collect();
+        if let Some(limit) = limit {
+            all.truncate(limit);
+        }
+        Response::new(Body::full(all))
+    } else {
+        let mut rest = handle.logs(&container, options).map_err(bad)?;
+        let (tx, body) = Body::channel();
+        let from_start = tail.is_none();
+        tokio::spawn(async move {
+            let mut budget = limit.unwrap_or(usize::MAX);
+            // The line, cut to what `limitBytes` leaves.
+            let cut = |bytes: Vec<u8>, budget: &mut usize| {
+                let n = bytes.len().min(*budget);
+                *budget -= n;
+                Bytes::from(bytes).slice(..n)
+            };
+            for line in head {
+                if tx.send(cut(line, &mut budget)).await.is_err() || budget == 0 {
+                    return;
+                }
+            }
+            let mut seen = 0;
+            loop {
+                let line = tokio::select! {
+                    l = rest.next() => l,
+                    _ = tx.closed() => return,
+                };
+                let Some(line) = line else { return };
+                seen += 1;
+                if !from_start && seen <= skip {
+                    continue;
+                }
+                if tx.send(cut(format(&line), &mut budget)).await.is_err() || budget == 0 {
+                    return;
+                }
+            }
+        });
+        Response::new(body)
+    };
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+    Ok(r)
+}

@@ -1,0 +1,454 @@
+//! The Kubernetes API the agent serves: routing, the request's parts, and answers.
+//!
+//! A file per concern: [`discovery`] (version, groups, OpenAPI), [`objects`] (get, list, watch,
+//! create, update, patch and delete of any stored resource), [`pods`] (what the API server and
+//! kubelet add for pods: admission, graceful deletion, updates), [`logs`], [`exec`], [`node`]
+//! (the Node object), [`table`] (kubectl's columns), [`select`] (label and field selectors),
+//! [`patch`] (merge and strategic merge patches).
+
+mod discovery;
+mod exec;
+mod logs;
+mod node;
+mod objects;
+mod patch;
+pub(crate) mod pods;
+pub(crate) mod resources;
+mod select;
+pub(crate) mod table;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{HeaderValue, Method, Request, Response, StatusCode, header};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use serde_json::Value;
+
+use crate::body::Body;
+use crate::kubelet::Kubelet;
+use crate::status::ApiError;
+use crate::store::{MAX_OBJECT, Store};
+pub(crate) use objects::now;
+use resources::Resource;
+
+/// The API: the store, the kubelet that runs the store's pods, the token every request needs.
+pub(crate) struct Api {
+    pub(crate) store: Arc<Store>,
+    pub(crate) kubelet: Arc<Kubelet>,
+    token: String,
+}
+
+impl std::fmt::Debug for Api {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Api").finish_non_exhaustive()
+    }
+}
+
+/// A request's query parameters (the last of each name wins).
+#[derive(Debug, Default)]
+pub(crate) struct Query(HashMap<String, String>);
+
+impl Query {
+    fn parse(query: Option<&str>) -> Query {
+        let mut map = HashMap::new();
+        for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            map.insert(decode(k), decode(v));
+        }
+        Query(map)
+    }
+
+    pub(crate) fn get(&self, name: &str) -> Option<&str> {
+        self.0.get(name).map(String::as_str)
+    }
+
+    pub(crate) fn flag(&self, name: &str) -> bool {
+        matches!(self.get(name), Some("true" | "1"))
+    }
+
+    /// A whole number parameter; a bad one is a 400 naming it.
+    pub(crate) fn number(&self, name: &str) -> Result<Option<i64>, ApiError> {
+        self.get(name)
+            .map(|v| {
+                v.parse().map_err(|_| {
+                    ApiError::bad_request(format!("{name}: invalid value {v:?}: not an integer"))
+                })
+            })
+            .transpose()
+    }
+}
+
+/// Repeated parameters (`command=a&command=b` of exec), in order.
+pub(crate) fn repeated(query: Option<&str>, name: &str) -> Vec<String> {
+    query
+        .unwrap_or("")
+        .split('&')
+        .filter_map(|p| p.split_once('='))
+        .filter(|(k, _)| decode(k) == name)
+        .map(|(_, v)| decode(v))
+        .collect()
+}
+
+/// Percent-decoding, `+` as space.
+fn decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("");
+                match u8::from_str_radix(hex, 16) {
+                    Ok(b) => {
+                        out.push(b);
+                        i += 3;
+                        continue;
+                    }
+                    Err(_) => out.push(b'%'),
+                }
+            }
+            b'+' => out.push(b' '),
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Where a request goes.
+#[derive(Debug)]
+enum Route {
+    Version,
+    CoreVersions,
+    Groups,
+    Resources(&'static str),
+    OpenApiIndex,
+    OpenApi(String),
+    Collection {
+        resource: &'static Resource,
+        namespace: Option<String>,
+    },
+    Item {
+        resource: &'static Resource,
+        namespace: Option<String>,
+        name: String,
+        sub: Option<String>,
+    },
+}
+
+fn route(path: &str) -> Result<Route, ApiError> {
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let (group, rest) = match segments.as_slice() {
+        ["version"] => return Ok(Route::Version),
+        ["api"] => return Ok(Route::CoreVersions),
+        ["apis"] => return Ok(Route::Groups),
+        ["openapi", "v3"] => return Ok(Route::OpenApiIndex),
+        ["openapi", "v3", rest @ ..] => return Ok(Route::OpenApi(rest.join("/"))),
+        ["api", "v1", rest @ ..] => ("", rest),
+        ["apis", "scheduling.k8s.io", "v1", rest @ ..] => ("scheduling.k8s.io", rest),
+        _ => return Err(ApiError::no_route()),
+    };
+    let find = |name: &str| resources::find(group, name).ok_or_else(ApiError::no_route);
+    let item = |resource, namespace: Option<&str>, name: &str, sub: Option<&str>| Route::Item {
+        resource,
+        namespace: namespace.map(str::to_owned),
+        name: name.to_owned(),
+        sub: sub.map(str::to_owned),
+    };
+    Ok(match rest {
+        [] => Route::Resources(group),
+        [r] => Route::Collection {
+            resource: find(r)?,
+            namespace: None,
+        },
+        ["namespaces", ns, r] if group.is_empty() || !ns.is_empty() => {
+            let resource = find(r)?;
+            if !resource.namespaced {
+                // `/api/v1/namespaces/x/status` and the like.
+                return match resources::find(group, "namespaces") {
+                    Some(n) if *r == "status" => Ok(item(n, None, ns, Some("status"))),
+                    _ => Err(ApiError::no_route()),
+                };
+            }
+            Route::Collection {
+                resource,
+                namespace: Some((*ns).to_owned()),
+            }
+        }
+        [r, name] => {
+            let resource = find(r)?;
+            if resource.namespaced {
+                return Err(ApiError::no_route());
+            }
+            item(resource, None, name, None)
+        }
+        [r, name, sub] if !find(r)?.namespaced => item(find(r)?, None, name, Some(sub)),
+        ["namespaces", ns, r, name] => item(find(r)?, Some(ns), name, None),
+        ["namespaces", ns, r, name, sub] => item(find(r)?, Some(ns), name, Some(sub)),
+        _ => return Err(ApiError::no_route()),
+    })
+}
+
+/// A JSON answer.
+pub(crate) fn json(code: StatusCode, value: &Value) -> Response<Body> {
+    let mut r = Response::new(Body::full(serde_json::to_vec(value).unwrap_or_default()));
+    *r.status_mut() = code;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+fn error(e: &ApiError) -> Response<Body> {
+    json(e.code, &e.to_json())
+}
+
+/// What a request asks for beyond its route.
+#[derive(Debug)]
+pub(crate) struct Call {
+    pub(crate) method: Method,
+    pub(crate) query: Query,
+    /// The raw query, for repeated parameters.
+    pub(crate) raw_query: Option<String>,
+    /// The answer should be a `meta.k8s.io/v1 Table`.
+    pub(crate) table: bool,
+    pub(crate) content_type: String,
+}
+
+impl Api {
+    pub(crate) fn new(store: Arc<Store>, kubelet: Arc<Kubelet>, token: String) -> Api {
+        Api {
+            store,
+            kubelet,
+            token,
+        }
+    }
+
+    fn authorized(&self, req: &Request<Incoming>) -> bool {
+        let Some(given) = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
+        else {
+            return false;
+        };
+        // Constant time in the token's content.
+        let want = self.token.as_bytes();
+        given.len() == want.len() && given.iter().zip(want).fold(0u8, |d, (a, b)| d | (a ^ b)) == 0
+    }
+
+    /// Answers one request. Every failure is a `Status`; nothing a request holds can disturb a
+    /// pod that runs.
+    pub(crate) async fn handle(self: &Arc<Self>, req: Request<Incoming>) -> Response<Body> {
+        if !self.authorized(&req) {
+            return error(&ApiError::unauthorized());
+        }
+        let method = req.method().clone();
+        let path = req.uri().path().to_owned();
+        let answer = self.answer(req).await;
+        match answer {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::debug!(%method, path, code = e.code.as_u16(), "{}", e.message);
+                error(&e)
+            }
+        }
+    }
+
+    async fn answer(self: &Arc<Self>, req: Request<Incoming>) -> Result<Response<Body>, ApiError> {
+        let route = route(req.uri().path())?;
+        let accept = req
+            .headers()
+            .get(header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        let call = Call {
+            method: req.method().clone(),
+            query: Query::parse(req.uri().query()),
+            raw_query: req.uri().query().map(str::to_owned),
+            table: accept.contains("as=Table"),
+            content_type: req
+                .headers()
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_owned(),
+        };
+        let get = call.method == Method::GET;
+        match route {
+            Route::Version if get => Ok(json(StatusCode::OK, &discovery::version())),
+            Route::CoreVersions if get => Ok(json(StatusCode::OK, &discovery::core_versions())),
+            Route::Groups if get => Ok(json(StatusCode::OK, &discovery::groups())),
+            Route::Resources(group) if get => {
+                Ok(json(StatusCode::OK, &discovery::resources(group)))
+            }
+            Route::OpenApiIndex if get => Ok(json(StatusCode::OK, &discovery::openapi_index())),
+            Route::OpenApi(path) if get => discovery::openapi_document(&path)
+                .map(|doc| json(StatusCode::OK, &doc))
+                .ok_or_else(ApiError::no_route),
+            Route::Collection {
+                resource,
+                namespace,
+            } => {
+                if let Some(ns) = &namespace {
+                    self.namespace_exists(ns)?;
+                }
+                match call.method {
+                    Method::GET => self.list_or_watch(resource, namespace.as_deref(), &call),
+                    Method::POST => {
+                        let ns = namespace.as_deref();
+                        let body = read_json(req).await?;
+                        self.create(resource, ns, body, &call).await
+                    }
+                    _ => Err(ApiError::method_not_allowed(format!(
+                        "the server does not allow this method on the requested resource ({} {})",
+                        call.method, resource.name
+                    ))),
+                }
+            }
+            Route::Item {
+                resource,
+                namespace,
+                name,
+                sub,
+            } => {
+                let ns = namespace.as_deref();
+                match (sub.as_deref(), &call.method) {
+                    (Some("log"), &Method::GET) if resource.is("pods") => {
+                        logs::logs(self, ns.unwrap_or_default(), &name, &call).await
+                    }
+                    (Some("exec"), &Method::GET | &Method::POST) if resource.is("pods") => {
+                        exec::exec(self, ns.unwrap_or_default(), &name, &call, req).await
+                    }
+                    (None | Some("status"), &Method::GET) => self.get(resource, ns, &name, &call),
+                    (None, &Method::DELETE) => {
+                        let body = read_optional_json(req).await?;
+                        self.delete(resource, ns, &name, body, &call).await
+                    }
+                    (None, &Method::PATCH) => {
+                        let body = read_body(req).await?;
+                        self.patch(resource, ns, &name, &body, &call).await
+                    }
+                    (None, &Method::PUT) => {
+                        let body = read_json(req).await?;
+                        self.replace(resource, ns, &name, body, &call).await
+                    }
+                    _ => Err(ApiError::method_not_allowed(format!(
+                        "the server does not allow this method on the requested resource ({} {}{})",
+                        call.method,
+                        resource.name,
+                        sub.map(|s| format!("/{s}")).unwrap_or_default()
+                    ))),
+                }
+            }
+            _ => Err(ApiError::method_not_allowed(
+                "the server does not allow this method on the requested resource",
+            )),
+        }
+    }
+
+    /// `NotFound` for a namespace that does not exist.
+    fn namespace_exists(&self, ns: &str) -> Result<(), ApiError> {
+        match self.store.get("namespaces", "", ns) {
+            Some(_) => Ok(()),
+            None => Err(ApiError::not_found("namespaces", ns)),
+        }
+    }
+}
+
+async fn read_body(req: Request<Incoming>) -> Result<Bytes, ApiError> {
+    let limited = http_body_util::Limited::new(req.into_body(), MAX_OBJECT);
+    match limited.collect().await {
+        Ok(c) => Ok(c.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(ApiError::too_large(format!(
+            "the request body is larger than {MAX_OBJECT} bytes"
+        ))),
+        Err(e) => Err(ApiError::bad_request(format!(
+            "cannot read the request body: {e}"
+        ))),
+    }
+}
+
+/// The body as JSON (YAML is accepted too, as the API server does for `application/yaml`).
+async fn read_json(req: Request<Incoming>) -> Result<Value, ApiError> {
+    let body = read_body(req).await?;
+    parse_json(&body)
+}
+
+pub(crate) fn parse_json(body: &[u8]) -> Result<Value, ApiError> {
+    match serde_json::from_slice::<Value>(body) {
+        Ok(v) => Ok(v),
+        Err(json_error) => {
+            // YAML (server-side apply sends it, and so may any client).
+            let text = std::str::from_utf8(body).map_err(|_| {
+                ApiError::bad_request(format!("the body is not valid JSON: {json_error}"))
+            })?;
+            serde_yaml_ng::from_str::<Value>(text)
+                .ok()
+                .filter(Value::is_object)
+                .ok_or_else(|| {
+                    ApiError::bad_request(format!("the body is not valid JSON: {json_error}"))
+                })
+        }
+    }
+}
+
+async fn read_optional_json(req: Request<Incoming>) -> Result<Option<Value>, ApiError> {
+    let body = read_body(req).await?;
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    parse_json(&body).map(Some)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_route_to_resources() {
+        let r = route("/api/v1/namespaces/default/pods/hello/log").unwrap();
+        assert!(
+            matches!(r, Route::Item { resource, namespace: Some(ns), name, sub: Some(sub) }
+            if resource.name == "pods" && ns == "default" && name == "hello" && sub == "log")
+        );
+        let r = route("/api/v1/pods").unwrap();
+        assert!(
+            matches!(r, Route::Collection { resource, namespace: None } if resource.name == "pods")
+        );
+        let r = route("/api/v1/namespaces/kube-system").unwrap();
+        assert!(
+            matches!(r, Route::Item { resource, name, .. } if resource.name == "namespaces" && name == "kube-system")
+        );
+        let r = route("/apis/scheduling.k8s.io/v1/priorityclasses/high").unwrap();
+        assert!(matches!(r, Route::Item { resource, .. } if resource.name == "priorityclasses"));
+        assert!(route("/api/v1/pods/hello").is_err());
+        assert!(route("/api/v1/widgets").is_err());
+        assert!(route("/apis/apps/v1/deployments").is_err());
+        assert!(route("/../../etc/passwd").is_err());
+    }
+
+    #[test]
+    fn queries_are_decoded() {
+        let q = Query::parse(Some(
+            "fieldSelector=metadata.name%3Dsingle&limit=500&watch=1&x=a+b&bad=%zz",
+        ));
+        assert_eq!(q.get("fieldSelector"), Some("metadata.name=single"));
+        assert!(q.flag("watch"));
+        assert_eq!(q.get("x"), Some("a b"));
+        assert_eq!(q.get("bad"), Some("%zz"));
+        assert_eq!(q.number("limit").unwrap(), Some(500));
+        assert!(q.number("x").is_err());
+        assert_eq!(
+            repeated(Some("command=sh&command=-c&container=c"), "command"),
+            ["sh", "-c"]
+        );
+    }
+}

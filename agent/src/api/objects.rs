@@ -1,0 +1,678 @@
+//! Get, list, watch, create, update, patch and delete of any resource, with what the API server
+//! checks for all of them (names, namespaces, resourceVersion preconditions); [`super::pods`] adds
+//! what is particular to pods.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Response, StatusCode};
+use serde_json::{Value, json};
+
+use super::resources::Resource;
+use super::select::{Fields, Labels};
+use super::{Api, Call, json, patch, table};
+use crate::body::Body;
+use crate::status::{ApiError, Cause};
+use crate::store::{ChangeKind, Durable};
+
+/// The longest a watch stays open (the API server's default is 30 to 60 minutes).
+const MAX_WATCH: Duration = Duration::from_secs(3600);
+
+/// A name the API server takes for most objects: a DNS-1123 subdomain.
+pub(crate) fn check_name(name: &str, label: bool) -> Result<(), String> {
+    let part_ok = |p: &str| {
+        !p.is_empty()
+            && p.len() <= 63
+            && p.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !p.starts_with('-')
+            && !p.ends_with('-')
+    };
+    let ok = if label {
+        part_ok(name)
+    } else {
+        !name.is_empty() && name.len() <= 253 && name.split('.').all(part_ok)
+    };
+    if ok {
+        return Ok(());
+    }
+    Err(if label {
+        format!(
+            "Invalid value: {name:?}: a lowercase RFC 1123 label must consist of lower case \
+             alphanumeric characters or '-', and must start and end with an alphanumeric character"
+        )
+    } else {
+        format!(
+            "Invalid value: {name:?}: a lowercase RFC 1123 subdomain must consist of lower case \
+             alphanumeric characters, '-' or '.', and must start and end with an alphanumeric \
+             character"
+        )
+    })
+}
+
+pub(crate) fn now() -> String {
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
+
+fn random_suffix() -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    uuid::Uuid::new_v4()
+        .as_bytes()
+        .iter()
+        .take(5)
+        .map(|b| ALPHABET[*b as usize % ALPHABET.len()] as char)
+        .collect()
+}
+
+fn invalid(kind: &str, name: &str, field: &str, message: String) -> ApiError {
+    ApiError::invalid(
+        kind,
+        name,
+        vec![Cause {
+            reason: "FieldValueInvalid".into(),
+            field: field.into(),
+            message,
+        }],
+    )
+}
+
+impl Api {
+    /// The namespace and name a new object gets, with the metadata the API server sets
+    /// (`uid`, `creationTimestamp`, `namespace`; `generateName` made into a name).
+    pub(super) fn new_object(
+        &self,
+        resource: &Resource,
+        namespace: Option<&str>,
+        body: &mut Value,
+    ) -> Result<(String, String), ApiError> {
+        if !body.is_object() {
+            return Err(ApiError::bad_request("the body is not a JSON object"));
+        }
+        let (kind, version) = (body.get("kind"), body.get("apiVersion"));
+        if kind.is_some_and(|k| k != resource.kind)
+            || version.is_some_and(|v| v != resource.api_version())
+        {
+            return Err(ApiError::bad_request(format!(
+                "the API version in the data ({}) does not match the expected API version ({})",
+                version.and_then(Value::as_str).unwrap_or(""),
+                resource.api_version()
+            )));
+        }
+        body["kind"] = json!(resource.kind);
+        body["apiVersion"] = json!(resource.api_version());
+        if !body.get("metadata").is_some_and(Value::is_object) {
+            body["metadata"] = json!({});
+        }
+        let meta = &mut body["metadata"];
+        let ns = match (namespace, meta.get("namespace").and_then(Value::as_str)) {
+            (Some(path), Some(given)) if !given.is_empty() && given != path => {
+                return Err(ApiError::bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                ));
+            }
+            (Some(path), _) => path.to_owned(),
+            (None, _) => String::new(),
+        };
+        let name = match (
+            meta.get("name").and_then(Value::as_str),
+            meta.get("generateName").and_then(Value::as_str),
+        ) {
+            (Some(n), _) if !n.is_empty() => n.to_owned(),
+            (_, Some(prefix)) if !prefix.is_empty() => format!("{prefix}{}", random_suffix()),
+            _ => {
+                return Err(ApiError::invalid(
+                    resource.kind,
+                    "",
+                    vec![Cause {
+                        reason: "FieldValueRequired".into(),
+                        field: "metadata.name".into(),
+                        message: "Required value: name or generateName is required".into(),
+                    }],
+                ));
+            }
+        };
+        check_name(&name, resource.is("namespaces"))
+            .map_err(|m| invalid(resource.kind, &name, "metadata.name", m))?;
+        if resource.namespaced {
+            meta["namespace"] = json!(ns);
+        } else if let Some(m) = meta.as_object_mut() {
+            m.remove("namespace");
+        }
+        meta["name"] = json!(name);
+        meta["uid"] = json!(uuid::Uuid::new_v4().to_string());
+        meta["creationTimestamp"] = json!(now());
+        if let Some(m) = meta.as_object_mut() {
+            for set_by_server in [
+                "resourceVersion",
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+                "managedFields",
+                "selfLink",
+                "generation",
+            ] {
+                m.remove(set_by_server);
+            }
+        }
+        Ok((ns, name))
+    }
+
+    pub(super) fn get(
+        &self,
+        resource: &'static Resource,
+        namespace: Option<&str>,
+        name: &str,
+        call: &Call,
+    ) -> Result<Response<Body>, ApiError> {
+        let object = if resource.is("nodes") {
+            Arc::new(self.node_object(name)?)
+        } else {
+            self.store
+                .get(resource.name, namespace.unwrap_or(""), name)
+                .ok_or_else(|| ApiError::not_found(resource.name, name))?
+        };
+        Ok(if call.table {
+            let rv = self.store.resource_version();
+            json(
+                StatusCode::OK,
+                &table::table(resource, &[&object], rv, true),
+            )
+        } else {
+            json(StatusCode::OK, &object)
+        })
+    }
+
+    fn objects(&self, resource: &Resource, namespace: Option<&str>) -> (u64, Vec<Arc<Value>>) {
+        if resource.is("nodes") {
+            let node = self.node_object(self.kubelet.node_name()).ok();
+            (
+                self.store.resource_version(),
+                node.map(Arc::new).into_iter().collect(),
+            )
+        } else {
+            self.store.list(resource.name, namespace)
+        }
+    }
+
+    pub(super) fn list_or_watch(
+        &self,
+        resource: &'static Resource,
+        namespace: Option<&str>,
+        call: &Call,
+    ) -> Result<Response<Body>, ApiError> {
+        let labels = Labels::parse(call.query.get("labelSelector").unwrap_or(""))?;
+        let fields = Fields::parse(call.query.get("fieldSelector").unwrap_or(""), resource.name)?;
+        if call.query.flag("watch") {
+            return self.watch(resource, namespace, labels, fields, call);
+        }
+        let (rv, items) = self.objects(resource, namespace);
+        let items: Vec<&Value> = items
+            .iter()
+            .map(|v| &**v)
+            .filter(|v| labels.matches(v) && fields.matches(v))
+            .collect();
+        if call.table {
+            return Ok(json(
+                StatusCode::OK,
+                &table::table(resource, &items, rv, true),
+            ));
+        }
+        Ok(json(
+            StatusCode::OK,
+            &json!({
+                "kind": format!("{}List", resource.kind),
+                "apiVersion": resource.api_version(),
+                "metadata": {"resourceVersion": rv.to_string()},
+                "items": items,
+            }),
+        ))
+    }
+
+    /// A watch: JSON lines `{"type": ..., "object": ...}` from the given `resourceVersion` (or
+    /// every object as `ADDED`, then what changes), until `timeoutSeconds` or the client leaves.
+    fn watch(
+        &self,
+        resource: &'static Resource,
+        namespace: Option<&str>,
+        labels: Labels,
+        fields: Fields,
+        call: &Call,
+    ) -> Result<Response<Body>, ApiError> {
+        let from = match call.query.get("resourceVersion") {
+            None | Some("" | "0") => None,
+            Some(v) => Some(v.parse::<u64>().map_err(|_| {
+                ApiError::bad_request(format!("resourceVersion: invalid value {v:?}"))
+            })?),
+        };
+        let timeout = call
+            .query
+            .number("timeoutSeconds")?
+            .map_or(MAX_WATCH, |s| Duration::from_secs(s.clamp(1, 3600) as u64));
+        let nodes = resource.is("nodes").then(|| self.objects(resource, None).1);
+        let (backlog, mut rx) = self.store.watch(resource.name, from)?;
+        let (tx, body) = Body::channel();
+        let namespace = namespace.map(str::to_owned);
+        let table = call.table;
+        let wanted = move |resource_name: &str, object: &Value| {
+            resource_name == resource.name
+                && namespace.as_deref().is_none_or(|ns| {
+                    object
+                        .pointer("/metadata/namespace")
+                        .and_then(Value::as_str)
+                        == Some(ns)
+                })
+                && labels.matches(object)
+                && fields.matches(object)
+        };
+        let mut first = true;
+        let mut line = move |kind: ChangeKind, object: &Value, rv: u64| -> Bytes {
+            let object = if table {
+                let t = table::table(resource, &[object], rv, first);
+                first = false;
+                t
+            } else {
+                object.clone()
+            };
+            let mut bytes = serde_json::to_vec(&json!({"type": kind.as_str(), "object": object}))
+                .unwrap_or_default();
+            bytes.push(b'\n');
+            Bytes::from(bytes)
+        };
+        tokio::spawn(async move {
+            let deadline = tokio::time::sleep(timeout);
+            tokio::pin!(deadline);
+            if let Some(nodes) = nodes {
+                for n in nodes {
+                    if tx.send(line(ChangeKind::Added, &n, 0)).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            for change in backlog {
+                if wanted(change.resource, &change.object)
+                    && tx
+                        .send(line(change.kind, &change.object, change.rv))
+                        .await
+                        .is_err()
+                {
+                    return;
+                }
+            }
+            loop {
+                let change = tokio::select! {
+                    c = rx.recv() => c,
+                    _ = &mut deadline => return,
+                    _ = tx.closed() => return,
+                };
+                match change {
+                    Ok(change) => {
+                        if wanted(change.resource, &change.object)
+                            && tx
+                                .send(line(change.kind, &change.object, change.rv))
+                                .await
+                                .is_err()
+                        {
+                            return;
+                        }
+                    }
+                    // A watcher that fell behind is ended; the client lists again.
+                    Err(_) => return,
+                }
+            }
+        });
+        let mut r = Response::new(body);
+        r.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("application/json"),
+        );
+        Ok(r)
+    }
+
+    pub(super) async fn create(
+        &self,
+        resource: &'static Resource,
+        namespace: Option<&str>,
+        mut body: Value,
+        call: &Call,
+    ) -> Result<Response<Body>, ApiError> {
+        let (ns, name) = self.new_object(resource, namespace, &mut body)?;
+        let dry_run = call.query.get("dryRun").is_some();
+        let created = match resource.name {
+            "pods" => self.create_pod(&ns, &name, body, dry_run).await?,
+            "configmaps" | "secrets" | "namespaces" | "priorityclasses" => {
+                self.check_object(resource, &name, &mut body)?;
+                if dry_run {
+                    Arc::new(body)
+                } else {
+                    let created = self.store.create(resource.name, &ns, &name, body)?;
+                    self.after_change(resource)?;
+                    created
+                }
+            }
+            _ => {
+                return Err(ApiError::method_not_allowed(format!(
+                    "{} cannot be created through this API",
+                    resource.name
+                )));
+            }
+        };
+        Ok(json(StatusCode::CREATED, &created))
+    }
+
+    /// Checks and completes a ConfigMap, Secret, Namespace or PriorityClass as the API server
+    /// would.
+    fn check_object(
+        &self,
+        resource: &Resource,
+        name: &str,
+        body: &mut Value,
+    ) -> Result<(), ApiError> {
+        let bad = |field: &str, message: String| invalid(resource.kind, name, field, message);
+        let key_ok = |k: &str| {
+            !k.is_empty()
+                && k.len() <= 253
+                && k.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b))
+                && k != "."
+                && k != ".."
+        };
+        match resource.name {
+            "configmaps" => {
+                serde_json::from_value::<wasmpod::k8s_openapi::api::core::v1::ConfigMap>(
+                    body.clone(),
+                )
+                .map_err(|e| bad("", e.to_string()))?;
+                for field in ["data", "binaryData"] {
+                    for k in body
+                        .get(field)
+                        .and_then(Value::as_object)
+                        .into_iter()
+                        .flat_map(|m| m.keys())
+                    {
+                        if !key_ok(k) {
+                            return Err(bad(
+                                &format!("{field}[{k}]"),
+                                format!(
+                                    "Invalid value: {k:?}: a valid config key must consist of alphanumeric characters, '-', '_' or '.'"
+                                ),
+                            ));
+                        }
+                    }
+                }
+            }
+            "secrets" => {
+                // stringData is written into data, as the API server does.
+                if let Some(strings) = body.get("stringData").and_then(Value::as_object).cloned() {
+                    use base64::Engine as _;
+                    if !body.get("data").is_some_and(Value::is_object) {
+                        body["data"] = json!({});
+                    }
+                    for (k, v) in strings {
+                        let v = v.as_str().ok_or_else(|| {
+                            bad(&format!("stringData[{k}]"), "must be a string".into())
+                        })?;
+                        body["data"][k] =
+                            json!(base64::engine::general_purpose::STANDARD.encode(v));
+                    }
+                    if let Some(o) = body.as_object_mut() {
+                        o.remove("stringData");
+                    }
+                }
+                if body.get("type").is_none() {
+                    body["type"] = json!("Opaque");
+                }
+                serde_json::from_value::<wasmpod::k8s_openapi::api::core::v1::Secret>(body.clone())
+                    .map_err(|e| bad("data", e.to_string()))?;
+                for k in body
+                    .get("data")
+                    .and_then(Value::as_object)
+                    .into_iter()
+                    .flat_map(|m| m.keys())
+                {
+                    if !key_ok(k) {
+                        return Err(bad(
+                            &format!("data[{k}]"),
+                            format!(
+                                "Invalid value: {k:?}: a valid config key must consist of alphanumeric characters, '-', '_' or '.'"
+                            ),
+                        ));
+                    }
+                }
+            }
+            "namespaces" => {
+                body["status"] = json!({"phase": "Active"});
+            }
+            "priorityclasses" => {
+                let class: wasmpod::k8s_openapi::api::scheduling::v1::PriorityClass =
+                    serde_json::from_value(body.clone())
+                        .map_err(|e| bad("value", e.to_string()))?;
+                if class.value > 1_000_000_000 {
+                    return Err(bad(
+                        "value",
+                        format!(
+                            "Invalid value: {}: must be no greater than 1000000000",
+                            class.value
+                        ),
+                    ));
+                }
+                if name.starts_with("system-") {
+                    return Err(bad(
+                        "metadata.name",
+                        format!(
+                            "Invalid value: {name:?}: priority class names with 'system-' prefix are reserved"
+                        ),
+                    ));
+                }
+                if let Some(p) = &class.preemption_policy
+                    && !matches!(p.as_str(), "Never" | "PreemptLowerPriority")
+                {
+                    return Err(bad(
+                        "preemptionPolicy",
+                        format!(
+                            "Unsupported value: {p:?}: supported values: \"Never\", \"PreemptLowerPriority\""
+                        ),
+                    ));
+                }
+                if class.global_default == Some(true) {
+                    let (_, all) = self.store.list("priorityclasses", None);
+                    if let Some(other) = all.iter().find(|c| {
+                        c["globalDefault"] == true
+                            && c.pointer("/metadata/name").and_then(Value::as_str) != Some(name)
+                    }) {
+                        return Err(bad(
+                            "globalDefault",
+                            format!(
+                                "Invalid value: true: globalDefault {} already exists",
+                                other
+                                    .pointer("/metadata/name")
+                                    .and_then(Value::as_str)
+                                    .unwrap_or("")
+                            ),
+                        ));
+                    }
+                }
+                if body.get("preemptionPolicy").is_none() {
+                    body["preemptionPolicy"] = json!("PreemptLowerPriority");
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Tells the node what changed in the objects it reads (PriorityClasses).
+    fn after_change(&self, resource: &Resource) -> Result<(), ApiError> {
+        if resource.is("priorityclasses") {
+            self.kubelet.sync_priority_classes()?;
+        }
+        Ok(())
+    }
+
+    /// `PUT`: the whole object, with a `resourceVersion` precondition when it carries one.
+    pub(super) async fn replace(
+        &self,
+        resource: &'static Resource,
+        namespace: Option<&str>,
+        name: &str,
+        body: Value,
+        _call: &Call,
+    ) -> Result<Response<Body>, ApiError> {
+        let updated = self.update(resource, namespace.unwrap_or(""), name, |_| Ok(body))?;
+        Ok(json(StatusCode::OK, &updated))
+    }
+
+    /// `PATCH` with a JSON patch, a merge patch, a strategic merge patch or a server-side apply
+    /// (which creates the object when there is none).
+    pub(super) async fn patch(
+        &self,
+        resource: &'static Resource,
+        namespace: Option<&str>,
+        name: &str,
+        body: &[u8],
+        call: &Call,
+    ) -> Result<Response<Body>, ApiError> {
+        let ns = namespace.unwrap_or("");
+        let kind = call.content_type.as_str();
+        if kind == "application/apply-patch+yaml"
+            && !resource.is("nodes")
+            && self.store.get(resource.name, ns, name).is_none()
+        {
+            let mut object = super::parse_json(body)?;
+            if object.pointer("/metadata/name").is_none() {
+                object["metadata"]["name"] = json!(name);
+            }
+            return self.create(resource, namespace, object, call).await;
+        }
+        let updated = self.update(resource, ns, name, |current| {
+            let mut next = current.clone();
+            match kind {
+                "application/json-patch+json" => {
+                    let ops: json_patch::Patch = serde_json::from_slice(body)
+                        .map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
+                    json_patch::patch(&mut next, &ops)
+                        .map_err(|e| ApiError::invalid(resource.kind, name, vec![Cause { reason: "FieldValueInvalid".into(), field: String::new(), message: e.to_string() }]))?;
+                }
+                "application/merge-patch+json" => {
+                    json_patch::merge(&mut next, &super::parse_json(body)?);
+                }
+                "application/strategic-merge-patch+json" | "application/apply-patch+yaml" => {
+                    patch::strategic(&mut next, &super::parse_json(body)?);
+                }
+                other => {
+                    return Err(ApiError::unsupported_media(format!(
+                        "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json (not {other:?})"
+                    )));
+                }
+            }
+            Ok(next)
+        })?;
+        Ok(json(StatusCode::OK, &updated))
+    }
+
+    /// Replaces an object with what `make` returns from the current one, keeping what the
+    /// client may not change (uid, creation time, status of pods) and checking the new one.
+    fn update(
+        &self,
+        resource: &'static Resource,
+        ns: &str,
+        name: &str,
+        make: impl FnOnce(&Value) -> Result<Value, ApiError>,
+    ) -> Result<Arc<Value>, ApiError> {
+        if resource.is("nodes") || resource.is("events") {
+            return Err(ApiError::method_not_allowed(format!(
+                "{} cannot be changed through this API",
+                resource.name
+            )));
+        }
+        let updated = self.store.update(resource.name, ns, name, Durable::Now, |current| {
+            let mut next = make(&*current)?;
+            if !next.is_object() {
+                return Err(ApiError::bad_request("the object is not a JSON object"));
+            }
+            if let Some(rv) = next.pointer("/metadata/resourceVersion").and_then(Value::as_str)
+                && Some(rv) != current.pointer("/metadata/resourceVersion").and_then(Value::as_str)
+            {
+                return Err(ApiError::conflict(
+                    resource.name,
+                    name,
+                    "the object has been modified; please apply your changes to the latest version and try again",
+                ));
+            }
+            if next.pointer("/metadata/name").and_then(Value::as_str).is_some_and(|n| n != name) {
+                return Err(ApiError::bad_request("the name of the object does not match the name on the URL"));
+            }
+            for kept in ["uid", "creationTimestamp", "namespace", "name", "deletionTimestamp", "deletionGracePeriodSeconds"] {
+                match current["metadata"].get(kept) {
+                    Some(v) => next["metadata"][kept] = v.clone(),
+                    None => {
+                        if let Some(m) = next["metadata"].as_object_mut() {
+                            m.remove(kept);
+                        }
+                    }
+                }
+            }
+            next["kind"] = json!(resource.kind);
+            next["apiVersion"] = json!(resource.api_version());
+            if resource.is("pods") {
+                super::pods::check_update(current, &mut next)?;
+            } else {
+                self.check_object(resource, name, &mut next)?;
+            }
+            *current = next;
+            Ok(())
+        })?;
+        self.after_change(resource)?;
+        Ok(updated)
+    }
+
+    pub(super) async fn delete(
+        &self,
+        resource: &'static Resource,
+        namespace: Option<&str>,
+        name: &str,
+        body: Option<Value>,
+        call: &Call,
+    ) -> Result<Response<Body>, ApiError> {
+        let ns = namespace.unwrap_or("");
+        let grace =
+            match body.as_ref().and_then(|b| b.get("gracePeriodSeconds")) {
+                Some(v) => Some(v.as_i64().ok_or_else(|| {
+                    ApiError::bad_request("gracePeriodSeconds: must be an integer")
+                })?),
+                None => call.query.number("gracePeriodSeconds")?,
+            };
+        match resource.name {
+            "pods" => {
+                let pod = self.delete_pod(ns, name, grace)?;
+                Ok(json(StatusCode::OK, &pod))
+            }
+            "configmaps" | "secrets" | "priorityclasses" => {
+                let gone = self
+                    .store
+                    .delete_if(resource.name, ns, name, Durable::Now, |_| true)?
+                    .ok_or_else(|| ApiError::not_found(resource.name, name))?;
+                self.after_change(resource)?;
+                Ok(json(
+                    StatusCode::OK,
+                    &json!({
+                        "kind": "Status",
+                        "apiVersion": "v1",
+                        "metadata": {},
+                        "status": "Success",
+                        "details": {
+                            "name": name,
+                            "kind": resource.name,
+                            "uid": gone.pointer("/metadata/uid").cloned().unwrap_or(Value::Null),
+                        },
+                    }),
+                ))
+            }
+            _ => Err(ApiError::method_not_allowed(format!(
+                "{} cannot be deleted through this API",
+                resource.name
+            ))),
+        }
+    }
+}

@@ -1,0 +1,197 @@
+//! What the API server and the kubelet add for pods: admission (wasmpod's validation, the
+//! node's modules loaded), the defaults the API server writes, graceful deletion (the object
+//! stays, `Terminating`, until every container has stopped; a later delete may only shorten the
+//! grace period; grace 0 removes it at once), and which updates a pod takes.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use super::Api;
+use crate::status::{ApiError, Cause};
+use crate::store::Durable;
+
+/// The longest grace period taken (the runtime bounds durations the same way).
+const MAX_GRACE: i64 = 100 * 365 * 24 * 3600;
+
+/// A pod's `InvalidPod` as the API server's 422.
+pub(crate) fn invalid_pod(name: &str, e: &wasmpod::InvalidPod) -> ApiError {
+    let causes = e
+        .errors
+        .iter()
+        .map(|f| Cause {
+            reason: f.kind.cause_type().to_owned(),
+            field: f.path.clone(),
+            message: f.message.clone(),
+        })
+        .collect();
+    ApiError::invalid("Pod", name, causes)
+}
+
+impl Api {
+    pub(super) async fn create_pod(
+        &self,
+        ns: &str,
+        name: &str,
+        mut pod: Value,
+        dry_run: bool,
+    ) -> Result<Arc<Value>, ApiError> {
+        if !pod.get("spec").is_some_and(Value::is_object) {
+            return Err(ApiError::invalid(
+                "Pod",
+                name,
+                vec![Cause {
+                    reason: "FieldValueRequired".into(),
+                    field: "spec.containers".into(),
+                    message: "Required value".into(),
+                }],
+            ));
+        }
+        // What the API server and the scheduler write into a new pod.
+        let spec = &mut pod["spec"];
+        for (field, default) in [
+            ("restartPolicy", json!("Always")),
+            ("terminationGracePeriodSeconds", json!(30)),
+            ("dnsPolicy", json!("ClusterFirst")),
+            ("schedulerName", json!("default-scheduler")),
+            ("nodeName", json!(self.kubelet.node_name())),
+        ] {
+            if spec.get(field).is_none_or(Value::is_null) {
+                spec[field] = default;
+            }
+        }
+        if let Some(m) = pod.as_object_mut() {
+            m.remove("status");
+        }
+        let checked = self
+            .kubelet
+            .validate(&pod)
+            .map_err(|e| invalid_pod(name, &e))?;
+        self.kubelet
+            .node()
+            .load_images(&checked)
+            .await
+            .map_err(|e| match e {
+                wasmpod::Error::Image { field, source } => ApiError::invalid(
+                    "Pod",
+                    name,
+                    vec![Cause {
+                        reason: "FieldValueInvalid".into(),
+                        field,
+                        message: source.to_string(),
+                    }],
+                ),
+                other => ApiError::internal(other.to_string()),
+            })?;
+        pod["status"] = json!({"phase": "Pending"});
+        if dry_run {
+            return Ok(Arc::new(pod));
+        }
+        let created = self.store.create("pods", ns, name, pod)?;
+        self.kubelet.run(created.clone(), None);
+        Ok(created)
+    }
+
+    /// Deletes a pod: gracefully within `grace` (the pod's own period when `None`), or at once
+    /// for 0, a pod that has finished, or one the node does not run. Returns the pod as it is
+    /// after the call.
+    pub(super) fn delete_pod(
+        &self,
+        ns: &str,
+        name: &str,
+        grace: Option<i64>,
+    ) -> Result<Arc<Value>, ApiError> {
+        let pod = self
+            .store
+            .get("pods", ns, name)
+            .ok_or_else(|| ApiError::not_found("pods", name))?;
+        let uid = pod
+            .pointer("/metadata/uid")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
+        let own = pod
+            .pointer("/spec/terminationGracePeriodSeconds")
+            .and_then(Value::as_i64)
+            .unwrap_or(30);
+        let mut grace = grace.unwrap_or(own).clamp(0, MAX_GRACE);
+        let phase = pod.pointer("/status/phase").and_then(Value::as_str);
+        if matches!(phase, Some("Succeeded" | "Failed")) || !self.kubelet.runs(&uid) {
+            grace = 0;
+        }
+        if grace == 0 {
+            let gone = self
+                .store
+                .delete_if("pods", ns, name, Durable::Now, |p| {
+                    p.pointer("/metadata/uid").and_then(Value::as_str) == Some(uid.as_str())
+                })?
+                .unwrap_or(pod);
+            self.kubelet.delete(&uid, 0);
+            self.kubelet.forget_events(ns, name);
+            return Ok(gone);
+        }
+        let current = pod
+            .pointer("/metadata/deletionGracePeriodSeconds")
+            .and_then(Value::as_i64);
+        if current.is_some_and(|c| c <= grace) {
+            return Ok(pod);
+        }
+        let at = jiff::Timestamp::now()
+            .checked_add(jiff::SignedDuration::from_secs(grace))
+            .unwrap_or(jiff::Timestamp::MAX);
+        let updated = self.store.update("pods", ns, name, Durable::Now, |p| {
+            p["metadata"]["deletionTimestamp"] =
+                json!(at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string());
+            p["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
+            Ok(())
+        })?;
+        self.kubelet.delete(&uid, grace);
+        Ok(updated)
+    }
+}
+
+/// The spec fields a pod update may change (the API server's rule), less those the runtime
+/// cannot change in a running pod yet.
+pub(crate) fn check_update(current: &Value, next: &mut Value) -> Result<(), ApiError> {
+    let name = current
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    // Status is the kubelet's; what the client sends of it is ignored.
+    next["status"] = current.get("status").cloned().unwrap_or(json!({}));
+    let (old, new) = (&current["spec"], &next["spec"]);
+    if old == new {
+        return Ok(());
+    }
+    let images = |spec: &Value| {
+        let mut s = spec.clone();
+        for list in ["containers", "initContainers"] {
+            if let Some(cs) = s.get_mut(list).and_then(Value::as_array_mut) {
+                for c in cs {
+                    if let Some(m) = c.as_object_mut() {
+                        m.remove("image");
+                    }
+                }
+            }
+        }
+        s
+    };
+    let message = if images(old) == images(new) {
+        "Forbidden: wasmpod does not change the image of a running pod's container yet: delete the pod and create it again".to_owned()
+    } else {
+        "Forbidden: pod updates may not change fields other than `spec.containers[*].image`, \
+         `spec.initContainers[*].image`, `spec.activeDeadlineSeconds`, `spec.tolerations` (only \
+         additions to existing tolerations), `spec.terminationGracePeriodSeconds` (allow it to be \
+         set to 1 if it was previously negative)"
+            .to_owned()
+    };
+    Err(ApiError::invalid(
+        "Pod",
+        name,
+        vec![Cause {
+            reason: "FieldValueForbidden".into(),
+            field: "spec".into(),
+            message,
+        }],
+    ))
+}

@@ -1,0 +1,447 @@
+//! The kubelet: runs the store's pods on the node, writes their status and events back into the
+//! store, deletes their objects once every container has stopped, and after a restart of the
+//! agent brings each pod back as the kubelet does after a node restart.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use wasmpod::k8s_openapi::api::core::v1::PodStatus;
+use wasmpod::{Node, PodHandle, PodOptions, PodSpec};
+
+use crate::status::{ApiError, Cause};
+use crate::store::{Durable, Store};
+
+/// Events kept per pod (the oldest go first), as the API server keeps events for a while.
+const EVENTS_PER_POD: usize = 256;
+
+pub(crate) struct Kubelet {
+    node: Node,
+    node_name: String,
+    store: Arc<Store>,
+    node_uid: String,
+    started: String,
+    address: String,
+    /// Where relative image paths are resolved.
+    images: PathBuf,
+    /// The node's pods by uid.
+    pods: Mutex<HashMap<String, PodHandle>>,
+    /// The names of each pod's stored events, oldest first, by namespace and pod name.
+    events: Mutex<HashMap<(String, String), VecDeque<String>>>,
+}
+
+impl std::fmt::Debug for Kubelet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Kubelet").finish_non_exhaustive()
+    }
+}
+
+fn str_at<'a>(v: &'a Value, pointer: &str) -> &'a str {
+    v.pointer(pointer).and_then(Value::as_str).unwrap_or("")
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Kubelet {
+    pub(crate) fn new(
+        node: Node,
+        node_name: String,
+        store: Arc<Store>,
+        images: PathBuf,
+        address: String,
+    ) -> Kubelet {
+        Kubelet {
+            node,
+            node_name,
+            store,
+            node_uid: uuid::Uuid::new_v4().to_string(),
+            started: crate::api::now(),
+            address,
+            images,
+            pods: Mutex::default(),
+            events: Mutex::default(),
+        }
+    }
+
+    pub(crate) fn node(&self) -> &Node {
+        &self.node
+    }
+
+    pub(crate) fn node_name(&self) -> &str {
+        &self.node_name
+    }
+
+    pub(crate) fn node_uid(&self) -> &str {
+        &self.node_uid
+    }
+
+    pub(crate) fn started(&self) -> &str {
+        &self.started
+    }
+
+    pub(crate) fn address(&self) -> &str {
+        &self.address
+    }
+
+    /// Validates a pod against wasmpod's rules, with the ConfigMaps and Secrets of its namespace.
+    pub(crate) fn validate(&self, pod: &Value) -> Result<PodSpec, wasmpod::InvalidPod> {
+        let ns = str_at(pod, "/metadata/namespace");
+        let mut config: Vec<Value> = Vec::new();
+        for resource in ["configmaps", "secrets"] {
+            config.extend(
+                self.store
+                    .list(resource, Some(ns))
+                    .1
+                    .iter()
+                    .map(|v| (**v).clone()),
+            );
+        }
+        PodSpec::from_value(pod, &self.images, &config)
+    }
+
+    /// Whether the node runs the pod of this uid.
+    pub(crate) fn runs(&self, uid: &str) -> bool {
+        lock(&self.pods).contains_key(uid)
+    }
+
+    pub(crate) fn handle(&self, uid: &str) -> Option<PodHandle> {
+        lock(&self.pods).get(uid).cloned()
+    }
+
+    /// Deletes the pod of this uid from the node within `grace` seconds.
+    pub(crate) fn delete(&self, uid: &str, grace: i64) {
+        if let Some(pod) = self.handle(uid) {
+            pod.delete(Some(Duration::from_secs(grace.max(0) as u64)));
+        }
+    }
+
+    /// Gives the node the stored PriorityClasses.
+    pub(crate) fn sync_priority_classes(&self) -> Result<(), ApiError> {
+        let classes: Vec<_> = self
+            .store
+            .list("priorityclasses", None)
+            .1
+            .iter()
+            .filter_map(|v| serde_json::from_value((**v).clone()).ok())
+            .collect();
+        self.node.set_priority_classes(&classes).map_err(|e| {
+            ApiError::invalid(
+                "PriorityClass",
+                "",
+                vec![Cause {
+                    reason: "FieldValueInvalid".into(),
+                    field: String::new(),
+                    message: e.to_string(),
+                }],
+            )
+        })
+    }
+
+    /// Runs a stored pod on the node (`resume`: the status it had when the agent stopped).
+    pub(crate) fn run(self: &Arc<Self>, pod: Arc<Value>, resume: Option<PodStatus>) {
+        let kubelet = self.clone();
+        tokio::spawn(async move { kubelet.supervise(pod, resume).await });
+    }
+
+    async fn supervise(self: Arc<Self>, pod: Arc<Value>, resume: Option<PodStatus>) {
+        let (ns, name, uid) = (
+            str_at(&pod, "/metadata/namespace").to_owned(),
+            str_at(&pod, "/metadata/name").to_owned(),
+            str_at(&pod, "/metadata/uid").to_owned(),
+        );
+        let mut options = PodOptions::default();
+        if let Some(status) = &resume {
+            options = options.resume(status);
+        }
+        let handle = match self.create(&pod, options).await {
+            Ok(h) => h,
+            Err(message) => {
+                tracing::warn!(pod = %name, "cannot run the pod: {message}");
+                self.set_status(&ns, &name, &uid, |s| {
+                    end_lost(
+                        s,
+                        "CreatePodError",
+                        &format!("The pod cannot run: {message}"),
+                    );
+                });
+                return;
+            }
+        };
+        lock(&self.pods).insert(uid.clone(), handle.clone());
+        // A deletion asked while the pod was being made.
+        if let Some(p) = self.store.get("pods", &ns, &name)
+            && let Some(grace) = p
+                .pointer("/metadata/deletionGracePeriodSeconds")
+                .and_then(Value::as_i64)
+        {
+            handle.delete(Some(Duration::from_secs(grace.max(0) as u64)));
+        }
+        let events = tokio::spawn(self.clone().record_events(
+            handle.clone(),
+            ns.clone(),
+            name.clone(),
+            uid.clone(),
+        ));
+        let mut last = PodStatus::default();
+        loop {
+            let status = tokio::select! {
+                s = handle.wait_until(|s| *s != last) => s,
+                () = handle.deleted() => break,
+            };
+            if status != last {
+                let value = serde_json::to_value(&status).unwrap_or_default();
+                self.set_status(&ns, &name, &uid, |s| *s = value);
+                last = status;
+            }
+        }
+        let _ = events.await;
+        lock(&self.pods).remove(&uid);
+        let _ = self.store.delete_if("pods", &ns, &name, Durable::Now, |p| {
+            str_at(p, "/metadata/uid") == uid
+        });
+        self.forget_events(&ns, &name);
+    }
+
+    /// Makes the pod on the node. A pod resumed right after the agent was killed may find its
+    /// uid still held by the dying process for a moment: that is retried for a few seconds.
+    async fn create(&self, pod: &Value, options: PodOptions) -> Result<PodHandle, String> {
+        let resumed = !options.resume.is_empty();
+        let mut tries = 0;
+        let mut options = Some(options);
+        loop {
+            let spec = self.validate(pod).map_err(|e| e.to_string())?;
+            let this = options.take().unwrap_or_default();
+            let mut again = PodOptions::default();
+            again.resume = this.resume.clone();
+            match self.node.create_pod(spec, this).await {
+                Err(wasmpod::Error::UidInUse(_)) if resumed && tries < 50 => {
+                    tries += 1;
+                    options = Some(again);
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                other => return other.map_err(|e| e.to_string()),
+            }
+        }
+    }
+
+    fn set_status(&self, ns: &str, name: &str, uid: &str, change: impl FnOnce(&mut Value)) {
+        let result = self.store.update("pods", ns, name, Durable::Later, |p| {
+            if str_at(p, "/metadata/uid") == uid {
+                if !p.get("status").is_some_and(Value::is_object) {
+                    p["status"] = json!({});
+                }
+                change(&mut p["status"]);
+            }
+            Ok(())
+        });
+        if let Err(e) = result
+            && e.code != http::StatusCode::NOT_FOUND
+        {
+            tracing::warn!(pod = %name, "cannot write the pod's status: {}", e.message);
+        }
+    }
+
+    /// Stores the pod's events as `v1 Event`s, the last [`EVENTS_PER_POD`] of them.
+    async fn record_events(self: Arc<Self>, pod: PodHandle, ns: String, name: String, uid: String) {
+        let mut events = pod.events();
+        let mut n: u64 = 0;
+        while let Some(e) = events.next().await {
+            n += 1;
+            let event_name = format!("{name}.{:x}{n:08x}", uid_prefix(&uid));
+            let field_path = e.container.as_ref().map(|c| {
+                let list = if e.role == Some("regular") {
+                    "containers"
+                } else {
+                    "initContainers"
+                };
+                format!("spec.{list}{{{c}}}")
+            });
+            let reason = serde_json::to_value(e.reason).unwrap_or_default();
+            let object = json!({
+                "kind": "Event",
+                "apiVersion": "v1",
+                "metadata": {
+                    "name": event_name,
+                    "namespace": ns,
+                    "uid": uuid::Uuid::new_v4().to_string(),
+                    "creationTimestamp": e.time,
+                },
+                "involvedObject": {
+                    "kind": "Pod", "apiVersion": "v1", "namespace": ns, "name": name, "uid": uid,
+                    "fieldPath": field_path,
+                },
+                "reason": reason,
+                "message": e.message,
+                "type": serde_json::to_value(e.kind).unwrap_or_default(),
+                "source": {"component": "kubelet", "host": self.node_name()},
+                "firstTimestamp": e.time,
+                "lastTimestamp": e.time,
+                "count": 1,
+                "reportingComponent": "kubelet",
+                "reportingInstance": self.node_name(),
+            });
+            // The pod's object may be gone (force-deleted): its events go with it.
+            if self.store.get("pods", &ns, &name).is_none() {
+                continue;
+            }
+            if self
+                .store
+                .create("events", &ns, &event_name, object)
+                .is_err()
+            {
+                continue;
+            }
+            let oldest = {
+                let mut all = lock(&self.events);
+                let names = all.entry((ns.clone(), name.clone())).or_default();
+                names.push_back(event_name);
+                (names.len() > EVENTS_PER_POD)
+                    .then(|| names.pop_front())
+                    .flatten()
+            };
+            if let Some(old) = oldest {
+                let _ = self
+                    .store
+                    .delete_if("events", &ns, &old, Durable::Later, |_| true);
+            }
+        }
+    }
+
+    /// Removes a pod's stored events (its object is gone).
+    pub(crate) fn forget_events(&self, ns: &str, name: &str) {
+        let names = lock(&self.events).remove(&(ns.to_owned(), name.to_owned()));
+        let stored: Vec<String> = match names {
+            Some(names) => names.into_iter().collect(),
+            // After a restart the agent has no list: find them by the involved object.
+            None => self
+                .store
+                .list("events", Some(ns))
+                .1
+                .iter()
+                .filter(|e| str_at(e, "/involvedObject/name") == name)
+                .map(|e| str_at(e, "/metadata/name").to_owned())
+                .collect(),
+        };
+        for n in stored {
+            let _ = self
+                .store
+                .delete_if("events", ns, &n, Durable::Later, |_| true);
+        }
+    }
+
+    /// Brings the stored pods back after the agent started again, as the kubelet does after a
+    /// node restart: finished pods stay as they ended; a `Never` pod that had started ends
+    /// Failed (its containers were lost); every other pod runs again, its containers' restart
+    /// counts going on (the lost instances count as exited, `ContainerStatusUnknown`); a pod
+    /// that was being deleted starts its termination again with its full grace period.
+    pub(crate) fn restore(self: &Arc<Self>) {
+        let (_, pods) = self.store.list("pods", None);
+        for pod in pods {
+            let (ns, name, uid) = (
+                str_at(&pod, "/metadata/namespace").to_owned(),
+                str_at(&pod, "/metadata/name").to_owned(),
+                str_at(&pod, "/metadata/uid").to_owned(),
+            );
+            if matches!(str_at(&pod, "/status/phase"), "Succeeded" | "Failed") {
+                continue;
+            }
+            let status: PodStatus = pod
+                .get("status")
+                .and_then(|s| serde_json::from_value(s.clone()).ok())
+                .unwrap_or_default();
+            let started = status
+                .init_container_statuses
+                .iter()
+                .chain(&status.container_statuses)
+                .flatten()
+                .any(|c| {
+                    c.state
+                        .as_ref()
+                        .is_some_and(|s| s.running.is_some() || s.terminated.is_some())
+                        || c.last_state
+                            .as_ref()
+                            .is_some_and(|s| s.terminated.is_some())
+                });
+            let deleting = pod
+                .pointer("/metadata/deletionGracePeriodSeconds")
+                .and_then(Value::as_i64);
+            let never = str_at(&pod, "/spec/restartPolicy") == "Never";
+            if never && started {
+                if deleting.is_some() {
+                    // Nothing is left to stop: the object goes.
+                    let _ = self
+                        .store
+                        .delete_if("pods", &ns, &name, Durable::Now, |_| true);
+                    self.forget_events(&ns, &name);
+                } else {
+                    self.set_status(&ns, &name, &uid, |s| {
+                        end_lost(
+                            s,
+                            "NodeAgentRestarted",
+                            "The node agent restarted while the pod ran; its containers were lost and restartPolicy is Never",
+                        )
+                    });
+                }
+                continue;
+            }
+            if let Some(grace) = deleting {
+                // The termination starts again, with the whole grace period.
+                let at = jiff::Timestamp::now()
+                    .checked_add(jiff::SignedDuration::from_secs(grace))
+                    .unwrap_or(jiff::Timestamp::MAX);
+                let _ = self.store.update("pods", &ns, &name, Durable::Now, |p| {
+                    p["metadata"]["deletionTimestamp"] =
+                        json!(at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string());
+                    Ok(())
+                });
+            }
+            let pod = self.store.get("pods", &ns, &name).unwrap_or(pod);
+            self.run(pod, Some(status));
+        }
+    }
+}
+
+/// A pod's status when it ended without its containers' ends being seen (lost with the agent's
+/// process, or the pod could not be made again): Failed, with `reason` and `message`, and every
+/// container that ran terminated as `ContainerStatusUnknown`.
+fn end_lost(status: &mut Value, reason: &str, message: &str) {
+    status["phase"] = json!("Failed");
+    status["reason"] = json!(reason);
+    status["message"] = json!(message);
+    for list in ["initContainerStatuses", "containerStatuses"] {
+        for c in status
+            .get_mut(list)
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten()
+        {
+            let running = c.pointer("/state/running").cloned();
+            if let Some(running) = running {
+                c["state"] = json!({"terminated": {
+                    "exitCode": 137,
+                    "reason": "ContainerStatusUnknown",
+                    "message": "The container could not be located when the node agent restarted",
+                    "startedAt": running.get("startedAt"),
+                    "finishedAt": crate::api::now(),
+                }});
+                c["ready"] = json!(false);
+            }
+        }
+    }
+    if let Some(conditions) = status.get_mut("conditions").and_then(Value::as_array_mut) {
+        for c in conditions {
+            if matches!(c["type"].as_str(), Some("Ready" | "ContainersReady")) {
+                c["status"] = json!("False");
+                c["reason"] = json!("PodFailed");
+            }
+        }
+    }
+}
+
+fn uid_prefix(uid: &str) -> u32 {
+    u32::from_str_radix(uid.get(..8).unwrap_or("0"), 16).unwrap_or(0)
+}

@@ -1,0 +1,238 @@
+//! # wasmpod-agent
+//!
+//! The node agent: a long-running [`Agent`] that holds a wasmpod [`Node`](wasmpod::Node)'s pods
+//! across time and restarts, and serves the part of the Kubernetes API that `kubectl` needs to
+//! drive them (`wasmpod serve`).
+//!
+//! - The API ([`api`](self)): HTTPS with a bearer token, JSON, the API server's `Status` errors;
+//!   pods (with logs), ConfigMaps, Secrets, Namespaces, PriorityClasses, Events and the Node,
+//!   with kubectl's tables, watches and selectors.
+//! - The store: every object in an embedded, crash-safe database (redb) under the state dir; what
+//!   the API acknowledged survives `kill -9`.
+//! - The kubelet: runs the stored pods on the node, writes back their status and events, and
+//!   after a restart brings them back with their uids, restart counts and logs.
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), wasmpod_agent::Error> {
+//! use wasmpod_agent::{Agent, AgentOptions};
+//!
+//! let agent = Agent::start(AgentOptions::default()).await?;
+//! println!("KUBECONFIG={}", agent.kubeconfig().display());
+//! agent.stopped().await;
+//! # Ok(()) }
+//! ```
+
+mod api;
+mod body;
+mod credentials;
+mod kubelet;
+mod server;
+mod status;
+mod store;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_json::json;
+use tokio::sync::watch;
+use wasmpod::{Node, NodeOptions};
+
+/// How an agent is set up.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct AgentOptions {
+    /// The node's options; its state dir holds the agent's too (`agent/`: the store, the
+    /// credentials and the kubeconfig).
+    pub node: NodeOptions,
+    /// Where the API listens (default `127.0.0.1:6443`; port 0 picks a free one).
+    pub listen: SocketAddr,
+    /// Where relative image paths of pods are resolved (default: the current directory).
+    pub images_dir: PathBuf,
+}
+
+impl Default for AgentOptions {
+    fn default() -> Self {
+        AgentOptions {
+            node: NodeOptions::default(),
+            listen: SocketAddr::from(([127, 0, 0, 1], 6443)),
+            images_dir: std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")),
+        }
+    }
+}
+
+impl AgentOptions {
+    /// Sets [`AgentOptions::node`].
+    pub fn node(mut self, node: NodeOptions) -> Self {
+        self.node = node;
+        self
+    }
+
+    /// Sets [`AgentOptions::listen`].
+    pub fn listen(mut self, addr: SocketAddr) -> Self {
+        self.listen = addr;
+        self
+    }
+
+    /// Sets [`AgentOptions::images_dir`].
+    pub fn images_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.images_dir = dir.into();
+        self
+    }
+}
+
+/// Why an agent could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A file or directory of the agent's state.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The TLS credentials could not be made or read.
+    #[error("{}: {message}", path.display())]
+    Credentials {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        message: String,
+    },
+    /// The store could not be opened.
+    #[error("the store {}: {message}", path.display())]
+    Store {
+        /// The database file.
+        path: PathBuf,
+        /// Why.
+        message: String,
+    },
+    /// The node could not be made.
+    #[error(transparent)]
+    Node(#[from] wasmpod::Error),
+    /// The API's address cannot be listened on.
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A running node agent. Dropping it does not stop it; [`Agent::stop`] does.
+#[derive(Debug)]
+pub struct Agent {
+    addr: SocketAddr,
+    kubeconfig: PathBuf,
+    stop: watch::Sender<bool>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+/// The namespaces a cluster starts with.
+const NAMESPACES: [&str; 4] = ["default", "kube-system", "kube-public", "kube-node-lease"];
+
+impl Agent {
+    /// Opens the store, brings back its pods, and starts serving the API.
+    pub async fn start(options: AgentOptions) -> Result<Agent, Error> {
+        let dir = options.node.state_dir.join("agent");
+        let node_name = options.node.node_name.clone();
+        let listener = tokio::net::TcpListener::bind(options.listen)
+            .await
+            .map_err(|source| Error::Listen {
+                addr: options.listen,
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| Error::Listen {
+            addr: options.listen,
+            source,
+        })?;
+        let credentials = credentials::Credentials::load_or_make(&dir, addr, &node_name)?;
+        let path = dir.join("store.redb");
+        let store = store::Store::open(&path, &api::resources::stored()).map_err(|message| {
+            Error::Store {
+                path: path.clone(),
+                message,
+            }
+        })?;
+        let store = Arc::new(store);
+        for ns in NAMESPACES {
+            if store.get("namespaces", "", ns).is_none() {
+                let object = json!({
+                    "kind": "Namespace", "apiVersion": "v1",
+                    "metadata": {"name": ns, "uid": uuid::Uuid::new_v4().to_string(), "creationTimestamp": api::now()},
+                    "status": {"phase": "Active"},
+                });
+                store
+                    .create("namespaces", "", ns, object)
+                    .map_err(|e| Error::Store {
+                        path: path.clone(),
+                        message: e.message,
+                    })?;
+            }
+        }
+        let classes: Vec<_> = store
+            .list("priorityclasses", None)
+            .1
+            .iter()
+            .filter_map(|v| serde_json::from_value((**v).clone()).ok())
+            .collect();
+        let mut node_options = options.node.clone();
+        node_options.priority_classes.extend(classes);
+        let node = Node::new(node_options)?;
+        let address = match addr.ip() {
+            ip if ip.is_unspecified() => "127.0.0.1".to_owned(),
+            ip => ip.to_string(),
+        };
+        let kubelet = Arc::new(kubelet::Kubelet::new(
+            node,
+            node_name,
+            store.clone(),
+            options.images_dir.clone(),
+            address,
+        ));
+        kubelet.restore();
+        let api = Arc::new(api::Api::new(store, kubelet, credentials.token.clone()));
+        let (stop, stopped) = watch::channel(false);
+        let server = tokio::spawn(server::serve(
+            listener,
+            credentials.tls.clone(),
+            api,
+            stopped,
+        ));
+        tracing::info!(%addr, kubeconfig = %credentials.kubeconfig.display(), "serving the API");
+        Ok(Agent {
+            addr,
+            kubeconfig: credentials.kubeconfig,
+            stop,
+            server,
+        })
+    }
+
+    /// The address the API listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The kubeconfig that reaches this agent (`KUBECONFIG=... kubectl get pods`).
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// Stops serving the API. The pods' state stays in the store: the next start brings them
+    /// back.
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = self.server.await;
+    }
+
+    /// Waits until the server has stopped.
+    pub async fn stopped(&self) {
+        let mut rx = self.stop.subscribe();
+        let _ = rx.wait_for(|s| *s).await;
+    }
+}
