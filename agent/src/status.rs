@@ -133,6 +133,10 @@ impl ApiError {
         )
     }
 
+    pub(crate) fn forbidden(resource: &str, name: &str, message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::FORBIDDEN, "Forbidden", message).about(resource, name)
+    }
+
     pub(crate) fn internal(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "InternalError", message)
     }

@@ -13,6 +13,7 @@ mod node;
 mod objects;
 mod patch;
 pub(crate) mod pods;
+mod protobuf;
 pub(crate) mod resources;
 mod select;
 pub(crate) mod table;
@@ -304,7 +305,7 @@ impl Api {
                     Method::GET => self.list_or_watch(resource, namespace.as_deref(), &call),
                     Method::POST => {
                         let ns = namespace.as_deref();
-                        let body = read_json(req).await?;
+                        let body = read_object(req, &call, resource).await?;
                         self.create(resource, ns, body, &call).await
                     }
                     _ => Err(ApiError::method_not_allowed(format!(
@@ -337,7 +338,7 @@ impl Api {
                         self.patch(resource, ns, &name, &body, &call).await
                     }
                     (None, &Method::PUT) => {
-                        let body = read_json(req).await?;
+                        let body = read_object(req, &call, resource).await?;
                         self.replace(resource, ns, &name, body, &call).await
                     }
                     _ => Err(ApiError::method_not_allowed(format!(
@@ -376,9 +377,17 @@ async fn read_body(req: Request<Incoming>) -> Result<Bytes, ApiError> {
     }
 }
 
-/// The body as JSON (YAML is accepted too, as the API server does for `application/yaml`).
-async fn read_json(req: Request<Incoming>) -> Result<Value, ApiError> {
+/// The body as JSON: sent as JSON, YAML (as the API server takes `application/yaml`), or
+/// Kubernetes protobuf for the kinds kubectl's generators send that way.
+async fn read_object(
+    req: Request<Incoming>,
+    call: &Call,
+    resource: &Resource,
+) -> Result<Value, ApiError> {
     let body = read_body(req).await?;
+    if call.content_type == "application/vnd.kubernetes.protobuf" {
+        return protobuf::decode(&body, resource.kind);
+    }
     parse_json(&body)
 }
 

@@ -420,7 +420,7 @@ impl Api {
                         o.remove("stringData");
                     }
                 }
-                if body.get("type").is_none() {
+                if body.get("type").is_none_or(|t| t == "") {
                     body["type"] = json!("Opaque");
                 }
                 serde_json::from_value::<wasmpod::k8s_openapi::api::core::v1::Secret>(body.clone())

@@ -63,6 +63,31 @@ impl Api {
         if let Some(m) = pod.as_object_mut() {
             m.remove("status");
         }
+        // The priority admission: the class must exist, and gives the pod its priority.
+        if let Some(class) = pod
+            .pointer("/spec/priorityClassName")
+            .and_then(Value::as_str)
+        {
+            let found = self.store.get("priorityclasses", "", class).ok_or_else(|| {
+                ApiError::forbidden(
+                    "pods",
+                    name,
+                    format!("pods \"{name}\" is forbidden: no PriorityClass with name {class} was found"),
+                )
+            })?;
+            if pod.pointer("/spec/priority").is_none_or(Value::is_null) {
+                pod["spec"]["priority"] = found.get("value").cloned().unwrap_or(json!(0));
+            }
+            if pod
+                .pointer("/spec/preemptionPolicy")
+                .is_none_or(Value::is_null)
+            {
+                pod["spec"]["preemptionPolicy"] = found
+                    .get("preemptionPolicy")
+                    .cloned()
+                    .unwrap_or(json!("PreemptLowerPriority"));
+            }
+        }
         let checked = self
             .kubelet
             .validate(&pod)

@@ -1,0 +1,671 @@
+//! `wasmpod serve` driven by the real `kubectl`, as a user drives it: each test starts an agent
+//! on loopback with its own state dir, and asserts on what kubectl prints and how it exits.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use wasmpod_tests::{PodYaml, fill};
+
+/// A `wasmpod serve` process and its state dir.
+struct Agent {
+    dir: PathBuf,
+    child: Child,
+    kubeconfig: PathBuf,
+}
+
+impl Agent {
+    fn start() -> (tempfile::TempDir, Agent) {
+        wasmpod_tests::warm_shared_cache();
+        let tmp = tempfile::tempdir().unwrap();
+        let agent = Agent::start_in(tmp.path());
+        (tmp, agent)
+    }
+
+    /// Starts an agent on the state under `dir` (a second start finds the first one's pods).
+    fn start_in(dir: &Path) -> Agent {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("agent.log"))
+            .unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_wasmpod"))
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--backoff-initial",
+                "200ms",
+            ])
+            .args(["--backoff-max", "1s", "--node-name", "edge-1"])
+            .arg("--state-dir")
+            .arg(dir.join("state"))
+            .arg("--cache-dir")
+            .arg(wasmpod_tests::shared_cache())
+            .arg("--images-dir")
+            .arg(dir)
+            .env("WASMPOD_LOG", "wasmpod_agent=debug,warn")
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let mut kubeconfig = None;
+        for line in BufReader::new(stdout).lines() {
+            let line = line.unwrap();
+            if let Some(path) = line.strip_prefix("KUBECONFIG=") {
+                kubeconfig = Some(PathBuf::from(path));
+                break;
+            }
+        }
+        let kubeconfig = kubeconfig.expect("wasmpod serve printed no KUBECONFIG line");
+        Agent {
+            dir: dir.to_owned(),
+            child,
+            kubeconfig,
+        }
+    }
+
+    /// kubectl with this agent's kubeconfig, bounded to a minute.
+    fn kubectl(&self, args: &[&str]) -> Output {
+        Command::new("timeout")
+            .arg("60")
+            .arg("kubectl")
+            .args(args)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env("HOME", &self.dir)
+            .output()
+            .expect("kubectl runs")
+    }
+
+    /// kubectl that must succeed: its stdout.
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.kubectl(args);
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} failed: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            self.log()
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// kubectl that must fail: its stderr.
+    fn fails(&self, args: &[&str]) -> String {
+        let out = self.kubectl(args);
+        assert!(
+            !out.status.success(),
+            "kubectl {args:?} succeeded: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    }
+
+    /// Writes `yaml` (with the guests filled in) to a file and returns its path.
+    fn file(&self, name: &str, yaml: &str) -> String {
+        let path = self.dir.join(name);
+        std::fs::write(&path, fill(yaml)).unwrap();
+        path.display().to_string()
+    }
+
+    /// `kubectl create -f` of `yaml`.
+    fn create(&self, yaml: &str) -> String {
+        let file = self.file("created.yaml", yaml);
+        self.ok(&["create", "-f", &file])
+    }
+
+    /// Runs kubectl until its stdout satisfies `check` (at most `limit`); returns that stdout.
+    fn until(&self, args: &[&str], limit: Duration, check: impl Fn(&str) -> bool) -> String {
+        let start = Instant::now();
+        loop {
+            let out = self.kubectl(args);
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            if out.status.success() && check(&text) {
+                return text;
+            }
+            assert!(
+                start.elapsed() < limit,
+                "kubectl {args:?} never matched; last: {text}{}\n{}",
+                String::from_utf8_lossy(&out.stderr),
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The pod as JSON.
+    fn pod(&self, name: &str) -> Value {
+        serde_json::from_str(&self.ok(&["get", "pod", name, "-o", "json"])).unwrap()
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("agent.log")).unwrap_or_default()
+    }
+
+    /// `kill -9` of the agent.
+    fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The table row of `name` in `kubectl get pods` output, split into its cells.
+fn row(table: &str, name: &str) -> Vec<String> {
+    table
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(name))
+        .unwrap_or_else(|| panic!("no row {name} in:\n{table}"))
+        .split("   ")
+        .map(|c| c.trim().to_owned())
+        .filter(|c| !c.is_empty())
+        .collect()
+}
+
+fn status_of(table: &str, name: &str) -> String {
+    row(table, name)[2].clone()
+}
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+#[test]
+fn kubectl_drives_a_pod_through_its_life() {
+    let (_tmp, agent) = Agent::start();
+    let version = agent.ok(&["version"]);
+    assert!(
+        version.contains("Server Version: v1.33.0-wasmpod"),
+        "{version}"
+    );
+
+    let pod = PodYaml::new("web")
+        .metadata("labels: {app: web}")
+        .spec("terminationGracePeriodSeconds: 30")
+        .init(r#"{ name: setup, image: "{p1}", args: [print, setup-done] }"#)
+        .container(r#"{ name: main, image: "{term}", args: [print, started, print, second, on-term, "0", "300", sleep, "60000"] }"#)
+        .build();
+    assert_eq!(agent.create(&pod).trim(), "pod/web created");
+    agent.ok(&["wait", "--for=condition=Ready", "pod/web", "--timeout=30s"]);
+
+    let table = agent.ok(&["get", "pods"]);
+    assert!(table.starts_with("NAME"), "{table}");
+    assert_eq!(row(&table, "web")[1..4], ["1/1", "Running", "0"], "{table}");
+    let wide = agent.ok(&["get", "pods", "-o", "wide"]);
+    assert!(
+        wide.contains("NOMINATED NODE") && wide.contains("edge-1"),
+        "{wide}"
+    );
+    assert_eq!(
+        agent
+            .ok(&["get", "pods", "-l", "app=web", "-o", "name"])
+            .trim(),
+        "pod/web"
+    );
+    assert_eq!(
+        agent
+            .ok(&["get", "pods", "-l", "app=other", "-o", "name"])
+            .trim(),
+        ""
+    );
+    assert_eq!(
+        agent
+            .ok(&[
+                "get",
+                "pods",
+                "--field-selector",
+                "status.phase=Running",
+                "-o",
+                "name"
+            ])
+            .trim(),
+        "pod/web"
+    );
+    let json = agent.pod("web");
+    assert_eq!(json["status"]["phase"], "Running");
+    assert_eq!(json["spec"]["nodeName"], "edge-1");
+    assert!(
+        agent
+            .ok(&["get", "pod", "web", "-o", "yaml"])
+            .contains("uid: ")
+    );
+    let all = agent.ok(&["get", "pods", "-A"]);
+    assert!(
+        all.contains("NAMESPACE") && all.contains("default"),
+        "{all}"
+    );
+
+    // Logs, each container, the tail, with timestamps.
+    assert_eq!(agent.ok(&["logs", "web", "-c", "setup"]), "setup-done\n");
+    assert_eq!(
+        agent.ok(&["logs", "web", "-c", "main"]),
+        "started\nsecond\n"
+    );
+    assert_eq!(
+        agent.ok(&["logs", "web", "-c", "main", "--tail=1"]),
+        "second\n"
+    );
+    let stamped = agent.ok(&["logs", "web", "-c", "main", "--timestamps"]);
+    let first = stamped.lines().next().unwrap();
+    let (time, line) = first.split_once(' ').unwrap();
+    assert_eq!(line, "started");
+    assert!(
+        time.starts_with("20") && time.contains('T') && time.ends_with('Z'),
+        "{first}"
+    );
+    let previous = agent.fails(&["logs", "web", "-c", "main", "--previous"]);
+    assert!(
+        previous.contains(r#"previous terminated container "main" in pod "web" not found"#),
+        "{previous}"
+    );
+
+    // exec: output and exit codes, as kubectl reports them.
+    assert_eq!(
+        agent.ok(&[
+            "exec",
+            "web",
+            "-c",
+            "main",
+            "--",
+            "agnhost",
+            "print",
+            "from-exec"
+        ]),
+        "from-exec\n"
+    );
+    let out = agent.kubectl(&["exec", "web", "-c", "main", "--", "agnhost", "exit", "3"]);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // describe and events.
+    let described = agent.ok(&["describe", "pod", "web"]);
+    for part in [
+        "Name:         web",
+        "Status:       Running",
+        "Events:",
+        "Started",
+    ] {
+        assert!(described.contains(part), "{part} missing in:\n{described}");
+    }
+    let events = agent.ok(&["get", "events"]);
+    assert!(
+        events.contains("pod/web") && events.contains("Started"),
+        "{events}"
+    );
+
+    // A graceful delete: Terminating until the guest has ended, then gone.
+    let start = Instant::now();
+    agent.ok(&["delete", "pod", "web", "--grace-period=20", "--wait=false"]);
+    let table = agent.ok(&["get", "pods"]);
+    assert_eq!(status_of(&table, "web"), "Terminating", "{table}");
+    agent.ok(&["wait", "--for=delete", "pod/web", "--timeout=30s"]);
+    // The guest took 300 ms after TERM, far less than the grace period.
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        start.elapsed()
+    );
+    let gone = agent.fails(&["get", "pod", "web"]);
+    assert!(gone.contains(r#"pods "web" not found"#), "{gone}");
+    assert!(!agent.ok(&["get", "events"]).contains("pod/web"));
+}
+
+#[test]
+fn status_strings_watch_and_forced_delete() {
+    let (_tmp, agent) = Agent::start();
+    let watch = Command::new("timeout")
+        .args(["20", "kubectl", "get", "pods", "-w"])
+        .env("KUBECONFIG", &agent.kubeconfig)
+        .env("HOME", &agent.dir)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    agent.create(
+        &PodYaml::new("initializing")
+            .init(r#"{ name: slow, image: "{p1}", args: [sleep, "60000"] }"#)
+            .container(r#"{ name: main, image: "{p1}", args: [print, hi] }"#)
+            .build(),
+    );
+    agent.create(
+        &PodYaml::new("crashing")
+            .container(r#"{ name: main, image: "{p1}", args: [exit, "1"] }"#)
+            .build(),
+    );
+    agent.create(
+        &PodYaml::new("done")
+            .never()
+            .container(r#"{ name: main, image: "{p1}", args: [print, bye] }"#)
+            .build(),
+    );
+    let table = agent.until(&["get", "pods"], LIMIT, |t| {
+        t.contains("Init:0/1") && t.contains("CrashLoopBackOff") && t.contains("Completed")
+    });
+    assert_eq!(
+        row(&table, "initializing")[1..3],
+        ["0/1", "Init:0/1"],
+        "{table}"
+    );
+    assert_eq!(status_of(&table, "done"), "Completed");
+    let crashing = row(&table, "crashing");
+    assert_eq!(crashing[2], "CrashLoopBackOff", "{table}");
+    assert!(crashing[3].contains("ago"), "restarts with when: {table}");
+
+    // A forced delete removes the object at once, whatever the grace period.
+    let forced = agent.kubectl(&[
+        "delete",
+        "pod",
+        "initializing",
+        "--force",
+        "--grace-period=0",
+    ]);
+    assert!(forced.status.success());
+    assert!(String::from_utf8_lossy(&forced.stdout).contains("force deleted"));
+    agent.fails(&["get", "pod", "initializing"]);
+
+    agent.ok(&["delete", "pod", "done", "crashing"]);
+    let out = watch.wait_with_output().unwrap();
+    let lines = String::from_utf8_lossy(&out.stdout);
+    assert!(lines.starts_with("NAME"), "{lines}");
+    for (pod, status) in [
+        ("initializing", "Init:0/1"),
+        ("done", "Completed"),
+        ("crashing", "CrashLoopBackOff"),
+    ] {
+        assert!(
+            lines
+                .lines()
+                .any(|l| l.starts_with(pod) && l.contains(status)),
+            "{pod} {status} not watched in:\n{lines}"
+        );
+    }
+}
+
+#[test]
+fn bad_requests_get_the_api_servers_statuses() {
+    let (_tmp, agent) = Agent::start();
+    agent.create(
+        &PodYaml::new("steady")
+            .container(r#"{ name: main, image: "{p1}", args: [sleep, "60000"] }"#)
+            .build(),
+    );
+    agent.ok(&[
+        "wait",
+        "--for=condition=Ready",
+        "pod/steady",
+        "--timeout=30s",
+    ]);
+
+    let denied = agent.fails(&["--token", "not-the-token", "get", "pods"]);
+    assert!(
+        denied.contains("Unauthorized") || denied.contains("logged in"),
+        "{denied}"
+    );
+
+    let invalid = PodYaml::new("bad")
+        .container(r#"{ name: main, image: "{p1}", securityContext: { privileged: true } }"#)
+        .build();
+    let file = agent.file("bad.yaml", &invalid);
+    let refused = agent.fails(&["create", "-f", &file]);
+    assert!(refused.contains(r#"Pod "bad" is invalid"#), "{refused}");
+    assert!(
+        refused.contains("spec.containers[0].securityContext.privileged"),
+        "{refused}"
+    );
+
+    let missing = PodYaml::new("nomodule")
+        .container(r#"{ name: main, image: nowhere.wasm }"#)
+        .build();
+    let file = agent.file("missing.yaml", &missing);
+    let refused = agent.fails(&["create", "-f", &file]);
+    assert!(refused.contains("spec.containers[0].image"), "{refused}");
+
+    let steady = PodYaml::new("steady")
+        .container(r#"{ name: main, image: "{p1}" }"#)
+        .build();
+    let file = agent.file("again.yaml", &steady);
+    let exists = agent.fails(&["create", "-f", &file]);
+    assert!(
+        exists.contains(r#"pods "steady" already exists"#),
+        "{exists}"
+    );
+
+    let nothing = agent.fails(&["get", "pod", "nope"]);
+    assert!(nothing.contains(r#"pods "nope" not found"#), "{nothing}");
+
+    let malformed = agent.file(
+        "malformed.json",
+        "{\"apiVersion\": \"v1\", \"kind\": \"Pod\", ",
+    );
+    let bad = agent.fails(&[
+        "create",
+        "--raw",
+        "/api/v1/namespaces/default/pods",
+        "-f",
+        &malformed,
+    ]);
+    assert!(
+        bad.contains("BadRequest") || bad.contains("not valid JSON"),
+        "{bad}"
+    );
+
+    // A stale resourceVersion is a conflict.
+    let stale = agent.ok(&["get", "pod", "steady", "-o", "json"]);
+    agent.ok(&["label", "pod", "steady", "tier=web"]);
+    let file = agent.dir.join("stale.json");
+    std::fs::write(&file, stale).unwrap();
+    let conflict = agent.fails(&["replace", "-f", file.to_str().unwrap()]);
+    assert!(
+        conflict.contains("the object has been modified"),
+        "{conflict}"
+    );
+
+    let unknown = PodYaml::new("classy")
+        .spec("priorityClassName: nope")
+        .container(r#"{ name: main, image: "{p1}" }"#)
+        .build();
+    let file = agent.file("classy.yaml", &unknown);
+    let forbidden = agent.fails(&["create", "-f", &file]);
+    assert!(
+        forbidden.contains("no PriorityClass with name nope was found"),
+        "{forbidden}"
+    );
+
+    // None of it disturbed the running pod.
+    let pod = agent.pod("steady");
+    assert_eq!(pod["status"]["phase"], "Running");
+    assert_eq!(pod["status"]["containerStatuses"][0]["restartCount"], 0);
+    assert_eq!(pod["metadata"]["labels"]["tier"], "web");
+}
+
+#[test]
+fn config_maps_secrets_and_priority_classes() {
+    let (_tmp, agent) = Agent::start();
+    agent.ok(&[
+        "create",
+        "configmap",
+        "app",
+        "--from-literal=greeting=hello from a ConfigMap",
+    ]);
+    agent.ok(&[
+        "create",
+        "secret",
+        "generic",
+        "creds",
+        "--from-literal=token=s3cret",
+    ]);
+    let cms = agent.ok(&["get", "configmaps"]);
+    assert_eq!(row(&cms, "app")[1], "1", "{cms}");
+    let secrets = agent.ok(&["get", "secrets"]);
+    assert_eq!(row(&secrets, "creds")[1..3], ["Opaque", "1"], "{secrets}");
+    agent.create(
+        "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: high}\nvalue: 1000\n",
+    );
+    let classes = agent.ok(&["get", "priorityclasses"]);
+    assert_eq!(row(&classes, "high")[1..3], ["1000", "false"], "{classes}");
+
+    let pod = PodYaml::new("configured")
+        .never()
+        .spec("priorityClassName: high")
+        .spec("volumes: [{ name: cfg, configMap: { name: app } }]")
+        .container(
+            r#"{ name: main, image: "{p1}", args: [cat, /etc/app/greeting, env, TOKEN], volumeMounts: [{ name: cfg, mountPath: /etc/app }], env: [{ name: TOKEN, valueFrom: { secretKeyRef: { name: creds, key: token } } }] }"#,
+        )
+        .build();
+    agent.create(&pod);
+    agent.until(&["get", "pods"], LIMIT, |t| t.contains("Completed"));
+    assert_eq!(
+        agent.ok(&["logs", "configured"]),
+        "hello from a ConfigMap\nTOKEN=s3cret\n"
+    );
+    assert_eq!(agent.pod("configured")["spec"]["priority"], 1000);
+
+    let deleted = agent.ok(&["delete", "configmap", "app"]);
+    assert!(deleted.contains(r#"configmap "app" deleted"#), "{deleted}");
+    agent.fails(&["get", "configmap", "app"]);
+}
+
+#[test]
+fn apply_client_side_and_server_side() {
+    let (_tmp, agent) = Agent::start();
+    let pod = PodYaml::new("applied")
+        .container(r#"{ name: main, image: "{p1}", args: [sleep, "60000"] }"#)
+        .build();
+    let file = agent.file("applied.yaml", &pod);
+    assert_eq!(
+        agent.ok(&["apply", "-f", &file]).trim(),
+        "pod/applied created"
+    );
+    assert_eq!(
+        agent.ok(&["apply", "-f", &file]).trim(),
+        "pod/applied unchanged"
+    );
+    let labelled = pod.replace("name: applied", "name: applied\n  labels: {tier: web}");
+    let file = agent.file("applied.yaml", &labelled);
+    assert_eq!(
+        agent.ok(&["apply", "-f", &file]).trim(),
+        "pod/applied configured"
+    );
+    assert_eq!(agent.pod("applied")["metadata"]["labels"]["tier"], "web");
+    let applied = agent.ok(&["apply", "--server-side", "-f", &file]);
+    assert_eq!(applied.trim(), "pod/applied serverside-applied");
+
+    // Server-side apply creates what is not there.
+    let other = PodYaml::new("ssa")
+        .container(r#"{ name: main, image: "{p1}", args: [sleep, "60000"] }"#)
+        .build();
+    let file = agent.file("ssa.yaml", &other);
+    assert_eq!(
+        agent.ok(&["apply", "--server-side", "-f", &file]).trim(),
+        "pod/ssa serverside-applied"
+    );
+    agent.ok(&["wait", "--for=condition=Ready", "pod/ssa", "--timeout=30s"]);
+
+    // A change wasmpod cannot make to a running pod is refused with why.
+    let file = agent.file(
+        "changed.yaml",
+        &labelled.replace("sleep, \"60000\"", "sleep, \"1000\""),
+    );
+    let refused = agent.fails(&["apply", "-f", &file]);
+    assert!(
+        refused.contains("pod updates may not change fields"),
+        "{refused}"
+    );
+}
+
+#[test]
+fn the_node_is_described() {
+    let (_tmp, agent) = Agent::start();
+    let nodes = agent.ok(&["get", "nodes"]);
+    assert_eq!(row(&nodes, "edge-1")[1], "Ready", "{nodes}");
+    let described = agent.ok(&["describe", "node", "edge-1"]);
+    for part in [
+        "Allocatable:",
+        "kubernetes.io/hostname=",
+        "Container Runtime Version:  wasmpod://",
+    ] {
+        assert!(described.contains(part), "{part} missing in:\n{described}");
+    }
+    agent.fails(&["get", "node", "elsewhere"]);
+}
+
+#[test]
+fn a_killed_agent_comes_back_with_nothing_lost() {
+    let (tmp, agent) = Agent::start();
+    let sleeper = |name: &str, never: bool| {
+        let yaml = PodYaml::new(name).container(&format!(
+            r#"{{ name: main, image: "{{term}}", args: [print, "{name} ran", sleep, "60000"] }}"#
+        ));
+        if never { yaml.never() } else { yaml }.build()
+    };
+    agent.create(&sleeper("always", false));
+    agent.create(&sleeper("never", true));
+    agent.create(
+        &PodYaml::new("finished")
+            .never()
+            .container(r#"{ name: main, image: "{p1}", args: [print, done] }"#)
+            .build(),
+    );
+    agent.create(
+        &PodYaml::new("leaving")
+            .spec("terminationGracePeriodSeconds: 30")
+            .container(
+                r#"{ name: main, image: "{term}", args: [on-term, "0", "1500", sleep, "60000"] }"#,
+            )
+            .build(),
+    );
+    agent.ok(&["create", "configmap", "kept", "--from-literal=a=b"]);
+    for pod in ["always", "never", "leaving"] {
+        agent.ok(&[
+            "wait",
+            "--for=condition=Ready",
+            &format!("pod/{pod}"),
+            "--timeout=30s",
+        ]);
+    }
+    agent.until(&["get", "pods"], LIMIT, |t| t.contains("Completed"));
+    let uid = agent.pod("always")["metadata"]["uid"].clone();
+    agent.ok(&["delete", "pod", "leaving", "--wait=false"]);
+    agent.kill();
+
+    let agent = Agent::start_in(tmp.path());
+    let table = agent.until(&["get", "pods"], LIMIT, |t| {
+        t.lines()
+            .any(|l| l.starts_with("always") && l.contains("Running"))
+    });
+    // The running pod restarted with its uid, counting the lost instance.
+    assert_eq!(row(&table, "always")[1..3], ["1/1", "Running"], "{table}");
+    assert!(row(&table, "always")[3].starts_with("1 ("), "{table}");
+    let always = agent.pod("always");
+    assert_eq!(always["metadata"]["uid"], uid);
+    let last = &always["status"]["containerStatuses"][0]["lastState"]["terminated"];
+    assert_eq!(last["reason"], "ContainerStatusUnknown", "{always}");
+    assert_eq!(last["exitCode"], 137);
+    assert_eq!(agent.ok(&["logs", "always", "--previous"]), "always ran\n");
+    assert_eq!(agent.ok(&["logs", "always"]), "always ran\n");
+    // A Never pod cannot run again: it failed, and says why.
+    let never = agent.pod("never");
+    assert_eq!(never["status"]["phase"], "Failed");
+    assert_eq!(never["status"]["reason"], "NodeAgentRestarted");
+    assert_eq!(status_of(&table, "finished"), "Completed");
+    assert_eq!(
+        agent.ok(&["get", "configmap", "kept", "-o", "jsonpath={.data.a}"]),
+        "b"
+    );
+    // The pod being deleted terminates again, with its whole grace period, and goes.
+    let leaving = agent.pod("leaving");
+    assert!(
+        leaving["metadata"]["deletionTimestamp"].is_string(),
+        "{leaving}"
+    );
+    agent.ok(&["wait", "--for=delete", "pod/leaving", "--timeout=30s"]);
+}
