@@ -1,16 +1,17 @@
 //! # wasmpod-agent
 //!
-//! The node agent: a long-running [`Agent`] that holds a wasmpod [`Node`](wasmpod::Node)'s pods
+//! The node agent: a long-running [`Agent`] that holds a wasmpod [`Node`]'s pods
 //! across time and restarts, and serves the part of the Kubernetes API that `kubectl` needs to
 //! drive them (`wasmpod serve`).
 //!
-//! - The API ([`api`](self)): HTTPS with a bearer token, JSON, the API server's `Status` errors;
+//! - The API: HTTPS with a bearer token, JSON, the API server's `Status` errors;
 //!   pods (with logs), ConfigMaps, Secrets, Namespaces, PriorityClasses, Events and the Node,
 //!   with kubectl's tables, watches and selectors.
 //! - The store: every object in an embedded, crash-safe database (redb) under the state dir; what
 //!   the API acknowledged survives `kill -9`.
 //! - The kubelet: runs the stored pods on the node, writes back their status and events, and
 //!   after a restart brings them back with their uids, restart counts and logs.
+//! - Static pods: the manifests of a directory ([`AgentOptions::manifests`]) run as pods.
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), wasmpod_agent::Error> {
@@ -26,6 +27,7 @@ mod api;
 mod body;
 mod credentials;
 mod kubelet;
+mod manifests;
 mod server;
 mod status;
 mod store;
@@ -49,6 +51,10 @@ pub struct AgentOptions {
     pub listen: SocketAddr,
     /// Where relative image paths of pods are resolved (default: the current directory).
     pub images_dir: PathBuf,
+    /// The static pods' manifests directory (the kubelet's `staticPodPath`), if any.
+    pub manifests: Option<PathBuf>,
+    /// How often the manifests directory is read (default 1 s).
+    pub manifests_every: std::time::Duration,
 }
 
 impl Default for AgentOptions {
@@ -57,6 +63,8 @@ impl Default for AgentOptions {
             node: NodeOptions::default(),
             listen: SocketAddr::from(([127, 0, 0, 1], 6443)),
             images_dir: std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")),
+            manifests: None,
+            manifests_every: std::time::Duration::from_secs(1),
         }
     }
 }
@@ -71,6 +79,12 @@ impl AgentOptions {
     /// Sets [`AgentOptions::listen`].
     pub fn listen(mut self, addr: SocketAddr) -> Self {
         self.listen = addr;
+        self
+    }
+
+    /// Sets [`AgentOptions::manifests`]: the directory of static pod manifests.
+    pub fn manifests(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.manifests = Some(dir.into());
         self
     }
 
@@ -198,6 +212,12 @@ impl Agent {
         kubelet.restore();
         let api = Arc::new(api::Api::new(store, kubelet, credentials.token.clone()));
         let (stop, stopped) = watch::channel(false);
+        if let Some(dir) = options.manifests.clone() {
+            let every = options
+                .manifests_every
+                .max(std::time::Duration::from_millis(100));
+            tokio::spawn(manifests::watch(api.clone(), dir, every, stopped.clone()));
+        }
         let server = tokio::spawn(server::serve(
             listener,
             credentials.tls.clone(),

@@ -79,6 +79,10 @@ struct ServeArgs {
     /// The node's name [default: the host name]
     #[arg(long, value_name = "NAME")]
     node_name: Option<String>,
+    /// A directory of static pod manifests (the kubelet's staticPodPath): each Pod file in it
+    /// runs as a pod, removed files delete theirs, changed files replace theirs.
+    #[arg(long, value_name = "DIR")]
+    manifests: Option<PathBuf>,
     #[command(flatten)]
     node: NodeArgs,
 }
@@ -367,6 +371,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .listen(args.listen);
     if let Some(dir) = args.images_dir {
         options = options.images_dir(dir);
+    }
+    if let Some(dir) = args.manifests {
+        options = options.manifests(dir);
     }
     let agent = wasmpod_agent::Agent::start(options).await?;
     println!(

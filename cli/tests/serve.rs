@@ -20,12 +20,13 @@ impl Agent {
     fn start() -> (tempfile::TempDir, Agent) {
         wasmpod_tests::warm_shared_cache();
         let tmp = tempfile::tempdir().unwrap();
-        let agent = Agent::start_in(tmp.path());
+        let agent = Agent::start_in(tmp.path(), &[]);
         (tmp, agent)
     }
 
-    /// Starts an agent on the state under `dir` (a second start finds the first one's pods).
-    fn start_in(dir: &Path) -> Agent {
+    /// Starts an agent on the state under `dir` (a second start finds the first one's pods),
+    /// with `extra` options.
+    fn start_in(dir: &Path, extra: &[&str]) -> Agent {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -46,6 +47,7 @@ impl Agent {
             .arg(wasmpod_tests::shared_cache())
             .arg("--images-dir")
             .arg(dir)
+            .args(extra)
             .env("WASMPOD_LOG", "wasmpod_agent=debug,warn")
             .stdout(Stdio::piped())
             .stderr(log)
@@ -637,7 +639,7 @@ fn a_killed_agent_comes_back_with_nothing_lost() {
     agent.ok(&["delete", "pod", "leaving", "--wait=false"]);
     agent.kill();
 
-    let agent = Agent::start_in(tmp.path());
+    let agent = Agent::start_in(tmp.path(), &[]);
     let table = agent.until(&["get", "pods"], LIMIT, |t| {
         t.lines()
             .any(|l| l.starts_with("always") && l.contains("Running"))
@@ -668,4 +670,47 @@ fn a_killed_agent_comes_back_with_nothing_lost() {
         "{leaving}"
     );
     agent.ok(&["wait", "--for=delete", "pod/leaving", "--timeout=30s"]);
+}
+
+#[test]
+fn static_pods_follow_their_manifests() {
+    wasmpod_tests::warm_shared_cache();
+    let tmp = tempfile::tempdir().unwrap();
+    let manifests = tmp.path().join("manifests");
+    std::fs::create_dir(&manifests).unwrap();
+    let agent = Agent::start_in(tmp.path(), &["--manifests", manifests.to_str().unwrap()]);
+    let manifest = |version: &str| {
+        fill(
+            &PodYaml::new("web")
+                .spec("terminationGracePeriodSeconds: 10")
+                .container(&format!(
+                    r#"{{ name: main, image: "{{term}}", args: [print, "{version}", on-term, "0", "10", sleep, "60000"] }}"#
+                ))
+                .build(),
+        )
+    };
+    let file = manifests.join("web.yaml");
+    std::fs::write(&file, manifest("v1")).unwrap();
+    // The pod is named after the node, as the kubelet names static pods.
+    agent.until(&["get", "pods"], LIMIT, |t| {
+        t.lines()
+            .any(|l| l.starts_with("web-edge-1") && l.contains("Running"))
+    });
+    assert_eq!(agent.ok(&["logs", "web-edge-1"]), "v1\n");
+    let uid = agent.pod("web-edge-1")["metadata"]["uid"].clone();
+
+    // The mirror cannot be deleted or changed through the API.
+    let refused = agent.fails(&["delete", "pod", "web-edge-1"]);
+    assert!(refused.contains("mirror of a static pod"), "{refused}");
+    let refused = agent.fails(&["label", "pod", "web-edge-1", "a=b"]);
+    assert!(refused.contains("mirror of a static pod"), "{refused}");
+
+    // A changed manifest replaces the pod; a removed one deletes it.
+    std::fs::write(&file, manifest("v2")).unwrap();
+    agent.until(&["logs", "web-edge-1"], LIMIT, |t| t == "v2\n");
+    assert_ne!(agent.pod("web-edge-1")["metadata"]["uid"], uid);
+    std::fs::remove_file(&file).unwrap();
+    agent.until(&["get", "pods", "-o", "name"], LIMIT, |t| {
+        t.trim().is_empty()
+    });
 }

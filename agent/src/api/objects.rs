@@ -645,7 +645,7 @@ impl Api {
             };
         match resource.name {
             "pods" => {
-                let pod = self.delete_pod(ns, name, grace)?;
+                let pod = self.delete_pod(ns, name, grace, true)?;
                 Ok(json(StatusCode::OK, &pod))
             }
             "configmaps" | "secrets" | "priorityclasses" => {

@@ -117,19 +117,35 @@ impl Api {
         Ok(created)
     }
 
+    /// Creates a static pod from its manifest, with the UID the manifest gives.
+    pub(crate) async fn create_static(
+        &self,
+        ns: &str,
+        mut pod: Value,
+        uid: &str,
+    ) -> Result<Arc<Value>, ApiError> {
+        let (ns, name) = self.new_object(&super::resources::PODS, Some(ns), &mut pod)?;
+        pod["metadata"]["uid"] = json!(uid);
+        self.create_pod(&ns, &name, pod, false).await
+    }
+
     /// Deletes a pod: gracefully within `grace` (the pod's own period when `None`), or at once
     /// for 0, a pod that has finished, or one the node does not run. Returns the pod as it is
-    /// after the call.
-    pub(super) fn delete_pod(
+    /// after the call. A static pod's mirror is deleted only by the node (`from_api` false).
+    pub(crate) fn delete_pod(
         &self,
         ns: &str,
         name: &str,
         grace: Option<i64>,
+        from_api: bool,
     ) -> Result<Arc<Value>, ApiError> {
         let pod = self
             .store
             .get("pods", ns, name)
             .ok_or_else(|| ApiError::not_found("pods", name))?;
+        if is_mirror(&pod) && from_api {
+            return Err(mirror_refused(name, "deleted"));
+        }
         let uid = pod
             .pointer("/metadata/uid")
             .and_then(Value::as_str)
@@ -175,6 +191,24 @@ impl Api {
     }
 }
 
+/// Whether the pod is a static pod's mirror.
+pub(crate) fn is_mirror(pod: &Value) -> bool {
+    pod.pointer("/metadata/annotations")
+        .and_then(|a| a.get(crate::manifests::MIRROR))
+        .is_some()
+}
+
+fn mirror_refused(name: &str, what: &str) -> ApiError {
+    ApiError::forbidden(
+        "pods",
+        name,
+        format!(
+            "pods \"{name}\" is forbidden: it is the mirror of a static pod, which cannot be {what} \
+             through the API: change or remove its manifest in the node's manifests directory"
+        ),
+    )
+}
+
 /// The spec fields a pod update may change (the API server's rule), less those the runtime
 /// cannot change in a running pod yet.
 pub(crate) fn check_update(current: &Value, next: &mut Value) -> Result<(), ApiError> {
@@ -182,6 +216,9 @@ pub(crate) fn check_update(current: &Value, next: &mut Value) -> Result<(), ApiE
         .pointer("/metadata/name")
         .and_then(Value::as_str)
         .unwrap_or("");
+    if is_mirror(current) {
+        return Err(mirror_refused(name, "changed"));
+    }
     // Status is the kubelet's; what the client sends of it is ignored.
     next["status"] = current.get("status").cloned().unwrap_or(json!({}));
     let (old, new) = (&current["spec"], &next["spec"]);
