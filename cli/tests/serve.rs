@@ -349,6 +349,20 @@ fn status_strings_watch_and_forced_delete() {
             .container(r#"{ name: main, image: "{p1}", args: [print, bye] }"#)
             .build(),
     );
+    // `logs -f` follows the container until it ends, then kubectl exits.
+    agent.create(
+        &PodYaml::new("talker")
+            .never()
+            .container(
+                r#"{ name: main, image: "{p1}", args: [print, one, sleep, "700", print, two] }"#,
+            )
+            .build(),
+    );
+    agent.until(&["get", "pods"], LIMIT, |t| {
+        t.lines()
+            .any(|l| l.starts_with("talker") && l.contains("Running"))
+    });
+    assert_eq!(agent.ok(&["logs", "-f", "talker"]), "one\ntwo\n");
     let table = agent.until(&["get", "pods"], LIMIT, |t| {
         t.contains("Init:0/1") && t.contains("CrashLoopBackOff") && t.contains("Completed")
     });
@@ -637,6 +651,29 @@ fn a_killed_agent_comes_back_with_nothing_lost() {
     agent.until(&["get", "pods"], LIMIT, |t| t.contains("Completed"));
     let uid = agent.pod("always")["metadata"]["uid"].clone();
     agent.ok(&["delete", "pod", "leaving", "--wait=false"]);
+    // A later delete may only shorten the grace period.
+    agent.ok(&[
+        "delete",
+        "pod",
+        "leaving",
+        "--grace-period=60",
+        "--wait=false",
+    ]);
+    assert_eq!(
+        agent.pod("leaving")["metadata"]["deletionGracePeriodSeconds"],
+        30
+    );
+    agent.ok(&[
+        "delete",
+        "pod",
+        "leaving",
+        "--grace-period=20",
+        "--wait=false",
+    ]);
+    assert_eq!(
+        agent.pod("leaving")["metadata"]["deletionGracePeriodSeconds"],
+        20
+    );
     agent.kill();
 
     let agent = Agent::start_in(tmp.path(), &[]);
