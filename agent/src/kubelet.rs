@@ -28,8 +28,8 @@ pub(crate) struct Kubelet {
     images: PathBuf,
     /// The node's pods by uid.
     pods: Mutex<HashMap<String, PodHandle>>,
-    /// The names of each pod's stored events, oldest first, by namespace and pod name.
-    events: Mutex<HashMap<(String, String), VecDeque<String>>>,
+    /// The names of each pod's stored events, oldest first, by pod uid.
+    events: Mutex<HashMap<String, VecDeque<String>>>,
 }
 
 impl std::fmt::Debug for Kubelet {
@@ -203,7 +203,15 @@ impl Kubelet {
         let _ = self.store.delete_if("pods", &ns, &name, Durable::Now, |p| {
             str_at(p, "/metadata/uid") == uid
         });
-        self.forget_events(&ns, &name);
+        self.forget(&ns, &name, &uid);
+    }
+
+    /// Forgets a pod whose object is gone: its events, and its files (logs, volumes).
+    pub(crate) fn forget(&self, ns: &str, name: &str, uid: &str) {
+        self.forget_events(ns, uid);
+        if let Err(e) = self.node.remove_pod_files(ns, name, uid) {
+            tracing::warn!(pod = name, "cannot remove the pod's files: {e}");
+        }
     }
 
     /// Makes the pod on the node. A pod resumed right after the agent was killed may find its
@@ -297,7 +305,7 @@ impl Kubelet {
             }
             let oldest = {
                 let mut all = lock(&self.events);
-                let names = all.entry((ns.clone(), name.clone())).or_default();
+                let names = all.entry(uid.clone()).or_default();
                 names.push_back(event_name);
                 (names.len() > EVENTS_PER_POD)
                     .then(|| names.pop_front())
@@ -312,8 +320,8 @@ impl Kubelet {
     }
 
     /// Removes a pod's stored events (its object is gone).
-    pub(crate) fn forget_events(&self, ns: &str, name: &str) {
-        let names = lock(&self.events).remove(&(ns.to_owned(), name.to_owned()));
+    fn forget_events(&self, ns: &str, uid: &str) {
+        let names = lock(&self.events).remove(uid);
         let stored: Vec<String> = match names {
             Some(names) => names.into_iter().collect(),
             // After a restart the agent has no list: find them by the involved object.
@@ -322,7 +330,7 @@ impl Kubelet {
                 .list("events", Some(ns))
                 .1
                 .iter()
-                .filter(|e| str_at(e, "/involvedObject/name") == name)
+                .filter(|e| str_at(e, "/involvedObject/uid") == uid)
                 .map(|e| str_at(e, "/metadata/name").to_owned())
                 .collect(),
         };
@@ -376,7 +384,7 @@ impl Kubelet {
                     let _ = self
                         .store
                         .delete_if("pods", &ns, &name, Durable::Now, |_| true);
-                    self.forget_events(&ns, &name);
+                    self.forget(&ns, &name, &uid);
                 } else {
                     self.set_status(&ns, &name, &uid, |s| {
                         end_lost(

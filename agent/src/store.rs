@@ -22,6 +22,9 @@ const RESOURCE_VERSION: &str = "resourceVersion";
 
 /// Changes kept for watches that start from an older `resourceVersion`; older ones get 410.
 const HISTORY: usize = 1024;
+/// The most objects of one resource the store keeps: past it, creations are refused (an API
+/// client cannot fill the disk or the memory with objects).
+pub(crate) const MAX_OBJECTS: usize = 50_000;
 /// The largest object stored (the API server's limit on a request is 3 MiB).
 pub(crate) const MAX_OBJECT: usize = 3 << 20;
 
@@ -278,6 +281,19 @@ impl Store {
         if exists {
             return Err(ApiError::already_exists(resource, name));
         }
+        if state
+            .objects
+            .get(resource)
+            .is_some_and(|m| m.len() >= MAX_OBJECTS)
+        {
+            return Err(ApiError::forbidden(
+                resource,
+                name,
+                format!(
+                    "{resource} \"{name}\" is forbidden: the node keeps at most {MAX_OBJECTS} {resource}"
+                ),
+            ));
+        }
         self.commit(
             &mut state,
             resource,
@@ -376,5 +392,90 @@ impl Store {
             }
         };
         Ok((backlog, rx))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn object(name: &str) -> Value {
+        json!({"metadata": {"name": name}, "data": {"a": "1"}})
+    }
+
+    #[test]
+    fn objects_survive_a_reopen_with_their_resource_versions() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store.redb");
+        {
+            let store = Store::open(&path, &["configmaps"]).unwrap();
+            store
+                .create("configmaps", "default", "a", object("a"))
+                .unwrap();
+            store
+                .create("configmaps", "default", "b", object("b"))
+                .unwrap();
+            let updated = store
+                .update("configmaps", "default", "a", Durable::Now, |v| {
+                    v["data"]["a"] = json!("2");
+                    Ok(())
+                })
+                .unwrap();
+            assert_eq!(updated["metadata"]["resourceVersion"], "3");
+            // An update that changes nothing is not a write.
+            store
+                .update("configmaps", "default", "a", Durable::Now, |_| Ok(()))
+                .unwrap();
+            assert_eq!(store.resource_version(), 3);
+            let gone = store.delete_if("configmaps", "default", "b", Durable::Now, |_| true);
+            assert_eq!(gone.unwrap().unwrap()["metadata"]["resourceVersion"], "4");
+            let e = store
+                .create("configmaps", "default", "a", object("a"))
+                .unwrap_err();
+            assert_eq!(e.reason, "AlreadyExists");
+        }
+        let store = Store::open(&path, &["configmaps"]).unwrap();
+        assert_eq!(store.resource_version(), 4);
+        let (rv, items) = store.list("configmaps", Some("default"));
+        assert_eq!(rv, 4);
+        assert_eq!(items.len(), 1);
+        assert_eq!(items[0]["data"]["a"], "2");
+        assert!(store.get("configmaps", "default", "b").is_none());
+        let e = store.update("configmaps", "default", "b", Durable::Now, |_| Ok(()));
+        assert_eq!(e.unwrap_err().reason, "NotFound");
+    }
+
+    #[test]
+    fn watches_replay_what_they_missed_and_old_ones_expire() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store.redb");
+        let store = Store::open(&path, &["configmaps", "secrets"]).unwrap();
+        store.create("configmaps", "ns", "a", object("a")).unwrap();
+        store.create("secrets", "ns", "s", object("s")).unwrap();
+        store.create("configmaps", "ns", "b", object("b")).unwrap();
+        // From the start: every current object as ADDED.
+        let (backlog, _) = store.watch("configmaps", None).unwrap();
+        assert_eq!(backlog.len(), 2);
+        // From resourceVersion 1: only what came after, of this resource.
+        let (backlog, mut rx) = store.watch("configmaps", Some(1)).unwrap();
+        assert_eq!(backlog.iter().map(|c| c.rv).collect::<Vec<_>>(), [3]);
+        store
+            .delete_if("configmaps", "ns", "a", Durable::Later, |_| true)
+            .unwrap();
+        let next = rx.try_recv().unwrap();
+        assert_eq!((next.rv, next.kind), (4, ChangeKind::Deleted));
+        // After a restart the history is gone: an old resourceVersion is 410.
+        drop(store);
+        let store = Store::open(&path, &["configmaps", "secrets"]).unwrap();
+        assert_eq!(
+            store
+                .watch("configmaps", Some(2))
+                .unwrap_err()
+                .code
+                .as_u16(),
+            410
+        );
+        assert!(store.watch("configmaps", Some(4)).unwrap().0.is_empty());
     }
 }

@@ -230,6 +230,7 @@ fn kubectl_drives_a_pod_through_its_life() {
         "pod/web"
     );
     let json = agent.pod("web");
+    let uid = json["metadata"]["uid"].as_str().unwrap().to_owned();
     assert_eq!(json["status"]["phase"], "Running");
     assert_eq!(json["spec"]["nodeName"], "edge-1");
     assert!(
@@ -320,6 +321,16 @@ fn kubectl_drives_a_pod_through_its_life() {
     let gone = agent.fails(&["get", "pod", "web"]);
     assert!(gone.contains(r#"pods "web" not found"#), "{gone}");
     assert!(!agent.ok(&["get", "events"]).contains("pod/web"));
+    // Its files went with it.
+    let logs = agent.dir.join("state").join("logs");
+    let left = std::fs::read_dir(&logs).unwrap().filter(|e| {
+        e.as_ref()
+            .unwrap()
+            .file_name()
+            .to_string_lossy()
+            .ends_with(&uid)
+    });
+    assert_eq!(left.count(), 0, "the deleted pod's logs are removed");
 }
 
 #[test]
@@ -696,6 +707,21 @@ fn a_killed_agent_comes_back_with_nothing_lost() {
     assert_eq!(never["status"]["phase"], "Failed");
     assert_eq!(never["status"]["reason"], "NodeAgentRestarted");
     assert_eq!(status_of(&table, "finished"), "Completed");
+    // A pod that ended before the restart keeps its logs, until it is deleted.
+    assert_eq!(agent.ok(&["logs", "finished"]), "done\n");
+    let finished_uid = agent.pod("finished")["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let logs = tmp.path().join("state").join("logs");
+    let has_logs = |uid: &str| {
+        std::fs::read_dir(&logs)
+            .unwrap()
+            .any(|e| e.unwrap().file_name().to_string_lossy().ends_with(uid))
+    };
+    assert!(has_logs(&finished_uid));
+    agent.ok(&["delete", "pod", "finished"]);
+    assert!(!has_logs(&finished_uid), "a deleted pod's logs are removed");
     assert_eq!(
         agent.ok(&["get", "configmap", "kept", "-o", "jsonpath={.data.a}"]),
         "b"

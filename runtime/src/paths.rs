@@ -63,9 +63,7 @@ impl PodPaths {
         })?;
         Ok(PodPaths {
             pod_dir: pods.join(uid),
-            log_dir: state_dir
-                .join("logs")
-                .join(log_dir_name(namespace, name, uid)),
+            log_dir: log_dir(state_dir, namespace, name, uid)?,
             lock,
         })
     }
@@ -135,7 +133,7 @@ fn process_lives(pid: u32) -> bool {
 
 /// `<namespace>_<name>_<uid>`, with the name shortened when the whole would be longer than a
 /// file name may be (the UID keeps it unique).
-pub(crate) fn log_dir_name(namespace: &str, name: &str, uid: &str) -> String {
+fn log_dir_name(namespace: &str, name: &str, uid: &str) -> String {
     let fixed = namespace.len() + uid.len() + 2;
     let room = NAME_MAX.saturating_sub(fixed);
     let mut end = name.len().min(room);
@@ -144,6 +142,58 @@ pub(crate) fn log_dir_name(namespace: &str, name: &str, uid: &str) -> String {
     }
     let name = &name[..end];
     format!("{namespace}_{name}_{uid}")
+}
+
+/// The log directory of a pod under `state_dir` (`logs/<namespace>_<name>_<uid>`), its parts
+/// checked to be single path components.
+pub(crate) fn log_dir(
+    state_dir: &Path,
+    namespace: &str,
+    name: &str,
+    uid: &str,
+) -> Result<PathBuf, ClaimError> {
+    for part in [namespace, name, uid] {
+        component(part)?;
+    }
+    Ok(state_dir
+        .join("logs")
+        .join(log_dir_name(namespace, name, uid)))
+}
+
+/// Removes what a pod left under `state_dir`: its logs, and, unless a live process holds its UID
+/// lock, its volumes and the lock.
+pub(crate) fn remove_left(
+    state_dir: &Path,
+    namespace: &str,
+    name: &str,
+    uid: &str,
+) -> Result<(), ClaimError> {
+    let logs = log_dir(state_dir, namespace, name, uid)?;
+    let pods = state_dir.join("pods");
+    let lock = pods.join(format!("{uid}.lock"));
+    let held = std::fs::read_to_string(&lock)
+        .ok()
+        .and_then(|text| text.trim().parse::<u32>().ok())
+        .is_some_and(process_lives);
+    let mut dirs = vec![logs];
+    if !held {
+        dirs.push(pods.join(uid));
+    }
+    for dir in dirs {
+        match std::fs::remove_dir_all(&dir) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                return Err(ClaimError::Io {
+                    path: dir,
+                    source: e,
+                });
+            }
+            _ => {}
+        }
+    }
+    if !held {
+        let _ = std::fs::remove_file(&lock);
+    }
+    Ok(())
 }
 
 /// `part` when it is one path component: not empty, `.` or `..`, no `/` or NUL, at most 255

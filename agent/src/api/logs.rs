@@ -50,11 +50,15 @@ pub(super) async fn logs(
         .pointer("/metadata/uid")
         .and_then(Value::as_str)
         .unwrap_or("");
-    let handle = api.kubelet.handle(uid).ok_or_else(|| {
-        ApiError::bad_request(format!(
-            "the logs of pod {name} are not available: the pod does not run on this node any more"
-        ))
-    })?;
+    let source = match api.kubelet.handle(uid) {
+        Some(handle) => Source::Running(handle),
+        None => Source::Ended {
+            status: pod.get("status").cloned().unwrap_or_default(),
+            ns: ns.to_owned(),
+            name: name.to_owned(),
+            uid: uid.to_owned(),
+        },
+    };
     let mut options = LogOptions::default();
     let follow = call.query.flag("follow");
     if follow {
@@ -87,7 +91,7 @@ pub(super) async fn logs(
         if options.previous {
             what_is_there = what_is_there.previous();
         }
-        let mut now = handle.logs(&container, what_is_there).map_err(bad)?;
+        let mut now = source.logs(api, &container, what_is_there).map_err(bad)?;
         let mut size = 0;
         while let Some(line) = now.next().await {
             skip += 1;
@@ -106,7 +110,7 @@ pub(super) async fn logs(
         }
         Response::new(Body::full(all))
     } else {
-        let mut rest = handle.logs(&container, options).map_err(bad)?;
+        let mut rest = source.logs(api, &container, options).map_err(bad)?;
         let (tx, body) = Body::channel();
         let from_start = tail.is_none();
         tokio::spawn(async move {
@@ -143,4 +147,60 @@ pub(super) async fn logs(
     r.headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
     Ok(r)
+}
+
+/// Where a pod's logs are read from: its running pod, or, for a pod that ended before the agent
+/// restarted, its files (the instance numbers from its last status).
+enum Source {
+    Running(wasmpod::PodHandle),
+    Ended {
+        status: Value,
+        ns: String,
+        name: String,
+        uid: String,
+    },
+}
+
+impl Source {
+    fn logs(
+        &self,
+        api: &Api,
+        container: &str,
+        options: LogOptions,
+    ) -> Result<wasmpod::Logs, wasmpod::Error> {
+        match self {
+            Source::Running(handle) => handle.logs(container, options),
+            Source::Ended {
+                status,
+                ns,
+                name,
+                uid,
+            } => {
+                let c = ["initContainerStatuses", "containerStatuses"]
+                    .iter()
+                    .flat_map(|l| {
+                        status
+                            .get(*l)
+                            .and_then(Value::as_array)
+                            .into_iter()
+                            .flatten()
+                    })
+                    .find(|c| c["name"] == container);
+                let restarts = c.and_then(|c| c["restartCount"].as_i64()).unwrap_or(0) as i32;
+                let instance = if options.previous {
+                    restarts - 1
+                } else {
+                    restarts
+                };
+                if instance < 0 {
+                    return Err(wasmpod::Error::NoLogs(format!(
+                        "previous terminated container \"{container}\" in pod \"{name}\" not found"
+                    )));
+                }
+                api.kubelet
+                    .node()
+                    .past_logs(ns, name, uid, container, instance)
+            }
+        }
+    }
 }

@@ -167,8 +167,12 @@ impl Api {
                     p.pointer("/metadata/uid").and_then(Value::as_str) == Some(uid.as_str())
                 })?
                 .unwrap_or(pod);
-            self.kubelet.delete(&uid, 0);
-            self.kubelet.forget_events(ns, name);
+            if self.kubelet.runs(&uid) {
+                // Its supervision ends with the pod, and forgets it then.
+                self.kubelet.delete(&uid, 0);
+            } else {
+                self.kubelet.forget(ns, name, &uid);
+            }
             return Ok(gone);
         }
         let current = pod

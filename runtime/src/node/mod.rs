@@ -223,6 +223,45 @@ impl Node {
         Ok(images)
     }
 
+    /// The log of instance `restart` of a container of a pod this node no longer runs, read back
+    /// from its file under the state dir: a node agent's pod that had ended before the agent
+    /// restarted. The files stay until the pod's directory is removed (a pod of the same UID
+    /// runs again, or the pod is collected); a missing file reads as empty.
+    pub fn past_logs(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+        container: &str,
+        restart: i32,
+    ) -> Result<crate::Logs, Error> {
+        let bad = |part: &str| Error::NoLogs(format!("{part:?} cannot name a log"));
+        let dir = crate::paths::log_dir(&self.state_dir, namespace, name, uid)
+            .map_err(|_| bad(&format!("{namespace}_{name}_{uid}")))?;
+        if container.is_empty()
+            || container.contains(['/', '\0'])
+            || container == "."
+            || container == ".."
+        {
+            return Err(bad(container));
+        }
+        let book = std::sync::Arc::new(crate::output::LogBook::finished(dir));
+        Ok(crate::Logs::open(book, container, restart, true))
+    }
+
+    /// Removes what a pod this node no longer runs left under the state dir: its logs, and its
+    /// volumes and UID lock unless a live process holds the lock (a node agent removes a deleted
+    /// pod's files, as the kubelet does).
+    pub fn remove_pod_files(&self, namespace: &str, name: &str, uid: &str) -> Result<(), Error> {
+        crate::paths::remove_left(&self.state_dir, namespace, name, uid).map_err(|e| match e {
+            ClaimError::Io { path, source } => Error::Io { path, source },
+            other => Error::Io {
+                path: self.state_dir.clone(),
+                source: std::io::Error::new(std::io::ErrorKind::InvalidInput, other.to_string()),
+            },
+        })
+    }
+
     /// The node's pods that are not deleted yet, oldest first.
     pub fn pods(&self) -> Vec<PodHandle> {
         self.pods.list()

@@ -229,6 +229,16 @@ pub(crate) struct LogBook {
 }
 
 impl LogBook {
+    /// The logs under `dir` of a pod that no longer runs: each file is complete as it is.
+    pub(crate) fn finished(dir: PathBuf) -> LogBook {
+        let (_, written) = watch::channel(());
+        LogBook {
+            dir,
+            ended: Mutex::default(),
+            written,
+        }
+    }
+
     /// The instance's log is complete.
     fn has_ended(&self, container: &str, instance: i32) -> bool {
         let ended = self.ended.lock().unwrap_or_else(|e| e.into_inner());
