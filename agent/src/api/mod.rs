@@ -4,7 +4,8 @@
 //! create, update, patch and delete of any stored resource), [`pods`] (what the API server and
 //! kubelet add for pods: admission, graceful deletion, updates), [`logs`], [`exec`], [`node`]
 //! (the Node object), [`table`] (kubectl's columns), [`select`] (label and field selectors),
-//! [`patch`] (merge and strategic merge patches).
+//! [`patch`] (merge and strategic merge patches), [`validate`] (ConfigMaps, Secrets, PriorityClasses),
+//! [`protobuf`] (the bodies kubectl sends as protobuf).
 
 mod discovery;
 mod exec;
@@ -17,6 +18,7 @@ mod protobuf;
 pub(crate) mod resources;
 mod select;
 pub(crate) mod table;
+mod validate;
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -67,7 +67,7 @@ fn random_suffix() -> String {
         .collect()
 }
 
-fn invalid(kind: &str, name: &str, field: &str, message: String) -> ApiError {
+pub(super) fn invalid(kind: &str, name: &str, field: &str, message: String) -> ApiError {
     ApiError::invalid(
         kind,
         name,
@@ -342,7 +342,7 @@ impl Api {
         let created = match resource.name {
             "pods" => self.create_pod(&ns, &name, body, dry_run).await?,
             "configmaps" | "secrets" | "namespaces" | "priorityclasses" => {
-                self.check_object(resource, &name, &mut body)?;
+                super::validate::check_object(&self.store, resource, &name, &mut body)?;
                 if dry_run {
                     Arc::new(body)
                 } else {
@@ -359,147 +359,6 @@ impl Api {
             }
         };
         Ok(json(StatusCode::CREATED, &created))
-    }
-
-    /// Checks and completes a ConfigMap, Secret, Namespace or PriorityClass as the API server
-    /// would.
-    fn check_object(
-        &self,
-        resource: &Resource,
-        name: &str,
-        body: &mut Value,
-    ) -> Result<(), ApiError> {
-        let bad = |field: &str, message: String| invalid(resource.kind, name, field, message);
-        let key_ok = |k: &str| {
-            !k.is_empty()
-                && k.len() <= 253
-                && k.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b))
-                && k != "."
-                && k != ".."
-        };
-        match resource.name {
-            "configmaps" => {
-                serde_json::from_value::<wasmpod::k8s_openapi::api::core::v1::ConfigMap>(
-                    body.clone(),
-                )
-                .map_err(|e| bad("", e.to_string()))?;
-                for field in ["data", "binaryData"] {
-                    for k in body
-                        .get(field)
-                        .and_then(Value::as_object)
-                        .into_iter()
-                        .flat_map(|m| m.keys())
-                    {
-                        if !key_ok(k) {
-                            return Err(bad(
-                                &format!("{field}[{k}]"),
-                                format!(
-                                    "Invalid value: {k:?}: a valid config key must consist of alphanumeric characters, '-', '_' or '.'"
-                                ),
-                            ));
-                        }
-                    }
-                }
-            }
-            "secrets" => {
-                // stringData is written into data, as the API server does.
-                if let Some(strings) = body.get("stringData").and_then(Value::as_object).cloned() {
-                    use base64::Engine as _;
-                    if !body.get("data").is_some_and(Value::is_object) {
-                        body["data"] = json!({});
-                    }
-                    for (k, v) in strings {
-                        let v = v.as_str().ok_or_else(|| {
-                            bad(&format!("stringData[{k}]"), "must be a string".into())
-                        })?;
-                        body["data"][k] =
-                            json!(base64::engine::general_purpose::STANDARD.encode(v));
-                    }
-                    if let Some(o) = body.as_object_mut() {
-                        o.remove("stringData");
-                    }
-                }
-                if body.get("type").is_none_or(|t| t == "") {
-                    body["type"] = json!("Opaque");
-                }
-                serde_json::from_value::<wasmpod::k8s_openapi::api::core::v1::Secret>(body.clone())
-                    .map_err(|e| bad("data", e.to_string()))?;
-                for k in body
-                    .get("data")
-                    .and_then(Value::as_object)
-                    .into_iter()
-                    .flat_map(|m| m.keys())
-                {
-                    if !key_ok(k) {
-                        return Err(bad(
-                            &format!("data[{k}]"),
-                            format!(
-                                "Invalid value: {k:?}: a valid config key must consist of alphanumeric characters, '-', '_' or '.'"
-                            ),
-                        ));
-                    }
-                }
-            }
-            "namespaces" => {
-                body["status"] = json!({"phase": "Active"});
-            }
-            "priorityclasses" => {
-                let class: wasmpod::k8s_openapi::api::scheduling::v1::PriorityClass =
-                    serde_json::from_value(body.clone())
-                        .map_err(|e| bad("value", e.to_string()))?;
-                if class.value > 1_000_000_000 {
-                    return Err(bad(
-                        "value",
-                        format!(
-                            "Invalid value: {}: must be no greater than 1000000000",
-                            class.value
-                        ),
-                    ));
-                }
-                if name.starts_with("system-") {
-                    return Err(bad(
-                        "metadata.name",
-                        format!(
-                            "Invalid value: {name:?}: priority class names with 'system-' prefix are reserved"
-                        ),
-                    ));
-                }
-                if let Some(p) = &class.preemption_policy
-                    && !matches!(p.as_str(), "Never" | "PreemptLowerPriority")
-                {
-                    return Err(bad(
-                        "preemptionPolicy",
-                        format!(
-                            "Unsupported value: {p:?}: supported values: \"Never\", \"PreemptLowerPriority\""
-                        ),
-                    ));
-                }
-                if class.global_default == Some(true) {
-                    let (_, all) = self.store.list("priorityclasses", None);
-                    if let Some(other) = all.iter().find(|c| {
-                        c["globalDefault"] == true
-                            && c.pointer("/metadata/name").and_then(Value::as_str) != Some(name)
-                    }) {
-                        return Err(bad(
-                            "globalDefault",
-                            format!(
-                                "Invalid value: true: globalDefault {} already exists",
-                                other
-                                    .pointer("/metadata/name")
-                                    .and_then(Value::as_str)
-                                    .unwrap_or("")
-                            ),
-                        ));
-                    }
-                }
-                if body.get("preemptionPolicy").is_none() {
-                    body["preemptionPolicy"] = json!("PreemptLowerPriority");
-                }
-            }
-            _ => {}
-        }
-        Ok(())
     }
 
     /// Tells the node what changed in the objects it reads (PriorityClasses).
@@ -618,7 +477,7 @@ impl Api {
             if resource.is("pods") {
                 super::pods::check_update(current, &mut next)?;
             } else {
-                self.check_object(resource, name, &mut next)?;
+                super::validate::check_object(&self.store, resource, name, &mut next)?;
             }
             *current = next;
             Ok(())
