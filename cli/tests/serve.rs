@@ -597,16 +597,43 @@ fn apply_client_side_and_server_side() {
     );
     agent.ok(&["wait", "--for=condition=Ready", "pod/ssa", "--timeout=30s"]);
 
-    // A change wasmpod cannot make to a running pod is refused with why.
+    // A new image restarts that container with it, whatever the restart policy.
+    let reimaged = labelled.replace("{p1}", "{p2}");
+    let file = agent.file("reimaged.yaml", &reimaged);
+    assert_eq!(
+        agent.ok(&["apply", "-f", &file]).trim(),
+        "pod/applied configured"
+    );
+    let pod = agent.until(&["get", "pod", "applied", "-o", "json"], LIMIT, |t| {
+        let pod: Value = serde_json::from_str(t).unwrap();
+        let c = &pod["status"]["containerStatuses"][0];
+        c["restartCount"] == 1 && c["state"]["running"].is_object()
+    });
+    let pod: Value = serde_json::from_str(&pod).unwrap();
+    let image = pod["status"]["containerStatuses"][0]["image"]
+        .as_str()
+        .unwrap();
+    assert_eq!(image, wasmpod_tests::guests::AGNHOST_P2);
+    let described = agent.ok(&["describe", "pod", "applied"]);
+    assert!(
+        described.contains("definition changed, will be restarted"),
+        "{described}"
+    );
+
+    // Other spec changes are refused with the API server's reason; a module that cannot be
+    // loaded with its field.
     let file = agent.file(
         "changed.yaml",
-        &labelled.replace("sleep, \"60000\"", "sleep, \"1000\""),
+        &reimaged.replace("sleep, \"60000\"", "sleep, \"1000\""),
     );
     let refused = agent.fails(&["apply", "-f", &file]);
     assert!(
         refused.contains("pod updates may not change fields"),
         "{refused}"
     );
+    let file = agent.file("broken.yaml", &labelled.replace("{p1}", "nowhere.wasm"));
+    let refused = agent.fails(&["apply", "-f", &file]);
+    assert!(refused.contains("spec.containers[0].image"), "{refused}");
 }
 
 #[test]

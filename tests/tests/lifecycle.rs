@@ -617,3 +617,46 @@ spec:
     assert_eq!(t.count("a", Started), 1, "{t}");
     assert!(t.count("a", wasmpod::Reason::Failed) >= 1);
 }
+
+/// A pod update of a container's image (what `kubectl apply` of a new image does): the kubelet
+/// stops that container and starts it again with the new module, whatever the restart policy;
+/// the other containers run on.
+#[tokio::test]
+async fn a_new_image_restarts_that_container_whatever_the_policy() {
+    let node = TestNode::new();
+    let pod = node
+        .start(
+            &wasmpod_tests::PodYaml::new("reimaged")
+                .never()
+                .container(r#"{ name: c, image: "{term}", args: [print, one, on-term, "0", "10", sleep, "60000"] }"#)
+                .container(r#"{ name: other, image: "{p1}", args: [sleep, "60000"] }"#)
+                .build(),
+        )
+        .await;
+    pod.wait_until(|s| is_running(s, "c") && is_running(s, "other"))
+        .await;
+    let new = std::path::Path::new(wasmpod_tests::guests::AGNHOST_P2);
+    pod.set_image("c", new).await.unwrap();
+    let status = tokio::time::timeout(
+        LIMIT,
+        pod.wait_until(|s| container(s, "c").restart_count == 1 && is_running(s, "c")),
+    )
+    .await
+    .unwrap();
+    let c = container(&status, "c");
+    assert_eq!(c.image, new.display().to_string());
+    // The old instance ended on TERM, by itself.
+    let last = c.last_state.as_ref().unwrap().terminated.as_ref().unwrap();
+    assert_eq!(last.exit_code, 0);
+    assert_eq!(container(&status, "other").restart_count, 0);
+    let t = wasmpod_tests::Timeline::so_far(&pod).await;
+    let killing = t.positions("c", Killing);
+    assert_eq!(killing.len(), 1);
+    assert!(
+        t.0[killing[0]].message.contains("definition changed"),
+        "{t:?}"
+    );
+    assert!(pod.set_image("nope", new).await.is_err());
+    pod.delete(Some(Duration::ZERO));
+    pod.deleted().await;
+}

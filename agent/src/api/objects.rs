@@ -378,7 +378,9 @@ impl Api {
         body: Value,
         _call: &Call,
     ) -> Result<Response<Body>, ApiError> {
-        let updated = self.update(resource, namespace.unwrap_or(""), name, |_| Ok(body))?;
+        let updated = self
+            .update(resource, namespace.unwrap_or(""), name, |_| Ok(body))
+            .await?;
         Ok(json(StatusCode::OK, &updated))
     }
 
@@ -426,13 +428,14 @@ impl Api {
                 }
             }
             Ok(next)
-        })?;
+        })
+        .await?;
         Ok(json(StatusCode::OK, &updated))
     }
 
     /// Replaces an object with what `make` returns from the current one, keeping what the
     /// client may not change (uid, creation time, status of pods) and checking the new one.
-    fn update(
+    async fn update(
         &self,
         resource: &'static Resource,
         ns: &str,
@@ -445,44 +448,99 @@ impl Api {
                 resource.name
             )));
         }
-        let updated = self.store.update(resource.name, ns, name, Durable::Now, |current| {
-            let mut next = make(&*current)?;
-            if !next.is_object() {
-                return Err(ApiError::bad_request("the object is not a JSON object"));
-            }
-            if let Some(rv) = next.pointer("/metadata/resourceVersion").and_then(Value::as_str)
-                && Some(rv) != current.pointer("/metadata/resourceVersion").and_then(Value::as_str)
-            {
-                return Err(ApiError::conflict(
-                    resource.name,
-                    name,
-                    "the object has been modified; please apply your changes to the latest version and try again",
-                ));
-            }
-            if next.pointer("/metadata/name").and_then(Value::as_str).is_some_and(|n| n != name) {
-                return Err(ApiError::bad_request("the name of the object does not match the name on the URL"));
-            }
-            for kept in ["uid", "creationTimestamp", "namespace", "name", "deletionTimestamp", "deletionGracePeriodSeconds"] {
-                match current["metadata"].get(kept) {
-                    Some(v) => next["metadata"][kept] = v.clone(),
-                    None => {
-                        if let Some(m) = next["metadata"].as_object_mut() {
-                            m.remove(kept);
-                        }
+        let current = self
+            .store
+            .get(resource.name, ns, name)
+            .ok_or_else(|| ApiError::not_found(resource.name, name))?;
+        let rv = |v: &Value| {
+            v.pointer("/metadata/resourceVersion")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        };
+        let modified = || {
+            ApiError::conflict(
+                resource.name,
+                name,
+                "the object has been modified; please apply your changes to the latest version and try again",
+            )
+        };
+        let mut next = make(&current)?;
+        if !next.is_object() {
+            return Err(ApiError::bad_request("the object is not a JSON object"));
+        }
+        let explicit = rv(&next).is_some();
+        if rv(&next).is_some_and(|given| Some(given) != rv(&current)) {
+            return Err(modified());
+        }
+        if next
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .is_some_and(|n| n != name)
+        {
+            return Err(ApiError::bad_request(
+                "the name of the object does not match the name on the URL",
+            ));
+        }
+        if !next.get("metadata").is_some_and(Value::is_object) {
+            next["metadata"] = json!({});
+        }
+        for kept in [
+            "uid",
+            "creationTimestamp",
+            "namespace",
+            "name",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+        ] {
+            match current["metadata"].get(kept) {
+                Some(v) => next["metadata"][kept] = v.clone(),
+                None => {
+                    if let Some(m) = next["metadata"].as_object_mut() {
+                        m.remove(kept);
                     }
                 }
             }
-            next["kind"] = json!(resource.kind);
-            next["apiVersion"] = json!(resource.api_version());
-            if resource.is("pods") {
-                super::pods::check_update(current, &mut next)?;
-            } else {
-                super::validate::check_object(&self.store, resource, name, &mut next)?;
-            }
-            *current = next;
-            Ok(())
-        })?;
+        }
+        next["kind"] = json!(resource.kind);
+        next["apiVersion"] = json!(resource.api_version());
+        // New images are loaded before the update is taken; a bad one is refused with its field.
+        let images = if resource.is("pods") {
+            super::pods::check_update(&current, &mut next)?;
+            self.load_changed_images(&current, &next).await?
+        } else {
+            super::validate::check_object(&self.store, resource, name, &mut next)?;
+            Vec::new()
+        };
+        let before = rv(&current);
+        let updated = self
+            .store
+            .update(resource.name, ns, name, Durable::Now, |stored| {
+                if rv(stored) != before {
+                    // Changed since it was read (the new images loaded meanwhile). The kubelet's
+                    // status may change at any time: that is taken as it is now; any other change
+                    // is a conflict, and so is any change when the client named a resourceVersion.
+                    let without_status = |v: &Value| {
+                        let mut v = v.clone();
+                        if let Some(o) = v.as_object_mut() {
+                            o.remove("status");
+                        }
+                        if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+                            m.remove("resourceVersion");
+                        }
+                        v
+                    };
+                    if explicit || without_status(stored) != without_status(&current) {
+                        return Err(modified());
+                    }
+                    if let Some(status) = stored.get("status") {
+                        next["status"] = status.clone();
+                    }
+                }
+                *stored = next;
+                Ok(())
+            })?;
         self.after_change(resource)?;
+        self.set_images(&updated, images).await;
         Ok(updated)
     }
 

@@ -117,6 +117,104 @@ impl Api {
         Ok(created)
     }
 
+    /// The containers whose image an update changes, with their new modules' paths, loaded
+    /// (so a module that cannot be loaded refuses the update, naming its field).
+    pub(super) async fn load_changed_images(
+        &self,
+        current: &Value,
+        next: &Value,
+    ) -> Result<Vec<(String, std::path::PathBuf)>, ApiError> {
+        let name = next
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let image_of = |pod: &Value, list: &str, container: &str| -> Option<String> {
+            pod.pointer(&format!("/spec/{list}"))?
+                .as_array()?
+                .iter()
+                .find(|c| c["name"] == container)?
+                .get("image")?
+                .as_str()
+                .map(str::to_owned)
+        };
+        let mut changed = Vec::new();
+        for list in ["initContainers", "containers"] {
+            for c in next
+                .pointer(&format!("/spec/{list}"))
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                let container = c["name"].as_str().unwrap_or("");
+                if image_of(current, list, container) != image_of(next, list, container) {
+                    changed.push(container.to_owned());
+                }
+            }
+        }
+        if changed.is_empty() {
+            return Ok(Vec::new());
+        }
+        let spec = self
+            .kubelet
+            .validate(next)
+            .map_err(|e| invalid_pod(name, &e))?;
+        self.kubelet
+            .node()
+            .load_images(&spec)
+            .await
+            .map_err(|e| match e {
+                wasmpod::Error::Image { field, source } => ApiError::invalid(
+                    "Pod",
+                    name,
+                    vec![Cause {
+                        reason: "FieldValueInvalid".into(),
+                        field,
+                        message: source.to_string(),
+                    }],
+                ),
+                other => ApiError::internal(other.to_string()),
+            })?;
+        // The images in the spec's order: init containers (and sidecars), then regular ones.
+        let order: Vec<&str> = ["initContainers", "containers"]
+            .iter()
+            .flat_map(|l| {
+                next.pointer(&format!("/spec/{l}"))
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+            })
+            .filter_map(|c| c["name"].as_str())
+            .collect();
+        let paths: Vec<std::path::PathBuf> = spec.images().map(|(_, p)| p.to_owned()).collect();
+        Ok(changed
+            .into_iter()
+            .filter_map(|c| {
+                let at = order.iter().position(|n| *n == c)?;
+                Some((c, paths.get(at)?.clone()))
+            })
+            .collect())
+    }
+
+    /// Gives the running pod its containers' new images.
+    pub(super) async fn set_images(&self, pod: &Value, images: Vec<(String, std::path::PathBuf)>) {
+        let uid = pod
+            .pointer("/metadata/uid")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let Some(handle) = self.kubelet.handle(uid) else {
+            return;
+        };
+        for (container, path) in images {
+            if let Err(e) = handle.set_image(&container, &path).await {
+                tracing::warn!(
+                    pod = handle.name(),
+                    container,
+                    "cannot change the image: {e}"
+                );
+            }
+        }
+    }
+
     /// Creates a static pod from its manifest, with the UID the manifest gives.
     pub(crate) async fn create_static(
         &self,
@@ -213,8 +311,8 @@ fn mirror_refused(name: &str, what: &str) -> ApiError {
     )
 }
 
-/// The spec fields a pod update may change (the API server's rule), less those the runtime
-/// cannot change in a running pod yet.
+/// The spec fields a pod update may change: the containers' images (the API server's rule, less
+/// `activeDeadlineSeconds` and `tolerations`, which the runtime cannot change in a running pod).
 pub(crate) fn check_update(current: &Value, next: &mut Value) -> Result<(), ApiError> {
     let name = current
         .pointer("/metadata/name")
@@ -242,15 +340,16 @@ pub(crate) fn check_update(current: &Value, next: &mut Value) -> Result<(), ApiE
         }
         s
     };
-    let message = if images(old) == images(new) {
-        "Forbidden: wasmpod does not change the image of a running pod's container yet: delete the pod and create it again".to_owned()
-    } else {
+    if images(old) == images(new) {
+        // Only images changed: the kubelet restarts those containers with them.
+        return Ok(());
+    }
+    let message =
         "Forbidden: pod updates may not change fields other than `spec.containers[*].image`, \
          `spec.initContainers[*].image`, `spec.activeDeadlineSeconds`, `spec.tolerations` (only \
          additions to existing tolerations), `spec.terminationGracePeriodSeconds` (allow it to be \
          set to 1 if it was previously negative)"
-            .to_owned()
-    };
+            .to_owned();
     Err(ApiError::invalid(
         "Pod",
         name,

@@ -109,6 +109,23 @@ impl PodHandle {
             .await)
     }
 
+    /// Changes the module `container` runs, as a pod update of its `image` does in Kubernetes:
+    /// a running regular container or sidecar is stopped (TERM, the pod's grace period) and
+    /// started again with `image` whatever the restart policy, its restart count going up; an
+    /// init container's new image is used when the pod starts again. Load the module first
+    /// ([`crate::Node::load_images`] of the updated spec) so that a bad one is refused before.
+    pub async fn set_image(&self, container: &str, image: &Path) -> Result<(), String> {
+        let (reply, answer) = oneshot::channel();
+        let msg = Msg::SetImage {
+            container: container.to_owned(),
+            image: image.to_owned(),
+            reply,
+        };
+        let gone = || format!("pod {} is gone", self.name());
+        self.inner.tx.send(msg).map_err(|_| gone())?;
+        answer.await.map_err(|_| gone())?
+    }
+
     async fn sandbox(&self, container: &str) -> Result<Arc<crate::container::Sandbox>, String> {
         let (reply, answer) = oneshot::channel();
         let msg = Msg::Exec {

@@ -105,6 +105,9 @@ pub(crate) struct Container {
     pub(crate) runs: u64,
     /// The module as loaded when the pod was created, used by the first start.
     pub(crate) preloaded: Option<(Arc<Image>, Pull)>,
+    /// Its image changed while the pod ran: it starts again with the new one, whatever the
+    /// restart policy and without backoff (the kubelet's restart on a changed container spec).
+    pub(crate) changed: bool,
 }
 
 impl Container {
@@ -131,6 +134,7 @@ impl Container {
             instance: None,
             runs: 0,
             preloaded,
+            changed: false,
         }
     }
 

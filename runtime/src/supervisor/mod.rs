@@ -111,6 +111,12 @@ pub(crate) enum Msg {
     Evict {
         message: String,
     },
+    /// The named container's image changed (a pod update): it restarts with the new module.
+    SetImage {
+        container: String,
+        image: std::path::PathBuf,
+        reply: oneshot::Sender<Result<(), String>>,
+    },
     /// The sandbox of the named running container, to run a command in (`kubectl exec`).
     Exec {
         container: String,
@@ -408,6 +414,13 @@ impl PodTask {
                 verdict,
             } => self.probed(index, id, kind, failure, verdict),
             Msg::Exec { container, reply } => self.exec(&container, reply),
+            Msg::SetImage {
+                container,
+                image,
+                reply,
+            } => {
+                let _ = reply.send(self.set_image(&container, image));
+            }
             Msg::Admit => self.admit(),
             Msg::Unschedulable { message, nominated } => {
                 if !self.stage.admitted() {

@@ -10,6 +10,7 @@ use super::container::{HookState, State, Terminated};
 use super::probe::{HookKind, ProbeKind};
 use crate::container::{EXIT_START_ERROR, Exit};
 use crate::events::{EventType, Reason};
+use crate::spec::Role;
 
 impl PodTask {
     pub(super) fn exited(&mut self, index: usize, id: u64, exit: Exit) {
@@ -186,6 +187,35 @@ impl PodTask {
             }
             (ProbeKind::Liveness, true) => {}
         }
+    }
+
+    /// Changes a container's module, as the kubelet acts on a changed container spec: a running
+    /// regular container or sidecar is stopped (TERM, its grace period) and started again with
+    /// the new module whatever the restart policy; an init container's change is kept for the
+    /// pod's next start.
+    pub(super) fn set_image(
+        &mut self,
+        container: &str,
+        image: std::path::PathBuf,
+    ) -> Result<(), String> {
+        let index = self
+            .containers
+            .iter()
+            .position(|c| &*c.name == container)
+            .ok_or_else(|| format!("no container named {container:?}"))?;
+        let c = &mut self.containers[index];
+        if c.spec.image == image {
+            return Ok(());
+        }
+        c.spec.image = image;
+        c.preloaded = None;
+        if c.role() == Role::Init || self.shutdown.is_some() {
+            return Ok(());
+        }
+        c.changed = true;
+        let why = format!("Container {container} definition changed, will be restarted");
+        self.stop(index, self.spec.grace_period, false, Some(why));
+        Ok(())
     }
 
     /// Runs `command` like an exec probe, in a fresh instance of a running container, off the

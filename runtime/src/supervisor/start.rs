@@ -28,7 +28,9 @@ impl PodTask {
         if c.instance.is_some() || c.retry_at.is_some_and(|t| t > now) {
             return;
         }
-        if let Some(finished) = c.last_exit().map(|t| t.finished) {
+        // A container restarted for a new image does not wait out a crash-loop backoff.
+        let changed = std::mem::take(&mut c.changed);
+        if let Some(finished) = c.last_exit().map(|t| t.finished).filter(|_| !changed) {
             if let Some(until) = c.backoff.wait_until(finished, now, &options) {
                 let waiting = State::Waiting {
                     reason: "CrashLoopBackOff",

@@ -111,7 +111,7 @@ impl PodTask {
             let start = match (c.role(), c.last_exit()) {
                 (Role::Init, _) => false,
                 (Role::Sidecar, _) | (Role::Regular, None) => true,
-                (Role::Regular, Some(t)) => restarts(policy, t.exit.code),
+                (Role::Regular, Some(t)) => c.changed || restarts(policy, t.exit.code),
             };
             if start {
                 // As the kubelet's `startContainer` runs the postStart hook inside the start,
@@ -151,6 +151,7 @@ impl PodTask {
             .filter(|c| c.role() == Role::Regular)
             .all(|c| {
                 !c.alive()
+                    && !c.changed
                     && c.last_exit()
                         .is_some_and(|t| !restarts(policy, t.exit.code))
             })
