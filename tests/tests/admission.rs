@@ -404,6 +404,62 @@ async fn node_selector_matches_the_node_labels() {
     assert_eq!(status.phase.as_deref(), Some("Succeeded"));
 }
 
+/// Required node affinity, against the node's labels and name as the scheduler's NodeAffinity
+/// filter: a pod whose terms match runs; one whose terms do not stays Pending with the
+/// scheduler's reason. Preferred terms only score, so they never keep a pod from a node.
+#[tokio::test]
+async fn required_node_affinity_matches_the_node() {
+    let node = TestNode::with(|o| {
+        o.node_name("edge-1")
+            .labels([("zone", "a"), ("cores", "8")])
+    });
+    let pod = |name: &str, terms: &str| {
+        PodYaml::new(name)
+            .never()
+            .spec(&format!(
+                "affinity: {{ nodeAffinity: {{ requiredDuringSchedulingIgnoredDuringExecution: {{ nodeSelectorTerms: {terms} }}, preferredDuringSchedulingIgnoredDuringExecution: [ {{ weight: 1, preference: {{ matchExpressions: [ {{ key: zone, operator: In, values: [b] }} ] }} }} ] }} }}"
+            ))
+            .container(r#"{ name: c, image: "{p1}", args: [print, ran] }"#)
+            .build()
+    };
+    for (name, terms) in [
+        (
+            "in",
+            "[ { matchExpressions: [ { key: zone, operator: In, values: [a, b] } ] } ]",
+        ),
+        (
+            "gt",
+            "[ { matchExpressions: [ { key: cores, operator: Gt, values: [\"4\"] } ] } ]",
+        ),
+        (
+            "named",
+            "[ { matchFields: [ { key: metadata.name, operator: In, values: [edge-1] } ] } ]",
+        ),
+        (
+            "either",
+            "[ { matchExpressions: [ { key: gpu, operator: Exists } ] }, { matchExpressions: [ { key: kubernetes.io/os, operator: In, values: [linux] } ] } ]",
+        ),
+    ] {
+        let (_, status) = node.run(&pod(name, terms), LIMIT).await;
+        assert_eq!(status.phase.as_deref(), Some("Succeeded"), "{name}");
+    }
+    let gpu = pod(
+        "gpu",
+        "[ { matchExpressions: [ { key: gpu, operator: Exists } ] } ]",
+    );
+    assert!(node.node.check_fits(&node.spec(&gpu)).is_err());
+    let pending = node.start(&gpu).await;
+    let message = unschedulable(&pending).await;
+    assert!(
+        message.starts_with(
+            "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector."
+        ),
+        "{message}"
+    );
+    pending.delete(None);
+    pending.deleted().await;
+}
+
 /// `nodeName` binds a pod to a node: this node's name runs it, another one leaves it Pending
 /// with the scheduler's reason.
 #[tokio::test]

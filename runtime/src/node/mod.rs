@@ -130,8 +130,8 @@ impl Node {
         &self.labels
     }
 
-    /// Why the node can never take the pod, in the scheduler's words: another `nodeName`, or a
-    /// `nodeSelector` its labels do not match.
+    /// Why the node can never take the pod, in the scheduler's words: another `nodeName`, a
+    /// `nodeSelector` or required node affinity its labels do not match, an untolerated taint.
     fn unselected(&self, spec: &PodSpec) -> Option<String> {
         if spec
             .node_name
@@ -143,7 +143,10 @@ impl Node {
         let matches = spec
             .node_selector
             .iter()
-            .all(|(k, v)| self.labels.get(k) == Some(v));
+            .all(|(k, v)| self.labels.get(k) == Some(v))
+            && spec.node_affinity.as_ref().is_none_or(|terms| {
+                crate::spec::terms_match(terms, &self.labels, &self.context.node_name)
+            });
         if !matches {
             return Some(scheduler::NOT_SELECTED.into());
         }

@@ -6,6 +6,7 @@
 //! [`volumes`], [`handlers`] (probes and hooks), [`resources`], [`names`]. Every problem is a
 //! [`FieldError`] at its field path.
 
+mod affinity;
 mod config;
 mod containers;
 mod env;
@@ -23,6 +24,7 @@ mod shape;
 mod volumes;
 mod yaml;
 
+pub(crate) use affinity::terms_match;
 pub(crate) use env::{PodInfo, resolve as resolve_env};
 pub use errors::{FieldError, FieldErrorKind, InvalidPod};
 pub use model::PodSpec;

@@ -239,6 +239,9 @@ pub struct PodSpec {
     pub(crate) node_name: Option<String>,
     /// `spec.nodeSelector`: labels the node must have.
     pub(crate) node_selector: BTreeMap<String, String>,
+    /// `spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution`'s terms,
+    /// validated (`None`: no requirement).
+    pub(crate) node_affinity: Option<Vec<k8s_openapi::api::core::v1::NodeSelectorTerm>>,
     /// `spec.priorityClassName`, resolved by the node at admission.
     pub(crate) priority_class: Option<String>,
 }

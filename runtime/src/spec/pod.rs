@@ -335,6 +335,7 @@ pub(super) fn convert(
 
     Some(PodSpec {
         node_selector: spec.node_selector.clone().unwrap_or_default(),
+        node_affinity: super::affinity::check_affinity(spec.affinity.as_ref(), errors),
         node_name: spec.node_name.clone().filter(|n| !n.is_empty()),
         priority: spec.priority,
         preemption_policy: spec.preemption_policy.clone(),

@@ -52,6 +52,15 @@ const ENV_FROM: Shape = Object(&[
         Object(&[("name", Scalar), ("optional", Scalar)]),
     ),
 ]);
+const REQUIREMENT: Shape = Object(&[
+    ("key", Scalar),
+    ("operator", Scalar),
+    ("values", List(&Scalar)),
+]);
+const NODE_SELECTOR_TERM: Shape = Object(&[
+    ("matchExpressions", List(&REQUIREMENT)),
+    ("matchFields", List(&REQUIREMENT)),
+]);
 const ITEMS: Shape = List(&Object(&[("key", Scalar), ("path", Scalar)]));
 const VOLUME_MOUNT: Shape = Object(&[
     ("name", Scalar),
@@ -201,6 +210,25 @@ const POD: Shape = Object(&[
             ("schedulerName", Scalar),
             ("runtimeClassName", Scalar),
             ("nodeSelector", StringMap),
+            (
+                "affinity",
+                Object(&[(
+                    "nodeAffinity",
+                    Object(&[
+                        (
+                            "requiredDuringSchedulingIgnoredDuringExecution",
+                            Object(&[("nodeSelectorTerms", List(&NODE_SELECTOR_TERM))]),
+                        ),
+                        (
+                            "preferredDuringSchedulingIgnoredDuringExecution",
+                            List(&Object(&[
+                                ("weight", Scalar),
+                                ("preference", NODE_SELECTOR_TERM),
+                            ])),
+                        ),
+                    ]),
+                )]),
+            ),
             ("nodeName", Scalar),
             ("priority", Scalar),
             ("preemptionPolicy", Scalar),

@@ -146,3 +146,54 @@ fn tolerations_are_validated_as_the_api_server_does() {
         ]
     );
 }
+
+#[test]
+fn node_affinity_is_validated_as_the_api_server_does() {
+    let ok = r#"  affinity:
+    nodeAffinity:
+      requiredDuringSchedulingIgnoredDuringExecution:
+        nodeSelectorTerms:
+        - matchExpressions: [ { key: kubernetes.io/arch, operator: In, values: [amd64, arm64] }, { key: gpu, operator: DoesNotExist } ]
+        - matchFields: [ { key: metadata.name, operator: In, values: [edge-1] } ]
+      preferredDuringSchedulingIgnoredDuringExecution:
+      - { weight: 10, preference: { matchExpressions: [ { key: zone, operator: In, values: [a] } ] } }
+"#;
+    parse(&pod_with("", ok, "")).unwrap_or_else(|e| panic!("{e}"));
+    let bad = r#"  affinity:
+    nodeAffinity:
+      requiredDuringSchedulingIgnoredDuringExecution:
+        nodeSelectorTerms:
+        - matchExpressions: [ { key: zone, operator: In }, { key: zone, operator: Exists, values: [a] }, { key: cores, operator: Gt, values: [many] }, { key: zone, operator: Near, values: [a] }, { key: "-bad", operator: Exists } ]
+        - matchFields: [ { key: metadata.labels, operator: In, values: [a] }, { key: metadata.name, operator: In, values: [a, b] } ]
+      preferredDuringSchedulingIgnoredDuringExecution:
+      - { weight: 0, preference: { matchExpressions: [ { key: zone, operator: In, values: [a] } ] } }
+"#;
+    let paths: Vec<String> = parse(&pod_with("", bad, ""))
+        .unwrap_err()
+        .errors
+        .into_iter()
+        .map(|e| e.path)
+        .collect();
+    let preferred = "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution";
+    let terms = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms";
+    assert_eq!(
+        paths,
+        [
+            format!("{preferred}[0].weight"),
+            format!("{terms}[0].matchExpressions[0].values"),
+            format!("{terms}[0].matchExpressions[1].values"),
+            format!("{terms}[0].matchExpressions[2].values"),
+            format!("{terms}[0].matchExpressions[3].operator"),
+            format!("{terms}[0].matchExpressions[4].key"),
+            format!("{terms}[1].matchFields[0].key"),
+            format!("{terms}[1].matchFields[1].values"),
+        ]
+    );
+    let empty = "  affinity: { nodeAffinity: { requiredDuringSchedulingIgnoredDuringExecution: { nodeSelectorTerms: [] } } }\n";
+    let err = parse(&pod_with("", empty, "")).unwrap_err();
+    assert_eq!(err.errors[0].path, terms);
+    // Pod affinity is known to Kubernetes and not honoured yet: refused with its path.
+    let pod_affinity = "  affinity: { podAffinity: {} }\n";
+    let err = parse(&pod_with("", pod_affinity, "")).unwrap_err();
+    assert_eq!(err.errors[0].path, "spec.affinity.podAffinity");
+}
