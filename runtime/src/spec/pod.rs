@@ -323,6 +323,7 @@ pub(super) fn convert(
     }
     // `enableServiceLinks` adds variables for the namespace's Services: a node has none, so
     // either value leaves the environment as it is.
+    super::security::check_namespaces(spec, errors);
     let priority_class = spec.priority_class_name.clone();
     if let Some(class) = &priority_class
         && let Err(why) = check_subdomain(class)

@@ -48,6 +48,46 @@ pub(super) fn check_container(
     }
 }
 
+/// The pod's host namespaces and process sharing: `false` is what a wasm pod is (its own
+/// in-process network, no processes); `true` asks for what it cannot have, refused with why.
+pub(super) fn check_namespaces(spec: &k8s::PodSpec, errors: &mut Vec<FieldError>) {
+    let flags = [
+        (
+            "hostNetwork",
+            spec.host_network,
+            "a wasm pod has its own in-process network; publish ports with hostPort instead",
+        ),
+        (
+            "hostPID",
+            spec.host_pid,
+            "a wasm guest has no processes to see",
+        ),
+        (
+            "hostIPC",
+            spec.host_ipc,
+            "a wasm guest has no System V IPC or POSIX message queues",
+        ),
+        (
+            "shareProcessNamespace",
+            spec.share_process_namespace,
+            "wasm instances have no processes to share",
+        ),
+        (
+            "hostUsers",
+            spec.host_users.map(|h| !h),
+            "a wasm guest has no user namespace: leave hostUsers unset or true",
+        ),
+    ];
+    for (field, value, why) in flags {
+        if value == Some(true) {
+            errors.push(FieldError::not_supported(
+                FieldPath::new("spec").child(field),
+                format!("not supported by wasmpod: {why}"),
+            ));
+        }
+    }
+}
+
 /// Checks the pod's `securityContext`.
 pub(super) fn check_pod(context: Option<&k8s::PodSecurityContext>, errors: &mut Vec<FieldError>) {
     let Some(c) = context else { return };

@@ -246,6 +246,11 @@ const POD: Shape = Object(&[
                 ])),
             ),
             ("enableServiceLinks", Scalar),
+            ("hostNetwork", Scalar),
+            ("hostPID", Scalar),
+            ("hostIPC", Scalar),
+            ("shareProcessNamespace", Scalar),
+            ("hostUsers", Scalar),
             (
                 "securityContext",
                 Object(&[

@@ -197,3 +197,26 @@ fn node_affinity_is_validated_as_the_api_server_does() {
     let err = parse(&pod_with("", pod_affinity, "")).unwrap_err();
     assert_eq!(err.errors[0].path, "spec.affinity.podAffinity");
 }
+
+#[test]
+fn host_namespaces_are_what_a_wasm_pod_is_or_refused_with_why() {
+    let off = "  hostNetwork: false\n  hostPID: false\n  hostIPC: false\n  shareProcessNamespace: false\n  hostUsers: true\n";
+    parse(&pod_with("", off, "")).unwrap_or_else(|e| panic!("{e}"));
+    let on = "  hostNetwork: true\n  hostPID: true\n  hostIPC: true\n  shareProcessNamespace: true\n  hostUsers: false\n";
+    let err = parse(&pod_with("", on, "")).unwrap_err();
+    let found: Vec<(String, bool)> = err
+        .errors
+        .iter()
+        .map(|e| (e.path.clone(), e.message.contains("wasm")))
+        .collect();
+    assert_eq!(
+        found,
+        [
+            ("spec.hostNetwork".to_owned(), true),
+            ("spec.hostPID".to_owned(), true),
+            ("spec.hostIPC".to_owned(), true),
+            ("spec.shareProcessNamespace".to_owned(), true),
+            ("spec.hostUsers".to_owned(), true),
+        ]
+    );
+}
