@@ -201,11 +201,63 @@ impl PodVolumes {
             }
         }
         let _ = std::fs::remove_dir(pod_dir.join("volumes"));
+        let _ = std::fs::remove_dir_all(pod_dir.join(TERMINATION));
         if let Some((dir, _lock)) = &self.shm {
             // The lock goes with the directory; it is released when `self` drops.
             let _ = std::fs::remove_dir_all(dir);
         }
     }
+}
+
+/// Where the pod's containers' termination-message files are, under its directory.
+const TERMINATION: &str = "termination";
+
+/// The directory holding a container's termination-message file `file`, made empty for a new
+/// instance (whatever the last one left there: a file, a link, a directory), opened to be
+/// preopened at the `terminationMessagePath`'s directory.
+pub(crate) fn termination_dir(
+    pod_dir: &Path,
+    container: &str,
+    file: &str,
+) -> Result<MountDir, String> {
+    let shown = pod_dir.join(TERMINATION).join(container);
+    std::fs::create_dir_all(&shown).map_err(|e| format!("cannot make {}: {e}", shown.display()))?;
+    let dir = Dir::open_ambient_dir(&shown, ambient_authority())
+        .map_err(|e| format!("cannot open {}: {e}", shown.display()))?;
+    for entry in dir.entries().map_err(|e| e.to_string())?.flatten() {
+        let name = entry.file_name();
+        let removed = match entry.file_type() {
+            Ok(t) if t.is_dir() => dir.remove_dir_all(&name),
+            _ => dir.remove_file(&name),
+        };
+        removed.map_err(|e| format!("cannot empty {}: {e}", shown.display()))?;
+    }
+    dir.create(file)
+        .map_err(|e| format!("cannot make {}: {e}", shown.join(file).display()))?;
+    Ok(MountDir { dir, shown })
+}
+
+/// What a container wrote to its termination-message file: at most `limit` bytes, read inside
+/// its directory (a link the guest made cannot lead out of it); `None` when empty or unreadable.
+pub(crate) fn termination_message(
+    pod_dir: &Path,
+    container: &str,
+    file: &str,
+    limit: u64,
+) -> Option<String> {
+    use std::io::Read;
+    let dir = Dir::open_ambient_dir(
+        pod_dir.join(TERMINATION).join(container),
+        ambient_authority(),
+    )
+    .ok()?;
+    let mut text = Vec::new();
+    dir.open(file)
+        .ok()?
+        .take(limit)
+        .read_to_end(&mut text)
+        .ok()?;
+    (!text.is_empty()).then(|| String::from_utf8_lossy(&text).into_owned())
 }
 
 /// Removes what pods of processes that ended without cleaning up (`kill -9`, a crash) left in

@@ -660,3 +660,61 @@ async fn a_new_image_restarts_that_container_whatever_the_policy() {
     pod.delete(Some(Duration::ZERO));
     pod.deleted().await;
 }
+
+/// The kubelet's termination message: what a container writes to its `terminationMessagePath`
+/// becomes `state.terminated.message`; with `FallbackToLogsOnError`, a failure that wrote none
+/// gives the log's last lines; a new instance starts with an empty file.
+#[tokio::test]
+async fn termination_messages_come_from_the_file_or_the_log() {
+    let node = TestNode::new();
+    let yaml = wasmpod_tests::PodYaml::new("messages")
+        .never()
+        .container(r#"{ name: file, image: "{p1}", terminationMessagePolicy: File, args: [write, /dev/termination-log, "disk full", exit, "3"] }"#)
+        .container(r#"{ name: custom, image: "{p2}", terminationMessagePath: /run/app/why, args: [write, /run/app/why, done well] }"#)
+        .container(r#"{ name: logs, image: "{p1}", terminationMessagePolicy: FallbackToLogsOnError, args: [print, first, print, last words, exit, "2"] }"#)
+        .container(r#"{ name: quiet, image: "{p1}", terminationMessagePolicy: FallbackToLogsOnError, args: [print, fine] }"#)
+        .build();
+    let pod = node.start(&yaml).await;
+    let message = |s: &wasmpod::k8s_openapi::api::core::v1::PodStatus, c: &str| {
+        container(s, c)
+            .state
+            .as_ref()
+            .and_then(|s| s.terminated.as_ref())
+            .and_then(|t| t.message.clone())
+    };
+    let status = wait_for(&pod, LIMIT, |s| {
+        message(s, "logs").is_some() && s.phase.as_deref() == Some("Failed")
+    })
+    .await;
+    assert_eq!(message(&status, "file").as_deref(), Some("disk full\n"));
+    assert_eq!(message(&status, "custom").as_deref(), Some("done well\n"));
+    assert_eq!(
+        message(&status, "logs").as_deref(),
+        Some("first\nlast words")
+    );
+    // Succeeded: no fallback to the log.
+    assert_eq!(message(&status, "quiet"), None);
+    pod.delete(None);
+    pod.deleted().await;
+
+    // A restarted container finds an empty file: the first instance's message is not the
+    // second's.
+    let yaml = wasmpod_tests::PodYaml::new("again")
+        .spec("restartPolicy: OnFailure")
+        .spec("volumes: [ { name: data, emptyDir: {} } ]")
+        .container(r#"{ name: c, image: "{p1}", terminationMessagePolicy: File, volumeMounts: [ { name: data, mountPath: /data } ], args: [cat, /dev/termination-log, write, /dev/termination-log, ran, fail-after, /data/n, "2"] }"#)
+        .build();
+    let pod = node.start(&yaml).await;
+    let status = wait_for(&pod, LIMIT, |s| s.phase.as_deref() == Some("Succeeded")).await;
+    assert_eq!(container(&status, "c").restart_count, 1);
+    let mut logs = pod.logs("c", wasmpod::LogOptions::default()).unwrap();
+    while let Some(line) = logs.next().await {
+        assert!(
+            !line.line.contains("ran"),
+            "the file was not emptied: {}",
+            line.line
+        );
+    }
+    pod.delete(None);
+    pod.deleted().await;
+}

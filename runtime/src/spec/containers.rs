@@ -226,7 +226,9 @@ pub(super) fn convert_container(
             ));
         }
     }
+    let termination = check_termination(path, c, &mounts, errors);
     Some(ContainerSpec {
+        termination,
         name: c.name.clone(),
         field: path.to_string(),
         startup,
@@ -242,6 +244,87 @@ pub(super) fn convert_container(
         mounts,
         ports,
         working_dir: c.working_dir.clone(),
+    })
+}
+
+/// The most of a termination message read, as the kubelet reads.
+pub(crate) const TERMINATION_MESSAGE_MAX: u64 = 4096;
+
+/// `terminationMessagePath` and `terminationMessagePolicy`. A container that declares either
+/// gets a writable file at the path (default `/dev/termination-log`), in a directory of its own
+/// preopened at the path's directory, which must not be, hold or lie inside one of its mounts.
+fn check_termination(
+    path: &FieldPath,
+    c: &k8s::Container,
+    mounts: &[Mount],
+    errors: &mut Vec<FieldError>,
+) -> Option<super::TerminationMessage> {
+    if c.termination_message_path.is_none() && c.termination_message_policy.is_none() {
+        return None;
+    }
+    let fallback_to_logs = match c.termination_message_policy.as_deref() {
+        None | Some("File") => false,
+        Some("FallbackToLogsOnError") => true,
+        Some(other) => {
+            errors.push(FieldError::unsupported(
+                path.child("terminationMessagePolicy"),
+                format!("unsupported value {other:?}: must be File or FallbackToLogsOnError"),
+            ));
+            false
+        }
+    };
+    let at = path.child("terminationMessagePath");
+    let file_path = c
+        .termination_message_path
+        .as_deref()
+        .unwrap_or("/dev/termination-log");
+    let Some((dir, file)) = file_path
+        .strip_prefix('/')
+        .and_then(|p| {
+            p.rsplit_once('/')
+                .map(|(d, f)| (format!("/{d}"), f))
+                .or(Some(("/".into(), p)))
+        })
+        .filter(|(_, f)| !f.is_empty() && *f != "." && *f != "..")
+    else {
+        errors.push(FieldError::invalid(
+            at,
+            format!("invalid value {file_path:?}: must be an absolute path to a file"),
+        ));
+        return None;
+    };
+    if file_path.len() > 4096 || dir == "/" || dir.split('/').any(|p| p == "." || p == "..") {
+        errors.push(FieldError::invalid(
+            at,
+            format!(
+                "invalid value {file_path:?}: must be an absolute path of at most 4096 bytes in a \
+                 directory other than /, without . or .."
+            ),
+        ));
+        return None;
+    }
+    let inside = |outer: &str, inner: &str| {
+        inner == outer || inner.starts_with(&format!("{}/", outer.trim_end_matches('/')))
+    };
+    if let Some(m) = mounts
+        .iter()
+        .find(|m| inside(&m.path, &dir) || inside(&dir, &m.path))
+    {
+        errors.push(FieldError::invalid(
+            at,
+            format!(
+                "invalid value {file_path:?}: WASI preopens directories only, so the file's \
+                 directory {dir} would be mounted, and it overlaps the mount at {}: choose a \
+                 path whose directory holds no mount",
+                m.path
+            ),
+        ));
+        return None;
+    }
+    Some(super::TerminationMessage {
+        dir,
+        file: file.to_owned(),
+        fallback_to_logs,
     })
 }
 

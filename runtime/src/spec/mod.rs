@@ -25,11 +25,13 @@ mod volumes;
 mod yaml;
 
 pub(crate) use affinity::terms_match;
+pub(crate) use containers::TERMINATION_MESSAGE_MAX;
 pub(crate) use env::{PodInfo, resolve as resolve_env};
 pub use errors::{FieldError, FieldErrorKind, InvalidPod};
 pub use model::PodSpec;
 pub(crate) use model::{
-    ContainerSpec, Handler, HostCreate, HttpGet, Probe, Requests, RestartPolicy, Role, VolumeSource,
+    ContainerSpec, Handler, HostCreate, HttpGet, Probe, Requests, RestartPolicy, Role,
+    TerminationMessage, VolumeSource,
 };
 pub(crate) use names::{MAX_DURATION, check_subdomain};
 pub use priority::read_priority_classes;

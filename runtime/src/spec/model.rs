@@ -52,6 +52,18 @@ pub(crate) struct ContainerSpec {
     pub post_start: Option<Handler>,
     pub pre_stop: Option<Handler>,
     pub resources: Resources,
+    /// `terminationMessagePath`/`terminationMessagePolicy`, when the container declares them.
+    pub termination: Option<TerminationMessage>,
+}
+
+/// Where a container writes its termination message (the kubelet's `terminationMessagePath`):
+/// a file `file` in a directory of its own, preopened at `dir`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TerminationMessage {
+    pub dir: String,
+    pub file: String,
+    /// `FallbackToLogsOnError`: an empty file and a failure give the log's tail.
+    pub fallback_to_logs: bool,
 }
 
 /// What a pod asks of its node: memory in bytes and CPU in thousandths of a core.

@@ -118,6 +118,8 @@ const CONTAINER_SECURITY: Shape = Object(&[
     ("seccompProfile", SECCOMP),
 ]);
 const CONTAINER: Shape = Object(&[
+    ("terminationMessagePath", Scalar),
+    ("terminationMessagePolicy", Scalar),
     ("name", Scalar),
     ("image", Scalar),
     ("imagePullPolicy", Scalar),

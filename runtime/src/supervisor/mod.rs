@@ -111,6 +111,13 @@ pub(crate) enum Msg {
     Evict {
         message: String,
     },
+    /// The log's tail for an instance whose termination-message file was empty
+    /// (`FallbackToLogsOnError`).
+    TerminationMessage {
+        index: usize,
+        instance: i32,
+        text: String,
+    },
     /// The named container's image changed (a pod update): it restarts with the new module.
     SetImage {
         container: String,
@@ -414,6 +421,11 @@ impl PodTask {
                 verdict,
             } => self.probed(index, id, kind, failure, verdict),
             Msg::Exec { container, reply } => self.exec(&container, reply),
+            Msg::TerminationMessage {
+                index,
+                instance,
+                text,
+            } => self.termination_message(index, instance, text),
             Msg::SetImage {
                 container,
                 image,

@@ -36,6 +36,17 @@ impl PodTask {
             .as_ref()
             .filter(|_| code == EXIT_START_ERROR)
             .map(|detail| format!("Error: {detail}"));
+        let mut exit = exit;
+        if let Some(t) = c.spec.termination.clone() {
+            let (name, instance) = (c.name.clone(), c.restart_count);
+            let limit = crate::spec::TERMINATION_MESSAGE_MAX;
+            match crate::volumes::termination_message(&self.paths.pod_dir, &name, &t.file, limit) {
+                Some(text) => exit.message = Some(text),
+                None if t.fallback_to_logs && code != 0 => self.fallback_to_logs(index, instance),
+                None => {}
+            }
+        }
+        let c = &mut self.containers[index];
         c.state = State::Terminated(Terminated {
             exit,
             started_at,
@@ -53,6 +64,57 @@ impl PodTask {
             EventType::Warning
         };
         self.container_event(index, kind, Reason::Exited, message, Some(code));
+    }
+
+    /// `FallbackToLogsOnError` with an empty termination-message file: the last 80 lines (at
+    /// most 2 KiB) of the instance's log become its message, read off the supervisor's task once
+    /// the log is complete.
+    fn fallback_to_logs(&self, index: usize, instance: i32) {
+        let book = self.output.book();
+        let name = self.containers[index].name.clone();
+        let tx = self.tx.clone();
+        tokio::spawn(async move {
+            let mut logs = crate::Logs::open(book, &name, instance, true);
+            let mut tail: std::collections::VecDeque<String> = std::collections::VecDeque::new();
+            while let Some(line) = logs.next().await {
+                tail.push_back(line.line);
+                if tail.len() > 80 {
+                    tail.pop_front();
+                }
+            }
+            let mut text = tail.into_iter().collect::<Vec<_>>().join("\n");
+            if text.len() > 2048 {
+                let mut cut = text.len() - 2048;
+                while !text.is_char_boundary(cut) {
+                    cut += 1;
+                }
+                text = text[cut..].to_owned();
+            }
+            if !text.is_empty() {
+                let _ = tx.send(super::Msg::TerminationMessage {
+                    index,
+                    instance,
+                    text,
+                });
+            }
+        });
+    }
+
+    /// The log's tail for an instance that ended with an empty termination message.
+    pub(super) fn termination_message(&mut self, index: usize, instance: i32, text: String) {
+        let c = &mut self.containers[index];
+        let t = match &mut c.state {
+            State::Terminated(t) if c.restart_count == instance => t,
+            State::Waiting { .. } if c.restart_count == instance => match &mut c.last_state {
+                Some(t) => t,
+                None => return,
+            },
+            _ => match &mut c.last_state {
+                Some(t) if c.restart_count == instance + 1 => t,
+                _ => return,
+            },
+        };
+        t.exit.message = Some(text);
     }
 
     pub(super) fn hook_done(

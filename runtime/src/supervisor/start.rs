@@ -137,6 +137,11 @@ impl PodTask {
                     read_only: m.read_only
                         || matches!(self.spec.volumes[m.volume].source, VolumeSource::Files(_)),
                 })
+                .chain(c.spec.termination.as_ref().map(|t| Preopen {
+                    host: crate::volumes::termination_dir(&self.paths.pod_dir, &c.name, &t.file),
+                    guest: t.dir.clone(),
+                    read_only: false,
+                }))
                 .collect(),
             working_dir: c.spec.working_dir.clone(),
             budget: Budget::new(

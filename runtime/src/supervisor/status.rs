@@ -138,6 +138,7 @@ mod tests {
             post_start: None,
             pre_stop: None,
             resources: Default::default(),
+            termination: None,
         };
         let mut c = Container::new(spec, "ContainerCreating", None);
         let terminated = |code: i32| Terminated {

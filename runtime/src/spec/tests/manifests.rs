@@ -220,3 +220,60 @@ fn host_namespaces_are_what_a_wasm_pod_is_or_refused_with_why() {
         ]
     );
 }
+
+#[test]
+fn termination_message_paths_are_files_beside_no_mount() {
+    let container = |fields: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{ name: p }}\nspec:\n  volumes: [ {{ name: data, emptyDir: {{}} }} ]\n  containers:\n  - {{ name: c, image: a.wasm, volumeMounts: [ {{ name: data, mountPath: /data }} ], {fields} }}\n"
+        )
+    };
+    for ok in [
+        "terminationMessagePath: /dev/termination-log, terminationMessagePolicy: File",
+        "terminationMessagePolicy: FallbackToLogsOnError",
+        "terminationMessagePath: /run/app/message",
+    ] {
+        let spec = parse(&container(ok)).unwrap_or_else(|e| panic!("{ok}: {e}"));
+        let t = spec.containers[0].termination.as_ref().unwrap();
+        assert!(t.dir.starts_with('/') && !t.file.is_empty(), "{ok}: {t:?}");
+    }
+    let plain = parse(&container("args: []")).unwrap();
+    assert!(plain.containers[0].termination.is_none());
+    for (bad, field) in [
+        (
+            "terminationMessagePolicy: Sometimes",
+            "terminationMessagePolicy",
+        ),
+        (
+            "terminationMessagePath: relative/file",
+            "terminationMessagePath",
+        ),
+        (
+            "terminationMessagePath: /toplevel",
+            "terminationMessagePath",
+        ),
+        (
+            "terminationMessagePath: /data/message",
+            "terminationMessagePath",
+        ),
+        (
+            "terminationMessagePath: /data/deeper/message",
+            "terminationMessagePath",
+        ),
+        (
+            "terminationMessagePath: /dev/../etc/x",
+            "terminationMessagePath",
+        ),
+    ] {
+        let err = parse(&container(bad)).unwrap_err();
+        assert_eq!(
+            err.errors[0].path,
+            format!("spec.containers[0].{field}"),
+            "{bad}"
+        );
+    }
+    // A mount inside the message's directory would be hidden too.
+    let nested = "apiVersion: v1\nkind: Pod\nmetadata: { name: p }\nspec:\n  volumes: [ { name: data, emptyDir: {} } ]\n  containers:\n  - { name: c, image: a.wasm, volumeMounts: [ { name: data, mountPath: /run/app/data } ], terminationMessagePath: /run/app/message }\n";
+    let err = parse(nested).unwrap_err();
+    assert!(err.errors[0].message.contains("/run/app/data"), "{err}");
+}
