@@ -172,13 +172,18 @@ impl Kubelet {
             }
         };
         lock(&self.pods).insert(uid.clone(), handle.clone());
-        // A deletion asked while the pod was being made.
-        if let Some(p) = self.store.get("pods", &ns, &name)
-            && let Some(grace) = p
-                .pointer("/metadata/deletionGracePeriodSeconds")
-                .and_then(Value::as_i64)
-        {
-            handle.delete(Some(Duration::from_secs(grace.max(0) as u64)));
+        // A deletion asked while the pod was being made: graceful, or forced (the object is
+        // already gone, or is another pod's of the same name).
+        match self.store.get("pods", &ns, &name) {
+            Some(p) if str_at(&p, "/metadata/uid") == uid => {
+                if let Some(grace) = p
+                    .pointer("/metadata/deletionGracePeriodSeconds")
+                    .and_then(Value::as_i64)
+                {
+                    handle.delete(Some(Duration::from_secs(grace.max(0) as u64)));
+                }
+            }
+            _ => handle.delete(Some(Duration::ZERO)),
         }
         let events = tokio::spawn(self.clone().record_events(
             handle.clone(),

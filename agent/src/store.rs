@@ -20,6 +20,8 @@ const OBJECTS: TableDefinition<&str, &[u8]> = TableDefinition::new("objects");
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 const RESOURCE_VERSION: &str = "resourceVersion";
 
+/// Non-durable commits at most between two durable ones.
+const LAZY_COMMITS: usize = 256;
 /// Changes kept for watches that start from an older `resourceVersion`; older ones get 410.
 const HISTORY: usize = 1024;
 /// The most objects of one resource the store keeps: past it, creations are refused (an API
@@ -62,6 +64,8 @@ pub(crate) type Watch = (Vec<Arc<Change>>, broadcast::Receiver<Arc<Change>>);
 
 struct State {
     rv: u64,
+    /// Commits since the last durable one.
+    lazy: usize,
     objects: HashMap<&'static str, Objects>,
     history: VecDeque<Arc<Change>>,
 }
@@ -143,6 +147,7 @@ impl Store {
             db,
             state: Mutex::new(State {
                 rv,
+                lazy: 0,
                 objects,
                 history: VecDeque::new(),
             }),
@@ -214,11 +219,17 @@ impl Store {
             )));
         }
         let mut txn = self.db.begin_write().map_err(internal)?;
-        txn.set_durability(match durable {
-            Durable::Now => Durability::Immediate,
-            Durable::Later => Durability::None,
-        })
-        .map_err(internal)?;
+        // redb keeps what non-durable commits wrote in memory until a durable one: every
+        // `LAZY_COMMITS`th commit is durable, so that memory (and what a crash can lose) is
+        // bounded however long the API is idle while pods change.
+        let durable = if durable == Durable::Now || state.lazy >= LAZY_COMMITS {
+            state.lazy = 0;
+            Durability::Immediate
+        } else {
+            state.lazy += 1;
+            Durability::None
+        };
+        txn.set_durability(durable).map_err(internal)?;
         {
             let mut table = txn.open_table(OBJECTS).map_err(internal)?;
             match &bytes {
