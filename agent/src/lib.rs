@@ -55,6 +55,10 @@ pub struct AgentOptions {
     pub manifests: Option<PathBuf>,
     /// How often the manifests directory is read (default 1 s).
     pub manifests_every: std::time::Duration,
+    /// Whether pods sent through the API may have `hostPath` volumes (default no, as the Pod
+    /// Security Standards' baseline: such a pod reads and writes the host's files). Static pods,
+    /// which only the host's own user can place, always may.
+    pub allow_host_path: bool,
 }
 
 impl Default for AgentOptions {
@@ -65,6 +69,7 @@ impl Default for AgentOptions {
             images_dir: std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")),
             manifests: None,
             manifests_every: std::time::Duration::from_secs(1),
+            allow_host_path: false,
         }
     }
 }
@@ -85,6 +90,12 @@ impl AgentOptions {
     /// Sets [`AgentOptions::manifests`]: the directory of static pod manifests.
     pub fn manifests(mut self, dir: impl Into<PathBuf>) -> Self {
         self.manifests = Some(dir.into());
+        self
+    }
+
+    /// Sets [`AgentOptions::allow_host_path`].
+    pub fn allow_host_path(mut self, allow: bool) -> Self {
+        self.allow_host_path = allow;
         self
     }
 
@@ -210,7 +221,12 @@ impl Agent {
             address,
         ));
         kubelet.restore();
-        let api = Arc::new(api::Api::new(store, kubelet, credentials.token.clone()));
+        let api = Arc::new(api::Api::new(
+            store,
+            kubelet,
+            credentials.token.clone(),
+            options.allow_host_path,
+        ));
         let (stop, stopped) = watch::channel(false);
         if let Some(dir) = options.manifests.clone() {
             let every = options

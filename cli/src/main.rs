@@ -83,6 +83,10 @@ struct ServeArgs {
     /// runs as a pod, removed files delete theirs, changed files replace theirs.
     #[arg(long, value_name = "DIR")]
     manifests: Option<PathBuf>,
+    /// Let pods sent through the API have hostPath volumes (they read and write the host's
+    /// files); refused by default, as the Pod Security Standards' baseline does.
+    #[arg(long)]
+    allow_host_path: bool,
     #[command(flatten)]
     node: NodeArgs,
 }
@@ -368,7 +372,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     }
     let mut options = wasmpod_agent::AgentOptions::default()
         .node(node)
-        .listen(args.listen);
+        .listen(args.listen)
+        .allow_host_path(args.allow_host_path);
     if let Some(dir) = args.images_dir {
         options = options.images_dir(dir);
     }

@@ -496,6 +496,20 @@ fn bad_requests_get_the_api_servers_statuses() {
         "{conflict}"
     );
 
+    let host = PodYaml::new("host")
+        .spec(&format!(
+            "volumes: [ {{ name: h, hostPath: {{ path: {} }} }} ]",
+            agent.dir.display()
+        ))
+        .container(r#"{ name: main, image: "{p1}" }"#)
+        .build();
+    let file = agent.file("host.yaml", &host);
+    let forbidden = agent.fails(&["create", "-f", &file]);
+    assert!(
+        forbidden.contains("hostPath volumes are not allowed on this node"),
+        "{forbidden}"
+    );
+
     let unknown = PodYaml::new("classy")
         .spec("priorityClassName: nope")
         .container(r#"{ name: main, image: "{p1}" }"#)

@@ -41,6 +41,8 @@ pub(crate) struct Api {
     pub(crate) store: Arc<Store>,
     pub(crate) kubelet: Arc<Kubelet>,
     token: String,
+    /// Pods from the API may have `hostPath` volumes.
+    pub(crate) allow_host_path: bool,
 }
 
 impl std::fmt::Debug for Api {
@@ -222,11 +224,17 @@ pub(crate) struct Call {
 }
 
 impl Api {
-    pub(crate) fn new(store: Arc<Store>, kubelet: Arc<Kubelet>, token: String) -> Api {
+    pub(crate) fn new(
+        store: Arc<Store>,
+        kubelet: Arc<Kubelet>,
+        token: String,
+        allow_host_path: bool,
+    ) -> Api {
         Api {
             store,
             kubelet,
             token,
+            allow_host_path,
         }
     }
 

@@ -33,6 +33,38 @@ impl Api {
         &self,
         ns: &str,
         name: &str,
+        pod: Value,
+        dry_run: bool,
+    ) -> Result<Arc<Value>, ApiError> {
+        // As the Pod Security Standards' baseline: a hostPath volume reads and writes the
+        // host's files, so pods from the API may have one only where the node allows it.
+        let host_path = pod
+            .pointer("/spec/volumes")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .position(|v| v.get("hostPath").is_some());
+        if let Some(i) = host_path
+            && !self.allow_host_path
+        {
+            return Err(ApiError::forbidden(
+                "pods",
+                name,
+                format!(
+                    "pods \"{name}\" is forbidden: spec.volumes[{i}].hostPath: hostPath volumes \
+                     are not allowed on this node (wasmpod serve --allow-host-path allows them)"
+                ),
+            ));
+        }
+        self.admit_pod(ns, name, pod, dry_run).await
+    }
+
+    /// Admits a pod: the API server's defaults and priority admission, wasmpod's validation,
+    /// the node's modules loaded; then stores it and runs it.
+    async fn admit_pod(
+        &self,
+        ns: &str,
+        name: &str,
         mut pod: Value,
         dry_run: bool,
     ) -> Result<Arc<Value>, ApiError> {
@@ -224,7 +256,8 @@ impl Api {
     ) -> Result<Arc<Value>, ApiError> {
         let (ns, name) = self.new_object(&super::resources::PODS, Some(ns), &mut pod)?;
         pod["metadata"]["uid"] = json!(uid);
-        self.create_pod(&ns, &name, pod, false).await
+        // The host's own user placed the manifest: hostPath is theirs to use.
+        self.admit_pod(&ns, &name, pod, false).await
     }
 
     /// Deletes a pod: gracefully within `grace` (the pod's own period when `None`), or at once
