@@ -14,6 +14,9 @@ use wasmpod::{Node, PodHandle, PodOptions, PodSpec};
 use crate::status::{ApiError, Cause};
 use crate::store::{Durable, Store};
 
+/// How long a pod whose termination starts again after a restart may take to start its
+/// containers before they are told to stop.
+const STARTING: Duration = Duration::from_secs(30);
 /// Events kept per pod (the oldest go first), as the API server keeps events for a while.
 const EVENTS_PER_POD: usize = 256;
 
@@ -180,7 +183,26 @@ impl Kubelet {
                     .pointer("/metadata/deletionGracePeriodSeconds")
                     .and_then(Value::as_i64)
                 {
-                    handle.delete(Some(Duration::from_secs(grace.max(0) as u64)));
+                    let grace = Duration::from_secs(grace.max(0) as u64);
+                    if resume.is_some() {
+                        // A termination the agent's restart cut short starts again from the
+                        // beginning: the containers run again, then get TERM and the whole
+                        // grace period (document 003: a process always gets at least the grace
+                        // period to terminate cleanly).
+                        let pod = handle.clone();
+                        tokio::spawn(async move {
+                            let running = pod.wait_until(|s| {
+                                matches!(s.phase.as_deref(), Some("Succeeded" | "Failed"))
+                                    || s.container_statuses.iter().flatten().all(|c| {
+                                        c.state.as_ref().is_some_and(|s| s.running.is_some())
+                                    })
+                            });
+                            let _ = tokio::time::timeout(STARTING, running).await;
+                            pod.delete(Some(grace));
+                        });
+                    } else {
+                        handle.delete(Some(grace));
+                    }
                 }
             }
             _ => handle.delete(Some(Duration::ZERO)),

@@ -290,7 +290,20 @@ impl Api {
                     }
                 }
             }
-            for change in backlog {
+            let mut pending = backlog.into_iter();
+            loop {
+                let change = match pending.next() {
+                    Some(change) => change,
+                    None => tokio::select! {
+                        c = rx.recv() => match c {
+                            Ok(change) => change,
+                            // A watcher that fell behind is ended; the client lists again.
+                            Err(_) => return,
+                        },
+                        _ = &mut deadline => return,
+                        _ = tx.closed() => return,
+                    },
+                };
                 if wanted(change.resource, &change.object)
                     && tx
                         .send(line(change.kind, &change.object, change.rv))
@@ -298,27 +311,6 @@ impl Api {
                         .is_err()
                 {
                     return;
-                }
-            }
-            loop {
-                let change = tokio::select! {
-                    c = rx.recv() => c,
-                    _ = &mut deadline => return,
-                    _ = tx.closed() => return,
-                };
-                match change {
-                    Ok(change) => {
-                        if wanted(change.resource, &change.object)
-                            && tx
-                                .send(line(change.kind, &change.object, change.rv))
-                                .await
-                                .is_err()
-                        {
-                            return;
-                        }
-                    }
-                    // A watcher that fell behind is ended; the client lists again.
-                    Err(_) => return,
                 }
             }
         });

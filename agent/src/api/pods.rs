@@ -120,13 +120,30 @@ impl Api {
                     .unwrap_or(json!("PreemptLowerPriority"));
             }
         }
-        let checked = self
+        self.validate_and_load(name, &pod).await?;
+        pod["status"] = json!({"phase": "Pending"});
+        if dry_run {
+            return Ok(Arc::new(pod));
+        }
+        let created = self.store.create("pods", ns, name, pod)?;
+        self.kubelet.run(created.clone(), None);
+        Ok(created)
+    }
+
+    /// Validates a pod by wasmpod's rules and loads its modules (a module that cannot be loaded
+    /// is a field error, as an invalid field is).
+    async fn validate_and_load(
+        &self,
+        name: &str,
+        pod: &Value,
+    ) -> Result<wasmpod::PodSpec, ApiError> {
+        let spec = self
             .kubelet
-            .validate(&pod)
+            .validate(pod)
             .map_err(|e| invalid_pod(name, &e))?;
         self.kubelet
             .node()
-            .load_images(&checked)
+            .load_images(&spec)
             .await
             .map_err(|e| match e {
                 wasmpod::Error::Image { field, source } => ApiError::invalid(
@@ -140,13 +157,7 @@ impl Api {
                 ),
                 other => ApiError::internal(other.to_string()),
             })?;
-        pod["status"] = json!({"phase": "Pending"});
-        if dry_run {
-            return Ok(Arc::new(pod));
-        }
-        let created = self.store.create("pods", ns, name, pod)?;
-        self.kubelet.run(created.clone(), None);
-        Ok(created)
+        Ok(spec)
     }
 
     /// The containers whose image an update changes, with their new modules' paths, loaded
@@ -186,26 +197,7 @@ impl Api {
         if changed.is_empty() {
             return Ok(Vec::new());
         }
-        let spec = self
-            .kubelet
-            .validate(next)
-            .map_err(|e| invalid_pod(name, &e))?;
-        self.kubelet
-            .node()
-            .load_images(&spec)
-            .await
-            .map_err(|e| match e {
-                wasmpod::Error::Image { field, source } => ApiError::invalid(
-                    "Pod",
-                    name,
-                    vec![Cause {
-                        reason: "FieldValueInvalid".into(),
-                        field,
-                        message: source.to_string(),
-                    }],
-                ),
-                other => ApiError::internal(other.to_string()),
-            })?;
+        let spec = self.validate_and_load(name, next).await?;
         // The images in the spec's order: init containers (and sidecars), then regular ones.
         let order: Vec<&str> = ["initContainers", "containers"]
             .iter()
