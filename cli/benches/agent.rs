@@ -14,15 +14,6 @@ use serde_json::json;
 use wasmpod::NodeOptions;
 use wasmpod_agent::{Agent, AgentOptions};
 
-fn rss_bytes() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map_or(0, |kb| kb * 1024)
-}
-
 fn kubectl(agent: &Agent, home: &std::path::Path, args: &[&str]) -> String {
     let out = Command::new("kubectl")
         .args(args)
@@ -73,7 +64,7 @@ fn main() {
     let agent = runtime.block_on(Agent::start(options)).unwrap();
     let home = tmp.path();
     kubectl(&agent, home, &["get", "pods"]);
-    let rss_empty = rss_bytes();
+    let rss_empty = wasmpod_tests::rss_bytes();
 
     let items: Vec<_> = (0..n)
         .map(|i| {
@@ -116,7 +107,7 @@ fn main() {
     }
     let all_running = start.elapsed();
     std::thread::sleep(Duration::from_millis(500));
-    let rss = rss_bytes();
+    let rss = wasmpod_tests::rss_bytes();
     let (get_p50, get_max) = latency(&agent, home, &["get", "pods"], 10);
     let (version_p50, _) = latency(&agent, home, &["version"], 10);
 

@@ -10,15 +10,6 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use wasmpod::{Node, PodHandle, PodOptions, PodSpec, Reason};
 
-fn rss_bytes() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map_or(0, |kb| kb * 1024)
-}
-
 /// Memory mappings of this process (Linux caps them at `vm.max_map_count`, 65,530 by default).
 fn mappings() -> usize {
     std::fs::read_to_string("/proc/self/maps").map_or(0, |m| m.lines().count())
@@ -83,7 +74,7 @@ async fn run(n: usize) -> serde_json::Value {
     let wasmpod_tests::TestNode { node, dir } = wasmpod_tests::TestNode::new();
     // Load the module once so that the first pod does not pay for it.
     node.load_images(&spec(dir.path(), "warm")).await.unwrap();
-    let before = rss_bytes();
+    let before = wasmpod_tests::rss_bytes();
     let maps_before = mappings();
     let all = Instant::now();
     let mut pods = Vec::with_capacity(n);
@@ -96,7 +87,7 @@ async fn run(n: usize) -> serde_json::Value {
     let total = all.elapsed();
     // Let the pods settle into their sleep before measuring memory.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let per_pod = rss_bytes().saturating_sub(before) / n as u64;
+    let per_pod = wasmpod_tests::rss_bytes().saturating_sub(before) / n as u64;
     let maps_per_pod = mappings().saturating_sub(maps_before) as f64 / n as f64;
     let running = pods
         .iter()

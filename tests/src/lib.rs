@@ -500,3 +500,13 @@ pub fn warm_shared_cache() {
             .unwrap();
     });
 }
+
+/// This process's resident memory in bytes (`VmRSS`), for the benches; 0 where `/proc` is not.
+pub fn rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
