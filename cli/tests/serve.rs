@@ -820,3 +820,29 @@ fn static_pods_follow_their_manifests() {
         t.trim().is_empty()
     });
 }
+
+#[test]
+fn kubectl_run_and_delete_all() {
+    let (_tmp, agent) = Agent::start();
+    // `kubectl run` takes an image name, not a path: the agent finds it under --images-dir.
+    std::fs::copy(
+        wasmpod_tests::guests::AGNHOST_P1,
+        agent.dir.join("agnhost.wasm"),
+    )
+    .unwrap();
+    let created = agent.ok(&[
+        "run",
+        "demo",
+        "--image=agnhost.wasm",
+        "--restart=Never",
+        "--",
+        "print",
+        "hi from kubectl run",
+    ]);
+    assert_eq!(created.trim(), "pod/demo created");
+    agent.until(&["get", "pods"], LIMIT, |t| t.contains("Completed"));
+    assert_eq!(agent.ok(&["logs", "demo"]), "hi from kubectl run\n");
+    let deleted = agent.ok(&["delete", "pods", "--all"]);
+    assert!(deleted.contains(r#"pod "demo" deleted"#), "{deleted}");
+    assert_eq!(agent.ok(&["get", "pods", "-o", "name"]).trim(), "");
+}
