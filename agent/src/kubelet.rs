@@ -156,11 +156,7 @@ impl Kubelet {
             str_at(&pod, "/metadata/name").to_owned(),
             str_at(&pod, "/metadata/uid").to_owned(),
         );
-        let mut options = PodOptions::default();
-        if let Some(status) = &resume {
-            options = options.resume(status);
-        }
-        let handle = match self.create(&pod, options).await {
+        let handle = match self.create(&pod, resume.as_ref()).await {
             Ok(h) => h,
             Err(message) => {
                 tracing::warn!(pod = %name, "cannot run the pod: {message}");
@@ -243,19 +239,17 @@ impl Kubelet {
 
     /// Makes the pod on the node. A pod resumed right after the agent was killed may find its
     /// uid still held by the dying process for a moment: that is retried for a few seconds.
-    async fn create(&self, pod: &Value, options: PodOptions) -> Result<PodHandle, String> {
-        let resumed = !options.resume.is_empty();
+    async fn create(&self, pod: &Value, resume: Option<&PodStatus>) -> Result<PodHandle, String> {
         let mut tries = 0;
-        let mut options = Some(options);
         loop {
             let spec = self.validate(pod).map_err(|e| e.to_string())?;
-            let this = options.take().unwrap_or_default();
-            let mut again = PodOptions::default();
-            again.resume = this.resume.clone();
-            match self.node.create_pod(spec, this).await {
-                Err(wasmpod::Error::UidInUse(_)) if resumed && tries < 50 => {
+            let options = match resume {
+                Some(status) => PodOptions::default().resume(status),
+                None => PodOptions::default(),
+            };
+            match self.node.create_pod(spec, options).await {
+                Err(wasmpod::Error::UidInUse(_)) if resume.is_some() && tries < 50 => {
                     tries += 1;
-                    options = Some(again);
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
                 other => return other.map_err(|e| e.to_string()),

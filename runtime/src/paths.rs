@@ -198,7 +198,7 @@ pub(crate) fn remove_left(
 
 /// `part` when it is one path component: not empty, `.` or `..`, no `/` or NUL, at most 255
 /// bytes.
-fn component(part: &str) -> Result<&str, ClaimError> {
+pub(crate) fn component(part: &str) -> Result<&str, ClaimError> {
     let ok = !part.is_empty()
         && part != "."
         && part != ".."

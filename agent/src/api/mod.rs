@@ -168,28 +168,17 @@ fn route(path: &str) -> Result<Route, ApiError> {
             resource: find(r)?,
             namespace: None,
         },
-        ["namespaces", ns, r] if group.is_empty() || !ns.is_empty() => {
-            let resource = find(r)?;
-            if !resource.namespaced {
-                // `/api/v1/namespaces/x/status` and the like.
-                return match resources::find(group, "namespaces") {
-                    Some(n) if *r == "status" => Ok(item(n, None, ns, Some("status"))),
-                    _ => Err(ApiError::no_route()),
-                };
-            }
-            Route::Collection {
+        // `namespaces/{ns}/{resource}`, or a namespace's subresource (`namespaces/{name}/status`).
+        ["namespaces", ns, r] => match resources::find(group, r) {
+            Some(resource) if resource.namespaced => Route::Collection {
                 resource,
                 namespace: Some((*ns).to_owned()),
-            }
-        }
-        [r, name] => {
-            let resource = find(r)?;
-            if resource.namespaced {
-                return Err(ApiError::no_route());
-            }
-            item(resource, None, name, None)
-        }
-        [r, name, sub] if !find(r)?.namespaced => item(find(r)?, None, name, Some(sub)),
+            },
+            _ => item(find("namespaces")?, None, ns, Some(r)),
+        },
+        [r, name] | [r, name, _] if find(r)?.namespaced => return Err(ApiError::no_route()),
+        [r, name] => item(find(r)?, None, name, None),
+        [r, name, sub] => item(find(r)?, None, name, Some(sub)),
         ["namespaces", ns, r, name] => item(find(r)?, Some(ns), name, None),
         ["namespaces", ns, r, name, sub] => item(find(r)?, Some(ns), name, Some(sub)),
         _ => return Err(ApiError::no_route()),
@@ -349,7 +338,7 @@ impl Api {
                     }
                     (None, &Method::PUT) => {
                         let body = read_object(req, &call, resource).await?;
-                        self.replace(resource, ns, &name, body, &call).await
+                        self.replace(resource, ns, &name, body).await
                     }
                     _ => Err(ApiError::method_not_allowed(format!(
                         "the server does not allow this method on the requested resource ({} {}{})",
@@ -446,6 +435,16 @@ mod tests {
         assert!(
             matches!(r, Route::Item { resource, name, .. } if resource.name == "namespaces" && name == "kube-system")
         );
+        let r = route("/api/v1/namespaces/default/status").unwrap();
+        assert!(
+            matches!(r, Route::Item { resource, name, sub: Some(sub), .. }
+            if resource.name == "namespaces" && name == "default" && sub == "status")
+        );
+        let r = route("/api/v1/nodes/edge-1/status").unwrap();
+        assert!(
+            matches!(r, Route::Item { resource, sub: Some(sub), .. } if resource.name == "nodes" && sub == "status")
+        );
+        assert!(route("/api/v1/pods/hello/log").is_err());
         let r = route("/apis/scheduling.k8s.io/v1/priorityclasses/high").unwrap();
         assert!(matches!(r, Route::Item { resource, .. } if resource.name == "priorityclasses"));
         assert!(route("/api/v1/pods/hello").is_err());

@@ -368,7 +368,6 @@ impl Api {
         namespace: Option<&str>,
         name: &str,
         body: Value,
-        _call: &Call,
     ) -> Result<Response<Body>, ApiError> {
         let updated = self
             .update(resource, namespace.unwrap_or(""), name, |_| Ok(body))

@@ -8,9 +8,9 @@ mod registry;
 mod scheduler;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use k8s_openapi::api::scheduling::v1::PriorityClass;
-use std::sync::Arc;
 
 use crate::engine::{Engine, Image, Pull};
 use crate::memory::{NodeMemory, PodMemory};
@@ -238,16 +238,9 @@ impl Node {
         container: &str,
         restart: i32,
     ) -> Result<crate::Logs, Error> {
-        let bad = |part: &str| Error::NoLogs(format!("{part:?} cannot name a log"));
         let dir = crate::paths::log_dir(&self.state_dir, namespace, name, uid)
-            .map_err(|_| bad(&format!("{namespace}_{name}_{uid}")))?;
-        if container.is_empty()
-            || container.contains(['/', '\0'])
-            || container == "."
-            || container == ".."
-        {
-            return Err(bad(container));
-        }
+            .and_then(|dir| crate::paths::component(container).map(|_| dir))
+            .map_err(|e| Error::NoLogs(e.to_string()))?;
         let book = std::sync::Arc::new(crate::output::LogBook::finished(dir));
         Ok(crate::Logs::open(book, container, restart, true))
     }

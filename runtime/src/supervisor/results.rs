@@ -102,18 +102,16 @@ impl PodTask {
 
     /// The log's tail for an instance that ended with an empty termination message.
     pub(super) fn termination_message(&mut self, index: usize, instance: i32, text: String) {
+        // The instance is the last to have ended: the current state, or the last state once
+        // the container waits or runs again.
         let c = &mut self.containers[index];
         let t = match &mut c.state {
-            State::Terminated(t) if c.restart_count == instance => t,
-            State::Waiting { .. } if c.restart_count == instance => match &mut c.last_state {
-                Some(t) => t,
-                None => return,
-            },
-            _ => match &mut c.last_state {
-                Some(t) if c.restart_count == instance + 1 => t,
-                _ => return,
-            },
+            State::Terminated(t) if c.restart_count == instance => Some(t),
+            State::Waiting { .. } if c.restart_count == instance => c.last_state.as_mut(),
+            _ if c.restart_count == instance + 1 => c.last_state.as_mut(),
+            _ => None,
         };
+        let Some(t) = t else { return };
         t.exit.message = Some(text);
     }
 
