@@ -450,6 +450,25 @@ pub async fn wait_for(
     }
 }
 
+/// Waits until the scheduler's verdict on a pod it cannot place (Pending,
+/// `PodScheduled=False`, `Unschedulable`) and returns its message.
+pub async fn unschedulable(pod: &PodHandle, limit: Duration) -> String {
+    let s = wait_for(pod, limit, |s| {
+        s.conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == "PodScheduled")
+    })
+    .await;
+    assert_eq!(s.phase.as_deref(), Some("Pending"));
+    let (status, reason, message) = condition(&s, "PodScheduled");
+    assert_eq!(
+        (status.as_str(), reason.as_deref()),
+        ("False", Some("Unschedulable"))
+    );
+    message.unwrap_or_default()
+}
+
 /// Reads a whole file as text.
 pub fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))

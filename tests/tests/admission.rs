@@ -7,7 +7,8 @@ use wasmpod::Reason::*;
 use wasmpod::k8s_openapi::api::core::v1::PodStatus;
 use wasmpod::{Allocatable, Error, NodeOptions, PodHandle, PodOptions};
 use wasmpod_tests::{
-    PodYaml, TestNode, Timeline, condition, is_running, priority_class, read_classes, wait_for,
+    PodYaml, TestNode, Timeline, condition, is_running, priority_class, read_classes,
+    unschedulable, wait_for,
 };
 
 const LIMIT: Duration = Duration::from_secs(20);
@@ -58,24 +59,6 @@ async fn running(pod: &PodHandle) -> PodStatus {
     wait_for(pod, LIMIT, |s| is_running(s, "c")).await
 }
 
-/// Waits until the scheduler's verdict on a pod that does not fit, and returns its message.
-async fn unschedulable(pod: &PodHandle) -> String {
-    let s = wait_for(pod, LIMIT, |s| {
-        s.conditions
-            .iter()
-            .flatten()
-            .any(|c| c.type_ == "PodScheduled")
-    })
-    .await;
-    assert_eq!(s.phase.as_deref(), Some("Pending"));
-    let (status, reason, message) = scheduled(&s);
-    assert_eq!(
-        (status.as_str(), reason.as_deref()),
-        ("False", Some("Unschedulable"))
-    );
-    message.unwrap()
-}
-
 fn scheduled(status: &PodStatus) -> (String, Option<String>, Option<String>) {
     condition(status, "PodScheduled")
 }
@@ -100,7 +83,7 @@ async fn pods_that_do_not_fit_wait_pending() {
     assert_eq!(scheduled(&big.status()).0, "True");
 
     let waiting = node.start(&pod("waiting", "", "100Mi", SLEEPS)).await;
-    let message = unschedulable(&waiting).await;
+    let message = unschedulable(&waiting, LIMIT).await;
     assert!(
         message.starts_with("0/1 nodes are available: 1 Insufficient memory."),
         "{message}"
@@ -125,7 +108,7 @@ async fn pods_that_do_not_fit_wait_pending() {
     let small = node.start(&pod("small", "", "10Mi", SLEEPS)).await;
     running(&small).await;
     let third = node.start(&pod("third", "", "0", SLEEPS)).await;
-    let message = unschedulable(&third).await;
+    let message = unschedulable(&third, LIMIT).await;
     assert!(message.contains("1 Too many pods"), "{message}");
 
     // Deleting the big pod makes room for `waiting` (oldest first) but not yet for `third`.
@@ -149,7 +132,7 @@ async fn pods_that_do_not_fit_wait_pending() {
             &pod("greedy", "", "0", SLEEPS).replace("{ memory: 0 }", &format!("{{ cpu: {cpu}m }}")),
         )
         .await;
-    let message = unschedulable(&greedy).await;
+    let message = unschedulable(&greedy, LIMIT).await;
     assert!(message.contains("Insufficient cpu"), "{message}");
     // Deleting a pod that never started is immediate.
     greedy.delete(None);
@@ -171,7 +154,7 @@ async fn pending_pods_start_in_priority_order() {
     let default = node.start(&pod("default", "", "0", quick)).await;
     for pod in [&low, &mid, &default] {
         // None can preempt the higher-priority blocker.
-        let message = unschedulable(pod).await;
+        let message = unschedulable(pod, LIMIT).await;
         assert!(message.contains("No preemption victims found"), "{message}");
     }
     blocker.delete(Some(Duration::ZERO));
@@ -208,7 +191,7 @@ async fn preemption_takes_the_lowest_priority_victims() {
     // Equal priority: `c` (10) is not a victim for another 10, so only a and b could be,
     // and they would not make room for 300Mi.
     let equal = node.start(&pod("equal", "high", "300Mi", SLEEPS)).await;
-    let message = unschedulable(&equal).await;
+    let message = unschedulable(&equal, LIMIT).await;
     assert!(message.contains("No preemption victims found"), "{message}");
     equal.delete(None);
     equal.deleted().await;
@@ -285,7 +268,7 @@ async fn non_preempting_pods_wait() {
     let waits = node
         .start(&pod("waits", "high-waits", "100Mi", SLEEPS))
         .await;
-    let message = unschedulable(&waits).await;
+    let message = unschedulable(&waits, LIMIT).await;
     assert!(
         message.ends_with("preemption: not eligible due to preemptionPolicy=Never."),
         "{message}"
@@ -385,7 +368,7 @@ async fn node_selector_matches_the_node_labels() {
         .await;
     assert_eq!(status.phase.as_deref(), Some("Succeeded"));
     let ssd = node.start(&pod("ssd", "{ disk: ssd }")).await;
-    let message = unschedulable(&ssd).await;
+    let message = unschedulable(&ssd, LIMIT).await;
     assert!(
         message.starts_with(
             "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector."
@@ -449,7 +432,7 @@ async fn required_node_affinity_matches_the_node() {
     );
     assert!(node.node.check_fits(&node.spec(&gpu)).is_err());
     let pending = node.start(&gpu).await;
-    let message = unschedulable(&pending).await;
+    let message = unschedulable(&pending, LIMIT).await;
     assert!(
         message.starts_with(
             "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector."
@@ -475,7 +458,7 @@ async fn node_name_binds_the_pod() {
     let (_, status) = node.run(&pod("here", "edge-1"), LIMIT).await;
     assert_eq!(status.phase.as_deref(), Some("Succeeded"));
     let elsewhere = node.start(&pod("there", "edge-2")).await;
-    let message = unschedulable(&elsewhere).await;
+    let message = unschedulable(&elsewhere, LIMIT).await;
     assert!(
         message.starts_with(
             "0/1 nodes are available: 1 node(s) didn't match the requested node name."
@@ -522,7 +505,7 @@ async fn taints_need_tolerations() {
         assert_eq!(status.phase.as_deref(), Some("Succeeded"), "{name}");
     }
     let intolerant = node.start(&pod("intolerant", "[]")).await;
-    let message = unschedulable(&intolerant).await;
+    let message = unschedulable(&intolerant, LIMIT).await;
     assert!(
         message.starts_with(
             "0/1 nodes are available: 1 node(s) had untolerated taint {dedicated: wasm}."

@@ -80,8 +80,12 @@ impl Node {
             allocatable.memory - margin
         });
         let memory = Arc::new(NodeMemory::new(threshold));
-        let scheduler =
-            scheduler::Scheduler::new(allocatable, options.node_name.clone(), memory.clone());
+        let scheduler = scheduler::Scheduler::new(
+            allocatable,
+            options.node_name.clone(),
+            labels.clone(),
+            memory.clone(),
+        );
         // Terminated pods are collected whenever a pod stops for good (the only time their
         // number grows).
         let pods: Arc<registry::Registry> = Arc::default();
@@ -150,17 +154,24 @@ impl Node {
         if !matches {
             return Some(scheduler::NOT_SELECTED.into());
         }
-        self.taints
+        let untolerated = self
+            .taints
             .iter()
             .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
-            .find(|t| !spec.tolerations.iter().any(|tol| tolerates(tol, t)))
-            .map(|t| {
-                format!(
-                    "node(s) had untolerated taint {{{}: {}}}",
-                    t.key,
-                    t.value.as_deref().unwrap_or_default()
-                )
-            })
+            .find(|t| !spec.tolerations.iter().any(|tol| tolerates(tol, t)));
+        if let Some(t) = untolerated {
+            return Some(format!(
+                "node(s) had untolerated taint {{{}: {}}}",
+                t.key,
+                t.value.as_deref().unwrap_or_default()
+            ));
+        }
+        // A node without a spread constraint's key never has it.
+        spec.placement
+            .spread
+            .iter()
+            .any(|c| !self.labels.contains_key(&c.topology_key))
+            .then(|| scheduler::SPREAD_LABEL.to_owned())
     }
 
     /// The node's taints.
@@ -388,7 +399,7 @@ impl Node {
         };
         let candidate = scheduler::Candidate {
             handle: handle.clone(),
-            namespace: spec.namespace.clone(),
+            spec: spec.clone(),
             priority: priority.value,
             preempts: priority.preempts,
             requests,

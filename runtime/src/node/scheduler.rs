@@ -6,18 +6,20 @@
 //! evicted in the kubelet's order.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 mod eviction;
+mod placement;
 mod victims;
 
 use super::{Allocatable, PodHandle};
 use crate::memory::{NodeMemory, PodMemory};
-use crate::spec::Requests;
+use crate::spec::{PodSpec, Requests};
 use crate::supervisor::AdmissionSeat;
+pub(crate) use placement::SPREAD_LABEL;
 use victims::{Occupant, select_victims};
 
 /// The scheduler's reason for a node whose labels do not match a pod's `nodeSelector`.
@@ -31,7 +33,8 @@ const QUIET: Duration = Duration::from_millis(100);
 /// What admission knows of a pod.
 pub(crate) struct Candidate {
     pub handle: PodHandle,
-    pub namespace: String,
+    /// Its labels and placement constraints, for the pods admitted after it and for itself.
+    pub spec: Arc<PodSpec>,
     pub priority: i32,
     /// `preemptionPolicy` is not `Never`.
     pub preempts: bool,
@@ -104,6 +107,7 @@ pub(crate) struct Scheduler {
     inner: Mutex<Inner>,
     allocatable: Allocatable,
     node_name: String,
+    node_labels: Arc<BTreeMap<String, String>>,
     memory: Arc<NodeMemory>,
     next_key: AtomicU64,
     evicting: AtomicBool,
@@ -144,12 +148,14 @@ impl Scheduler {
     pub(crate) fn new(
         allocatable: Allocatable,
         node_name: String,
+        node_labels: Arc<BTreeMap<String, String>>,
         memory: Arc<NodeMemory>,
     ) -> Arc<Scheduler> {
         let scheduler = Arc::new(Scheduler {
             inner: Mutex::default(),
             allocatable,
             node_name,
+            node_labels,
             memory: memory.clone(),
             next_key: AtomicU64::new(1),
             evicting: AtomicBool::new(false),
@@ -254,9 +260,25 @@ impl Scheduler {
     /// Admits the pending pods that fit, highest priority first (then oldest); chooses victims
     /// for a pod that does not fit and may preempt. Returns whether `submitting` was admitted.
     fn schedule(&self, inner: &mut Inner, submitting: Option<u64>) -> bool {
-        if inner.pending.is_empty() {
-            return false;
+        let mut admitted = false;
+        // A pod admitted in a pass may be what an earlier pending pod's affinity waited for
+        // (the scheduler requeues unschedulable pods when a pod is added): pass again then.
+        loop {
+            let (now, any) = self.schedule_pass(inner, submitting);
+            admitted |= now;
+            if !any || inner.pending.is_empty() {
+                return admitted;
+            }
         }
+    }
+
+    /// One pass over the pending pods; returns whether `submitting` was admitted, and whether
+    /// any pod was.
+    fn schedule_pass(&self, inner: &mut Inner, submitting: Option<u64>) -> (bool, bool) {
+        if inner.pending.is_empty() {
+            return (false, false);
+        }
+        let mut any = false;
         let pending: Vec<(Reverse<i32>, u64)> = inner.pending.iter().copied().collect();
         let mut admitted = false;
         // Room held for nominated pods while their victims stop: lower pods may not take it.
@@ -270,6 +292,7 @@ impl Scheduler {
                     inner.pending.remove(&(priority, key));
                     inner.used = inner.used.plus(requests);
                     entry.state = State::Admitted { leaving: false };
+                    any = true;
                     if submitting == Some(key) {
                         admitted = true;
                     } else {
@@ -308,7 +331,7 @@ impl Scheduler {
                 }
             }
         }
-        admitted
+        (admitted, any)
     }
 
     /// What becomes of pending pod `key`, with `reserved` held for pods before it.
@@ -324,7 +347,15 @@ impl Scheduler {
         }
         let lacking = self.shortfall(inner.used.add(reserved), entry.pod.requests);
         if lacking.is_empty() {
-            return Verdict::Admit;
+            // The inter-pod filters, which come after the resource fit. wasmpod does not
+            // preempt for them.
+            return match self.placement_refusal(inner, key) {
+                None => Verdict::Admit,
+                Some(why) => Verdict::Wait(format!(
+                    "0/1 nodes are available: 1 {why}. preemption: 0/1 nodes are available: 1 \
+                     Preemption is not helpful for scheduling."
+                )),
+            };
         }
         let nominated = matches!(
             entry.state,
@@ -354,6 +385,31 @@ impl Scheduler {
         }
     }
 
+    /// Why pending pod `key` may not join the admitted pods (topology spread, pod affinity and
+    /// anti-affinity), or `None`.
+    fn placement_refusal(&self, inner: &Inner, key: u64) -> Option<&'static str> {
+        let pod = &inner.entries[&key].pod.spec;
+        let admitted: Vec<placement::Admitted<'_>> = inner
+            .entries
+            .values()
+            .filter_map(|e| match e.state {
+                State::Admitted { leaving } => Some(placement::Admitted {
+                    spec: &e.pod.spec,
+                    leaving,
+                }),
+                State::Pending { .. } => None,
+            })
+            .collect();
+        if pod.placement.is_empty()
+            && admitted
+                .iter()
+                .all(|a| a.spec.placement.anti_affinity.is_empty())
+        {
+            return None;
+        }
+        placement::refusal(pod, &admitted, &self.node_labels)
+    }
+
     /// The victims pending pod `key` would need (see [`select_victims`]).
     fn victims(&self, inner: &Inner, key: u64, reserved: Usage) -> Choice {
         let preemptor = &inner.entries[&key].pod;
@@ -378,7 +434,7 @@ impl Scheduler {
         let by = &inner.entries[&preemptor].pod;
         let message = format!(
             "Preempted by pod {}/{} on node {}",
-            by.namespace,
+            by.spec.namespace,
             by.handle.name(),
             self.node_name
         );

@@ -11,7 +11,7 @@ use super::names::check_subdomain;
 
 /// A label key: an optional DNS subdomain prefix and `/`, then a name of at most 63
 /// alphanumerics, '-', '_' or '.', starting and ending alphanumeric.
-fn check_qualified_name(key: &str) -> Result<(), String> {
+pub(super) fn check_qualified_name(key: &str) -> Result<(), String> {
     let (prefix, name) = match key.rsplit_once('/') {
         Some((p, n)) => (Some(p), n),
         None => (None, key),

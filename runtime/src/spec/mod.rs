@@ -15,6 +15,7 @@ mod handlers;
 mod load;
 mod model;
 mod names;
+mod placement;
 mod pod;
 mod priority;
 mod quantity;
@@ -34,6 +35,7 @@ pub(crate) use model::{
     TerminationMessage, VolumeSource,
 };
 pub(crate) use names::{MAX_DURATION, check_subdomain};
+pub(crate) use placement::{Placement, PodTerm};
 pub use priority::read_priority_classes;
 
 #[cfg(test)]

@@ -334,16 +334,18 @@ pub(super) fn convert(
         ));
     }
 
+    let labels = meta.labels.clone().unwrap_or_default();
     Some(PodSpec {
         node_selector: spec.node_selector.clone().unwrap_or_default(),
         node_affinity: super::affinity::check_affinity(spec.affinity.as_ref(), errors),
+        placement: super::placement::check(spec, &namespace, &labels, errors),
         node_name: spec.node_name.clone().filter(|n| !n.is_empty()),
         priority: spec.priority,
         preemption_policy: spec.preemption_policy.clone(),
         tolerations: check_tolerations(spec.tolerations.as_deref().unwrap_or_default(), errors),
         priority_class,
         hostname,
-        labels: meta.labels.clone().unwrap_or_default(),
+        labels,
         annotations: meta.annotations.clone().unwrap_or_default(),
         name,
         namespace,

@@ -61,6 +61,41 @@ const NODE_SELECTOR_TERM: Shape = Object(&[
     ("matchExpressions", List(&REQUIREMENT)),
     ("matchFields", List(&REQUIREMENT)),
 ]);
+const LABEL_SELECTOR: Shape = Object(&[
+    ("matchLabels", StringMap),
+    ("matchExpressions", List(&REQUIREMENT)),
+]);
+const POD_AFFINITY_TERM: Shape = Object(&[
+    ("labelSelector", LABEL_SELECTOR),
+    ("namespaceSelector", LABEL_SELECTOR),
+    ("namespaces", List(&Scalar)),
+    ("topologyKey", Scalar),
+    ("matchLabelKeys", List(&Scalar)),
+    ("mismatchLabelKeys", List(&Scalar)),
+]);
+const POD_AFFINITY: Shape = Object(&[
+    (
+        "requiredDuringSchedulingIgnoredDuringExecution",
+        List(&POD_AFFINITY_TERM),
+    ),
+    (
+        "preferredDuringSchedulingIgnoredDuringExecution",
+        List(&Object(&[
+            ("weight", Scalar),
+            ("podAffinityTerm", POD_AFFINITY_TERM),
+        ])),
+    ),
+]);
+const SPREAD: Shape = Object(&[
+    ("maxSkew", Scalar),
+    ("topologyKey", Scalar),
+    ("whenUnsatisfiable", Scalar),
+    ("labelSelector", LABEL_SELECTOR),
+    ("minDomains", Scalar),
+    ("nodeAffinityPolicy", Scalar),
+    ("nodeTaintsPolicy", Scalar),
+    ("matchLabelKeys", List(&Scalar)),
+]);
 const ITEMS: Shape = List(&Object(&[("key", Scalar), ("path", Scalar)]));
 const VOLUME_MOUNT: Shape = Object(&[
     ("name", Scalar),
@@ -214,23 +249,28 @@ const POD: Shape = Object(&[
             ("nodeSelector", StringMap),
             (
                 "affinity",
-                Object(&[(
-                    "nodeAffinity",
-                    Object(&[
-                        (
-                            "requiredDuringSchedulingIgnoredDuringExecution",
-                            Object(&[("nodeSelectorTerms", List(&NODE_SELECTOR_TERM))]),
-                        ),
-                        (
-                            "preferredDuringSchedulingIgnoredDuringExecution",
-                            List(&Object(&[
-                                ("weight", Scalar),
-                                ("preference", NODE_SELECTOR_TERM),
-                            ])),
-                        ),
-                    ]),
-                )]),
+                Object(&[
+                    (
+                        "nodeAffinity",
+                        Object(&[
+                            (
+                                "requiredDuringSchedulingIgnoredDuringExecution",
+                                Object(&[("nodeSelectorTerms", List(&NODE_SELECTOR_TERM))]),
+                            ),
+                            (
+                                "preferredDuringSchedulingIgnoredDuringExecution",
+                                List(&Object(&[
+                                    ("weight", Scalar),
+                                    ("preference", NODE_SELECTOR_TERM),
+                                ])),
+                            ),
+                        ]),
+                    ),
+                    ("podAffinity", POD_AFFINITY),
+                    ("podAntiAffinity", POD_AFFINITY),
+                ]),
             ),
+            ("topologySpreadConstraints", List(&SPREAD)),
             ("nodeName", Scalar),
             ("priority", Scalar),
             ("preemptionPolicy", Scalar),

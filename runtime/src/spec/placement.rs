@@ -1,0 +1,547 @@
+//! Where a pod may run relative to other pods: `affinity.podAffinity`, `podAntiAffinity` and
+//! `topologySpreadConstraints`, validated as the API server validates them into a [`Placement`]
+//! that the node's admission evaluates against the pods it runs (as the scheduler's
+//! InterPodAffinity and PodTopologySpread filters do for a cluster of this one node).
+//!
+//! Only what filters is kept: `preferred...` terms and `ScheduleAnyway` constraints only score
+//! nodes, and a node of its own has nothing to rank, so they are validated and have no effect.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1 as k8s;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+
+use super::affinity::check_qualified_name;
+use super::errors::{FieldError, FieldPath};
+use super::names::check_label;
+
+/// A label selector's requirements, all of which a pod's labels must meet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Selector(Vec<Requirement>);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Requirement {
+    key: String,
+    op: Op,
+    values: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Op {
+    In,
+    NotIn,
+    Exists,
+    DoesNotExist,
+}
+
+impl Selector {
+    /// Whether `labels` meet every requirement (an empty selector matches every pod).
+    pub(crate) fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.0.iter().all(|r| {
+            let value = labels.get(&r.key);
+            match r.op {
+                Op::In => value.is_some_and(|v| r.values.contains(v)),
+                Op::NotIn => value.is_none_or(|v| !r.values.contains(v)),
+                Op::Exists => value.is_some(),
+                Op::DoesNotExist => value.is_none(),
+            }
+        })
+    }
+}
+
+/// The namespaces a term looks at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Namespaces {
+    /// These (the pod's own when the term names none).
+    Listed(Vec<String>),
+    /// Every namespace (`namespaceSelector: {}`).
+    All,
+}
+
+impl Namespaces {
+    pub(crate) fn contains(&self, namespace: &str) -> bool {
+        match self {
+            Namespaces::Listed(list) => list.iter().any(|n| n == namespace),
+            Namespaces::All => true,
+        }
+    }
+}
+
+/// A required pod (anti-)affinity term, with `matchLabelKeys`/`mismatchLabelKeys` merged into
+/// its selector from the pod's own labels (as the API server merges them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PodTerm {
+    /// `None`: no `labelSelector`, which matches no pod.
+    pub selector: Option<Selector>,
+    pub namespaces: Namespaces,
+    pub topology_key: String,
+}
+
+impl PodTerm {
+    /// Whether a pod of `namespace` with `labels` is one the term is about.
+    pub(crate) fn matches(&self, namespace: &str, labels: &BTreeMap<String, String>) -> bool {
+        self.namespaces.contains(namespace)
+            && self.selector.as_ref().is_some_and(|s| s.matches(labels))
+    }
+}
+
+/// A `whenUnsatisfiable: DoNotSchedule` topology spread constraint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Spread {
+    pub max_skew: u32,
+    /// `minDomains` (1 when unset).
+    pub min_domains: u32,
+    pub topology_key: String,
+    /// With `matchLabelKeys` merged in; `None` matches no pod.
+    pub selector: Option<Selector>,
+}
+
+/// The constraints on a pod's placement that depend on the node's other pods.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Placement {
+    pub affinity: Vec<PodTerm>,
+    pub anti_affinity: Vec<PodTerm>,
+    pub spread: Vec<Spread>,
+}
+
+impl Placement {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.affinity.is_empty() && self.anti_affinity.is_empty() && self.spread.is_empty()
+    }
+}
+
+/// Checks `spec.affinity.podAffinity`, `podAntiAffinity` and `spec.topologySpreadConstraints`
+/// of a pod of `namespace` with `labels`.
+pub(super) fn check(
+    spec: &k8s::PodSpec,
+    namespace: &str,
+    labels: &BTreeMap<String, String>,
+    errors: &mut Vec<FieldError>,
+) -> Placement {
+    let at = FieldPath::new("spec").child("affinity");
+    let affinity = spec.affinity.as_ref();
+    let pod_affinity = affinity.and_then(|a| a.pod_affinity.as_ref());
+    let anti = affinity.and_then(|a| a.pod_anti_affinity.as_ref());
+    let terms = |required: Option<&Vec<k8s::PodAffinityTerm>>,
+                 preferred: Option<&Vec<k8s::WeightedPodAffinityTerm>>,
+                 at: FieldPath,
+                 errors: &mut Vec<FieldError>| {
+        let pat = at.child("preferredDuringSchedulingIgnoredDuringExecution");
+        for (i, w) in preferred.into_iter().flatten().enumerate() {
+            if !(1..=100).contains(&w.weight) {
+                errors.push(FieldError::invalid(
+                    pat.index(i).child("weight"),
+                    format!("Invalid value: {}: must be in the range 1-100", w.weight),
+                ));
+            }
+            pod_term(
+                &w.pod_affinity_term,
+                &pat.index(i).child("podAffinityTerm"),
+                namespace,
+                labels,
+                errors,
+            );
+        }
+        let rat = at.child("requiredDuringSchedulingIgnoredDuringExecution");
+        required
+            .into_iter()
+            .flatten()
+            .enumerate()
+            .filter_map(|(i, t)| pod_term(t, &rat.index(i), namespace, labels, errors))
+            .collect::<Vec<_>>()
+    };
+    let affinity_terms = terms(
+        pod_affinity.and_then(|a| {
+            a.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        }),
+        pod_affinity.and_then(|a| {
+            a.preferred_during_scheduling_ignored_during_execution
+                .as_ref()
+        }),
+        at.child("podAffinity"),
+        errors,
+    );
+    let anti_terms = terms(
+        anti.and_then(|a| {
+            a.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        }),
+        anti.and_then(|a| {
+            a.preferred_during_scheduling_ignored_during_execution
+                .as_ref()
+        }),
+        at.child("podAntiAffinity"),
+        errors,
+    );
+    Placement {
+        affinity: affinity_terms,
+        anti_affinity: anti_terms,
+        spread: spread_constraints(
+            spec.topology_spread_constraints
+                .as_deref()
+                .unwrap_or_default(),
+            labels,
+            errors,
+        ),
+    }
+}
+
+fn pod_term(
+    term: &k8s::PodAffinityTerm,
+    at: &FieldPath,
+    namespace: &str,
+    labels: &BTreeMap<String, String>,
+    errors: &mut Vec<FieldError>,
+) -> Option<PodTerm> {
+    let before = errors.len();
+    topology_key(&term.topology_key, &at.child("topologyKey"), errors);
+    let mut selector = term
+        .label_selector
+        .as_ref()
+        .map(|s| selector(s, &at.child("labelSelector"), errors));
+    for (field, negate, keys) in [
+        ("matchLabelKeys", false, &term.match_label_keys),
+        ("mismatchLabelKeys", true, &term.mismatch_label_keys),
+    ] {
+        merge_label_keys(
+            keys.as_deref().unwrap_or_default(),
+            negate,
+            term.label_selector.as_ref(),
+            selector.as_mut(),
+            labels,
+            &at.child(field),
+            errors,
+        );
+    }
+    let mut listed = Vec::new();
+    for (i, ns) in term.namespaces.iter().flatten().enumerate() {
+        if let Err(why) = check_label(ns) {
+            errors.push(FieldError::invalid(
+                at.child("namespaces").index(i),
+                format!("Invalid value: {ns:?}: {why}"),
+            ));
+        }
+        listed.push(ns.clone());
+    }
+    let namespaces = match &term.namespace_selector {
+        Some(s)
+            if s.match_labels.as_ref().is_none_or(|m| m.is_empty())
+                && s.match_expressions.as_ref().is_none_or(|e| e.is_empty()) =>
+        {
+            Namespaces::All
+        }
+        Some(_) => {
+            errors.push(FieldError::not_supported(
+                at.child("namespaceSelector"),
+                "not supported by wasmpod: the node does not know namespaces' labels; list the \
+                 namespaces in `namespaces`, or use {} for every namespace",
+            ));
+            Namespaces::All
+        }
+        None if listed.is_empty() => Namespaces::Listed(vec![namespace.to_owned()]),
+        None => Namespaces::Listed(listed),
+    };
+    (errors.len() == before).then(|| PodTerm {
+        selector,
+        namespaces,
+        topology_key: term.topology_key.clone(),
+    })
+}
+
+fn topology_key(key: &str, at: &FieldPath, errors: &mut Vec<FieldError>) {
+    if key.is_empty() {
+        errors.push(FieldError::required(at, "Required value: can not be empty"));
+    } else if let Err(why) = check_qualified_name(key) {
+        errors.push(FieldError::invalid(at, why));
+    }
+}
+
+/// A `LabelSelector` as the API server validates it.
+fn selector(s: &LabelSelector, at: &FieldPath, errors: &mut Vec<FieldError>) -> Selector {
+    let mut requirements = Vec::new();
+    for (key, value) in s.match_labels.iter().flatten() {
+        let kat = at.child("matchLabels");
+        if let Err(why) = check_qualified_name(key) {
+            errors.push(FieldError::invalid(kat.clone(), why));
+        }
+        if let Err(why) = check_label_value(value) {
+            errors.push(FieldError::invalid(
+                kat,
+                format!("Invalid value: {value:?}: {why}"),
+            ));
+        }
+        requirements.push(Requirement {
+            key: key.clone(),
+            op: Op::In,
+            values: vec![value.clone()],
+        });
+    }
+    for (i, e) in s.match_expressions.iter().flatten().enumerate() {
+        let eat = at.child("matchExpressions").index(i);
+        if let Err(why) = check_qualified_name(&e.key) {
+            errors.push(FieldError::invalid(eat.child("key"), why));
+        }
+        let values = e.values.clone().unwrap_or_default();
+        let op = match e.operator.as_str() {
+            "In" => Op::In,
+            "NotIn" => Op::NotIn,
+            "Exists" => Op::Exists,
+            "DoesNotExist" => Op::DoesNotExist,
+            other => {
+                errors.push(FieldError::unsupported(
+                    eat.child("operator"),
+                    format!("Invalid value: {other:?}: not a valid selector operator"),
+                ));
+                continue;
+            }
+        };
+        match op {
+            Op::In | Op::NotIn if values.is_empty() => errors.push(FieldError::required(
+                eat.child("values"),
+                "must be specified when `operator` is 'In' or 'NotIn'",
+            )),
+            Op::Exists | Op::DoesNotExist if !values.is_empty() => {
+                errors.push(FieldError::invalid(
+                    eat.child("values"),
+                    "may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
+                ))
+            }
+            _ => {}
+        }
+        requirements.push(Requirement {
+            key: e.key.clone(),
+            op,
+            values,
+        });
+    }
+    Selector(requirements)
+}
+
+/// A label value: empty, or at most 63 alphanumerics, '-', '_' or '.', starting and ending
+/// alphanumeric.
+fn check_label_value(v: &str) -> Result<(), &'static str> {
+    let b = v.as_bytes();
+    if v.is_empty()
+        || (v.len() <= 63
+            && b.iter()
+                .all(|c| c.is_ascii_alphanumeric() || b"-_.".contains(c))
+            && b[0].is_ascii_alphanumeric()
+            && b[b.len() - 1].is_ascii_alphanumeric())
+    {
+        Ok(())
+    } else {
+        Err(
+            "a valid label value must be 63 characters or less, consist of alphanumerics, '-', \
+             '_' or '.', and start and end with an alphanumeric",
+        )
+    }
+}
+
+/// `matchLabelKeys` (`negate`: `mismatchLabelKeys`): for each key the pod has, `key in (value)`
+/// (`notin`) joins the selector.
+fn merge_label_keys(
+    keys: &[String],
+    negate: bool,
+    written: Option<&LabelSelector>,
+    selector: Option<&mut Selector>,
+    labels: &BTreeMap<String, String>,
+    at: &FieldPath,
+    errors: &mut Vec<FieldError>,
+) {
+    if keys.is_empty() {
+        return;
+    }
+    let Some(selector) = selector else {
+        errors.push(FieldError::invalid(
+            at,
+            "must not be specified when labelSelector is not set",
+        ));
+        return;
+    };
+    for (i, key) in keys.iter().enumerate() {
+        if let Err(why) = check_qualified_name(key) {
+            errors.push(FieldError::invalid(at.index(i), why));
+            continue;
+        }
+        if keys[..i].contains(key) {
+            errors.push(FieldError::duplicate(
+                at.index(i),
+                format!("Duplicate value: {key:?}"),
+            ));
+            continue;
+        }
+        let in_selector = written.is_some_and(|s| {
+            s.match_labels.as_ref().is_some_and(|m| m.contains_key(key))
+                || s.match_expressions.iter().flatten().any(|e| e.key == *key)
+        });
+        if in_selector {
+            errors.push(FieldError::invalid(
+                at.index(i),
+                format!("Invalid value: {key:?}: exists in both matchLabelKeys and labelSelector"),
+            ));
+            continue;
+        }
+        if let Some(value) = labels.get(key) {
+            selector.0.push(Requirement {
+                key: key.clone(),
+                op: if negate { Op::NotIn } else { Op::In },
+                values: vec![value.clone()],
+            });
+        }
+    }
+}
+
+fn spread_constraints(
+    list: &[k8s::TopologySpreadConstraint],
+    labels: &BTreeMap<String, String>,
+    errors: &mut Vec<FieldError>,
+) -> Vec<Spread> {
+    let at = FieldPath::new("spec").child("topologySpreadConstraints");
+    let mut kept = Vec::new();
+    let mut seen: Vec<(&str, &str)> = Vec::new();
+    for (i, c) in list.iter().enumerate() {
+        let at = at.index(i);
+        let before = errors.len();
+        if c.max_skew <= 0 {
+            errors.push(FieldError::invalid(
+                at.child("maxSkew"),
+                format!("Invalid value: {}: must be greater than zero", c.max_skew),
+            ));
+        }
+        topology_key(&c.topology_key, &at.child("topologyKey"), errors);
+        let when = c.when_unsatisfiable.as_str();
+        if !matches!(when, "DoNotSchedule" | "ScheduleAnyway") {
+            errors.push(FieldError::unsupported(
+                at.child("whenUnsatisfiable"),
+                format!(
+                    "Unsupported value: {when:?}: supported values: \"DoNotSchedule\", \
+                     \"ScheduleAnyway\""
+                ),
+            ));
+        }
+        if seen.contains(&(c.topology_key.as_str(), when)) {
+            errors.push(FieldError::duplicate(
+                at.child("{topologyKey, whenUnsatisfiable}"),
+                format!("Duplicate value: \"{{{}, {when}}}\"", c.topology_key),
+            ));
+        }
+        seen.push((&c.topology_key, when));
+        match c.min_domains {
+            Some(n) if n <= 0 => errors.push(FieldError::invalid(
+                at.child("minDomains"),
+                format!("Invalid value: {n}: must be greater than zero"),
+            )),
+            Some(n) if when != "DoNotSchedule" => errors.push(FieldError::invalid(
+                at.child("minDomains"),
+                format!(
+                    "Invalid value: {n}: can only use minDomains if \
+                     whenUnsatisfiable=DoNotSchedule, not {when}"
+                ),
+            )),
+            _ => {}
+        }
+        for (field, policy) in [
+            ("nodeAffinityPolicy", &c.node_affinity_policy),
+            ("nodeTaintsPolicy", &c.node_taints_policy),
+        ] {
+            if let Some(p) = policy.as_deref()
+                && !matches!(p, "Honor" | "Ignore")
+            {
+                errors.push(FieldError::unsupported(
+                    at.child(field),
+                    format!("Unsupported value: {p:?}: supported values: \"Honor\", \"Ignore\""),
+                ));
+            }
+        }
+        let mut sel = c
+            .label_selector
+            .as_ref()
+            .map(|s| selector(s, &at.child("labelSelector"), errors));
+        merge_label_keys(
+            c.match_label_keys.as_deref().unwrap_or_default(),
+            false,
+            c.label_selector.as_ref(),
+            sel.as_mut(),
+            labels,
+            &at.child("matchLabelKeys"),
+            errors,
+        );
+        if errors.len() == before && when == "DoNotSchedule" {
+            kept.push(Spread {
+                max_skew: c.max_skew.unsigned_abs(),
+                min_domains: c.min_domains.map_or(1, i32::unsigned_abs),
+                topology_key: c.topology_key.clone(),
+                selector: sel,
+            });
+        }
+    }
+    kept
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn parse(yaml: &str) -> (Placement, Vec<FieldError>) {
+        let spec: k8s::PodSpec = serde_yaml_ng::from_str(yaml).expect("pod spec");
+        let mut errors = Vec::new();
+        let own = labels(&[("app", "web"), ("rev", "7")]);
+        (check(&spec, "default", &own, &mut errors), errors)
+    }
+
+    #[test]
+    fn selectors_match_as_label_selectors_do() {
+        let (p, errors) = parse(
+            "containers: []\n\
+             affinity:\n  podAntiAffinity:\n    requiredDuringSchedulingIgnoredDuringExecution:\n\
+             \x20   - topologyKey: kubernetes.io/hostname\n      matchLabelKeys: [rev]\n\
+             \x20     labelSelector:\n        matchLabels: {app: web}\n\
+             \x20       matchExpressions:\n        - {key: tier, operator: NotIn, values: [db]}\n",
+        );
+        assert!(errors.is_empty(), "{errors:?}");
+        let term = &p.anti_affinity[0];
+        assert_eq!(term.namespaces, Namespaces::Listed(vec!["default".into()]));
+        assert!(term.matches("default", &labels(&[("app", "web"), ("rev", "7")])));
+        // matchLabelKeys took the pod's own `rev`.
+        assert!(!term.matches("default", &labels(&[("app", "web"), ("rev", "6")])));
+        assert!(!term.matches(
+            "default",
+            &labels(&[("app", "web"), ("rev", "7"), ("tier", "db")])
+        ));
+        assert!(!term.matches("other", &labels(&[("app", "web"), ("rev", "7")])));
+    }
+
+    #[test]
+    fn bad_terms_and_constraints_name_their_fields() {
+        let (p, errors) = parse(
+            "containers: []\n\
+             affinity:\n  podAffinity:\n    requiredDuringSchedulingIgnoredDuringExecution:\n\
+             \x20   - topologyKey: ''\n      namespaceSelector: {matchLabels: {team: a}}\n\
+             topologySpreadConstraints:\n\
+             - {maxSkew: 0, topologyKey: zone, whenUnsatisfiable: DoNotSchedule}\n\
+             - {maxSkew: 1, topologyKey: zone, whenUnsatisfiable: ScheduleAnyway, minDomains: 2}\n\
+             - {maxSkew: 1, topologyKey: zone, whenUnsatisfiable: DoNotSchedule, nodeTaintsPolicy: Always}\n",
+        );
+        let paths: Vec<&str> = errors.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            [
+                "spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].topologyKey",
+                "spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].namespaceSelector",
+                "spec.topologySpreadConstraints[0].maxSkew",
+                "spec.topologySpreadConstraints[1].minDomains",
+                "spec.topologySpreadConstraints[2].{topologyKey, whenUnsatisfiable}",
+                "spec.topologySpreadConstraints[2].nodeTaintsPolicy",
+            ]
+        );
+        assert!(p.is_empty());
+    }
+}
