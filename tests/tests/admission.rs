@@ -474,13 +474,6 @@ async fn node_name_binds_the_pod() {
 /// runs; a `PreferNoSchedule` taint is only a preference.
 #[tokio::test]
 async fn taints_need_tolerations() {
-    use wasmpod::k8s_openapi::api::core::v1::Taint;
-    let taint = |key: &str, value: &str, effect: &str| Taint {
-        key: key.into(),
-        value: Some(value.into()),
-        effect: effect.into(),
-        time_added: None,
-    };
     let node = TestNode::with(|o| {
         o.taints([
             taint("dedicated", "wasm", "NoSchedule"),
@@ -514,6 +507,76 @@ async fn taints_need_tolerations() {
     );
     intolerant.delete(None);
     intolerant.deleted().await;
+}
+
+fn taint(key: &str, value: &str, effect: &str) -> wasmpod::k8s_openapi::api::core::v1::Taint {
+    wasmpod::k8s_openapi::api::core::v1::Taint {
+        key: key.into(),
+        value: Some(value.into()),
+        effect: effect.into(),
+        time_added: None,
+    }
+}
+
+/// A `NoExecute` taint keeps out pods that do not tolerate it; a pod that tolerates it for
+/// `tolerationSeconds` runs, then is deleted when they run out, as the taint eviction controller
+/// deletes it (`DisruptionTarget`: `DeletionByTaintManager`); tolerated for ever, a pod stays.
+#[tokio::test]
+async fn no_execute_tolerations_run_out() {
+    let node = TestNode::with(|o| o.taints([taint("maintenance", "soon", "NoExecute")]));
+    let pod = |name: &str, tolerations: &str| {
+        PodYaml::new(name)
+            .spec("terminationGracePeriodSeconds: 0")
+            .spec(&format!("tolerations: {tolerations}"))
+            .container(r#"{ name: c, image: "{p1}", args: [print, up, sleep, "600000"] }"#)
+            .build()
+    };
+    let intolerant = node.start(&pod("intolerant", "[]")).await;
+    let message = unschedulable(&intolerant, LIMIT).await;
+    assert!(
+        message.starts_with(
+            "0/1 nodes are available: 1 node(s) had untolerated taint {maintenance: soon}."
+        ),
+        "{message}"
+    );
+    let started = std::time::Instant::now();
+    let brief = node
+        .start(&pod(
+            "brief",
+            "[ { key: maintenance, operator: Exists, effect: NoExecute, tolerationSeconds: 1 } ]",
+        ))
+        .await;
+    let ever = node
+        .start(&pod(
+            "ever",
+            "[ { key: maintenance, operator: Exists, effect: NoExecute } ]",
+        ))
+        .await;
+    running(&ever).await;
+    let s = wait_for(&brief, LIMIT, |s| {
+        s.conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == "DisruptionTarget")
+    })
+    .await;
+    assert!(started.elapsed() >= Duration::from_secs(1));
+    assert_eq!(
+        condition(&s, "DisruptionTarget"),
+        (
+            "True".into(),
+            Some("DeletionByTaintManager".into()),
+            Some("Taint manager: deleting due to NoExecute taint".into())
+        )
+    );
+    tokio::time::timeout(LIMIT, brief.deleted()).await.unwrap();
+    let events = Timeline::collect(&brief).await;
+    assert_eq!(events.pod_positions(Terminating).len(), 1, "{events}");
+    assert!(is_running(&ever.status(), "c"));
+    for p in [intolerant, ever] {
+        p.delete(Some(Duration::ZERO));
+        p.deleted().await;
+    }
 }
 
 /// `priority` and `preemptionPolicy`, which an exported pod carries, are accepted when they are

@@ -171,6 +171,13 @@ impl PodHandle {
         self.send(Msg::Preempted { message });
     }
 
+    /// The pod's toleration of a `NoExecute` taint ran out: it is deleted, as the taint
+    /// eviction controller deletes it, with its own grace period.
+    pub(super) fn taint_evicted(&self) {
+        self.send(Msg::TaintEviction);
+        self.delete(None);
+    }
+
     /// The node evicts the pod (memory pressure).
     pub(super) fn evict(&self, message: String) {
         self.send(Msg::Evict { message });

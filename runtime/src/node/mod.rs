@@ -174,6 +174,19 @@ impl Node {
             .then(|| scheduler::SPREAD_LABEL.to_owned())
     }
 
+    /// How long the pod may stay on the node given its tolerations of the node's `NoExecute`
+    /// taints (the taint eviction controller's `getMinTolerationTime`): the least
+    /// `tolerationSeconds` among the tolerations used (0 or less: at once), `None` for ever.
+    fn no_execute_limit(&self, spec: &PodSpec) -> Option<std::time::Duration> {
+        self.taints
+            .iter()
+            .filter(|t| t.effect == "NoExecute")
+            .filter_map(|t| spec.tolerations.iter().find(|tol| tolerates(tol, t)))
+            .filter_map(|tol| tol.toleration_seconds)
+            .min()
+            .map(|s| std::time::Duration::from_secs(s.max(0).unsigned_abs()).min(crate::spec::MAX_DURATION))
+    }
+
     /// The node's taints.
     pub fn taints(&self) -> &[k8s_openapi::api::core::v1::Taint] {
         &self.taints
@@ -406,10 +419,20 @@ impl Node {
             memory,
             unselected: self.unselected(&spec),
         };
+        let no_execute = self.no_execute_limit(&spec);
         if self.scheduler.submit(key, candidate) {
             task.admit();
         }
         task.spawn();
+        if let Some(limit) = no_execute {
+            let pod = handle.clone();
+            tokio::spawn(async move {
+                tokio::select! {
+                    () = tokio::time::sleep(limit) => pod.taint_evicted(),
+                    () = pod.deleted() => {}
+                }
+            });
+        }
         Ok(handle)
     }
 }

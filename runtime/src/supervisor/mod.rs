@@ -111,6 +111,8 @@ pub(crate) enum Msg {
     Evict {
         message: String,
     },
+    /// The pod's toleration of a `NoExecute` taint ran out (its deletion follows).
+    TaintEviction,
     /// The log's tail for an instance whose termination-message file was empty
     /// (`FallbackToLogsOnError`).
     TerminationMessage {
@@ -452,6 +454,10 @@ impl PodTask {
                 self.pod_event(EventType::Normal, Reason::Preempted, message, None);
                 let why = "wasmpod: preempting to accommodate a higher priority pod";
                 self.disruption = Some(("PreemptionByScheduler", why.into()));
+            }
+            Msg::TaintEviction => {
+                let why = "Taint manager: deleting due to NoExecute taint";
+                self.disruption = Some(("DeletionByTaintManager", why.into()));
             }
             // The kubelet's hard eviction: a grace period of one second.
             Msg::Evict { message } => self.evict(message, Duration::from_secs(1)),
