@@ -579,6 +579,54 @@ async fn no_execute_tolerations_run_out() {
     }
 }
 
+/// `runtimeClassName`: the names wasm pods carry in the wild run here; another name fails as
+/// the API server fails it until a RuntimeClass of that name is given to the node, and a class
+/// whose handler the node does not run fails as the runtime does.
+#[tokio::test]
+async fn runtime_classes_resolve_at_creation() {
+    use wasmpod::k8s_openapi::api::node::v1::RuntimeClass;
+    let node = TestNode::new();
+    let pod = |name: &str, class: &str| {
+        PodYaml::new(name)
+            .never()
+            .spec(&format!("runtimeClassName: {class}"))
+            .container(r#"{ name: c, image: "{p1}", args: [print, ran] }"#)
+            .build()
+    };
+    for class in ["wasmpod", "spin", "crun"] {
+        let (_, status) = node.run(&pod(class, class), LIMIT).await;
+        assert_eq!(status.phase.as_deref(), Some("Succeeded"), "{class}");
+    }
+    let create = |name: &str, class: &str| {
+        node.node
+            .create_pod(node.spec(&pod(name, class)), PodOptions::default())
+    };
+    let err = create("edge", "edge-wasm").await.unwrap_err();
+    assert!(matches!(err, Error::UnknownRuntimeClass(_)));
+    assert_eq!(
+        err.to_string(),
+        "spec.runtimeClassName: RuntimeClass \"edge-wasm\" not found"
+    );
+    let class = |name: &str, handler: &str| {
+        let mut c = RuntimeClass {
+            handler: handler.into(),
+            ..RuntimeClass::default()
+        };
+        c.metadata.name = Some(name.into());
+        c
+    };
+    node.node
+        .set_runtime_classes(&[class("edge-wasm", "wasmtime"), class("sandboxed", "runsc")]);
+    let (_, status) = node.run(&pod("edge", "edge-wasm"), LIMIT).await;
+    assert_eq!(status.phase.as_deref(), Some("Succeeded"));
+    let err = create("sandboxed", "sandboxed").await.unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("RuntimeClass \"sandboxed\" has handler \"runsc\": no runtime for \"runsc\" is configured"),
+        "{err}"
+    );
+}
+
 /// `priority` and `preemptionPolicy`, which an exported pod carries, are accepted when they are
 /// what the pod's PriorityClass gives, and refused as the API server refuses them otherwise;
 /// service account names are accepted (no token is mounted).

@@ -31,6 +31,21 @@ pub enum Error {
     /// The pod names a PriorityClass the node does not have.
     #[error("spec.priorityClassName: no PriorityClass with name {0} was found")]
     UnknownPriorityClass(String),
+    /// The pod names a RuntimeClass the node does not have.
+    #[error("spec.runtimeClassName: RuntimeClass {0:?} not found")]
+    UnknownRuntimeClass(String),
+    /// The pod's RuntimeClass names a handler this node does not run.
+    #[error(
+        "spec.runtimeClassName: RuntimeClass {class:?} has handler {handler:?}: no runtime for \
+         {handler:?} is configured (this node runs wasmpod, wasmtime, wasm, spin, \
+         wasmtime-spin-v2, wasmedge and crun)"
+    )]
+    UnknownRuntimeHandler {
+        /// The class.
+        class: String,
+        /// Its handler.
+        handler: String,
+    },
     /// The pod's `spec.priority` or `spec.preemptionPolicy` is not what its PriorityClass gives
     /// (the message is the API server's).
     #[error("{0}")]

@@ -5,6 +5,7 @@ mod handle;
 mod options;
 mod priorities;
 mod registry;
+mod runtime_classes;
 mod scheduler;
 
 use std::path::PathBuf;
@@ -47,6 +48,7 @@ pub struct Node {
     scheduler: Arc<scheduler::Scheduler>,
     memory: Arc<NodeMemory>,
     priorities: Arc<std::sync::RwLock<Arc<Priorities>>>,
+    runtime_classes: Arc<std::sync::RwLock<Arc<runtime_classes::RuntimeClasses>>>,
     labels: Arc<std::collections::BTreeMap<String, String>>,
     taints: Arc<[k8s_openapi::api::core::v1::Taint]>,
 }
@@ -112,6 +114,7 @@ impl Node {
             scheduler,
             memory,
             priorities: Arc::new(std::sync::RwLock::new(Arc::new(priorities))),
+            runtime_classes: Arc::default(),
         })
     }
 
@@ -122,6 +125,18 @@ impl Node {
         let priorities = Arc::new(Priorities::new(classes)?);
         *self.priorities.write().unwrap_or_else(|e| e.into_inner()) = priorities;
         Ok(())
+    }
+
+    /// Replaces the node's RuntimeClasses (a node agent's API changed them). A pod's
+    /// `runtimeClassName` must be one of the names built in (`wasmpod`, `wasmtime`, `wasm`,
+    /// `spin`, `wasmtime-spin-v2`, `wasmedge`, `crun`) or a class here whose handler is one of
+    /// them; running pods are not affected.
+    pub fn set_runtime_classes(&self, classes: &[k8s_openapi::api::node::v1::RuntimeClass]) {
+        let classes = Arc::new(runtime_classes::RuntimeClasses::new(classes));
+        *self
+            .runtime_classes
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = classes;
     }
 
     /// What the node has for pods' requests.
@@ -184,7 +199,10 @@ impl Node {
             .filter_map(|t| spec.tolerations.iter().find(|tol| tolerates(tol, t)))
             .filter_map(|tol| tol.toleration_seconds)
             .min()
-            .map(|s| std::time::Duration::from_secs(s.max(0).unsigned_abs()).min(crate::spec::MAX_DURATION))
+            .map(|s| {
+                std::time::Duration::from_secs(s.max(0).unsigned_abs())
+                    .min(crate::spec::MAX_DURATION)
+            })
     }
 
     /// The node's taints.
@@ -301,6 +319,10 @@ impl Node {
             .read()
             .map_or_else(|e| e.into_inner().clone(), |p| p.clone());
         let priority = priorities.of(&spec)?;
+        self.runtime_classes
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .check(spec.runtime_class.as_deref())?;
         loop {
             match self.pods.reserve(&spec.namespace, &spec.name) {
                 registry::Reserve::Reserved => break,

@@ -13,18 +13,6 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-/// The `runtimeClassName`s a wasmpod node answers to: its own and those of the wasm runtimes
-/// whose manifests users bring (runwasi's shims, SpinKube, WasmEdge, crun's wasm handler).
-pub(crate) const RUNTIME_CLASSES: &[&str] = &[
-    "wasmpod",
-    "wasmtime",
-    "wasm",
-    "spin",
-    "wasmtime-spin-v2",
-    "wasmedge",
-    "crun",
-];
-
 pub(super) fn convert(
     pod: &k8s::Pod,
     base_dir: &Path,
@@ -309,16 +297,13 @@ pub(super) fn convert(
     }
     // No API server runs on a node, so no service account token is mounted: the names are
     // accepted (an exported pod carries them) and a token volume would have to be given.
-    // The runtime classes wasm pods carry in the wild all mean "run here".
+    // The node resolves the runtime class when it creates the pod.
     if let Some(class) = spec.runtime_class_name.as_deref()
-        && !RUNTIME_CLASSES.contains(&class)
+        && let Err(why) = check_subdomain(class)
     {
-        errors.push(FieldError::not_found(
+        errors.push(FieldError::invalid(
             "spec.runtimeClassName",
-            format!(
-                "not found: RuntimeClass {class:?} not found (this node runs {})",
-                RUNTIME_CLASSES.join(", ")
-            ),
+            format!("invalid value {class:?}: {why}"),
         ));
     }
     // `enableServiceLinks` adds variables for the namespace's Services: a node has none, so
@@ -338,6 +323,7 @@ pub(super) fn convert(
     Some(PodSpec {
         node_selector: spec.node_selector.clone().unwrap_or_default(),
         node_affinity: super::affinity::check_affinity(spec.affinity.as_ref(), errors),
+        runtime_class: spec.runtime_class_name.clone(),
         placement: super::placement::check(spec, &namespace, &labels, errors),
         node_name: spec.node_name.clone().filter(|n| !n.is_empty()),
         priority: spec.priority,
