@@ -144,6 +144,18 @@ impl Kubelet {
         })
     }
 
+    /// Gives the node the stored RuntimeClasses.
+    pub(crate) fn sync_runtime_classes(&self) {
+        let classes: Vec<_> = self
+            .store
+            .list("runtimeclasses", None)
+            .1
+            .iter()
+            .filter_map(|v| serde_json::from_value((**v).clone()).ok())
+            .collect();
+        self.node.set_runtime_classes(&classes);
+    }
+
     /// Runs a stored pod on the node (`resume`: the status it had when the agent stopped).
     pub(crate) fn run(self: &Arc<Self>, pod: Arc<Value>, resume: Option<PodStatus>) {
         let kubelet = self.clone();

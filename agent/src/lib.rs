@@ -220,6 +220,7 @@ impl Agent {
             options.images_dir.clone(),
             address,
         ));
+        kubelet.sync_runtime_classes();
         kubelet.restore();
         let api = Arc::new(api::Api::new(
             store,

@@ -575,6 +575,59 @@ fn config_maps_secrets_and_priority_classes() {
     agent.fails(&["get", "configmap", "app"]);
 }
 
+/// RuntimeClasses: served under node.k8s.io, listed with their handler, and used at admission
+/// as the API server's RuntimeClass admission uses them: an unknown class is refused, a built-in
+/// name runs, a class's scheduling joins the pod's (a conflicting nodeSelector is refused), and
+/// a handler the node does not run is refused.
+#[test]
+fn runtime_classes() {
+    let (_tmp, agent) = Agent::start();
+    let pod = |name: &str, class: &str, more: &str| {
+        let mut pod = PodYaml::new(name)
+            .never()
+            .spec(&format!("runtimeClassName: {class}"));
+        if !more.is_empty() {
+            pod = pod.spec(more);
+        }
+        pod.container(r#"{ name: main, image: "{p1}", args: [print, ran] }"#)
+            .build()
+    };
+    let file = agent.file("unknown.yaml", &pod("unknown", "edge", ""));
+    let err = agent.fails(&["create", "-f", &file]);
+    assert!(
+        err.contains(r#"pods "unknown" is forbidden: pod rejected: RuntimeClass "edge" not found"#),
+        "{err}"
+    );
+    agent.create(&pod("spin", "wasmtime-spin-v2", ""));
+    agent.create(
+        "apiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata: {name: edge}\nhandler: wasmtime\nscheduling:\n  nodeSelector: {kubernetes.io/os: linux}\n  tolerations: [{key: wasm, operator: Exists}]\n---\napiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata: {name: gvisor}\nhandler: runsc\n",
+    );
+    let classes = agent.ok(&["get", "runtimeclasses"]);
+    assert_eq!(row(&classes, "edge")[1], "wasmtime", "{classes}");
+    agent.create(&pod("edge", "edge", ""));
+    agent.until(&["get", "pods"], LIMIT, |t| {
+        status_of(t, "edge") == "Completed" && status_of(t, "spin") == "Completed"
+    });
+    let edge = agent.pod("edge");
+    assert_eq!(edge["spec"]["nodeSelector"]["kubernetes.io/os"], "linux");
+    assert_eq!(edge["spec"]["tolerations"][0]["key"], "wasm");
+    let file = agent.file(
+        "conflict.yaml",
+        &pod("conflict", "edge", "nodeSelector: {kubernetes.io/os: windows}"),
+    );
+    let err = agent.fails(&["create", "-f", &file]);
+    assert!(
+        err.contains("conflict: runtimeClass.scheduling.nodeSelector[kubernetes.io/os] = linux; pod.spec.nodeSelector[kubernetes.io/os] = windows"),
+        "{err}"
+    );
+    let file = agent.file("sandboxed.yaml", &pod("sandboxed", "gvisor", ""));
+    let err = agent.fails(&["create", "-f", &file]);
+    assert!(err.contains(r#"no runtime for "runsc" is configured"#), "{err}");
+    agent.ok(&["delete", "runtimeclass", "edge"]);
+    let file = agent.file("again.yaml", &pod("again", "edge", ""));
+    agent.fails(&["create", "-f", &file]);
+}
+
 #[test]
 fn apply_client_side_and_server_side() {
     let (_tmp, agent) = Agent::start();

@@ -36,17 +36,18 @@ pub(crate) fn core_versions() -> Value {
 
 /// `/apis`.
 pub(crate) fn groups() -> Value {
-    let gv = json!({"groupVersion": "scheduling.k8s.io/v1", "version": "v1"});
-    json!({
-        "kind": "APIGroupList",
-        "apiVersion": "v1",
-        "groups": [{
-            "name": "scheduling.k8s.io",
-            "versions": [gv],
-            "preferredVersion": gv,
-        }],
-    })
+    let groups: Vec<Value> = GROUPS[1..]
+        .iter()
+        .map(|name| {
+            let gv = json!({"groupVersion": format!("{name}/v1"), "version": "v1"});
+            json!({"name": name, "versions": [gv], "preferredVersion": gv})
+        })
+        .collect();
+    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
+
+/// The API groups served, the core group (`""`) first; each at version `v1`.
+pub(crate) const GROUPS: &[&str] = &["", "scheduling.k8s.io", "node.k8s.io"];
 
 /// `/api/v1` or `/apis/<group>/v1`.
 pub(crate) fn resources(group: &str) -> Value {
@@ -91,7 +92,7 @@ fn openapi_path(group: &str) -> String {
 /// `/openapi/v3`.
 pub(crate) fn openapi_index() -> Value {
     let mut paths = serde_json::Map::new();
-    for group in ["", "scheduling.k8s.io"] {
+    for group in GROUPS.iter().copied() {
         let path = openapi_path(group);
         paths.insert(
             path.clone(),
@@ -109,9 +110,7 @@ fn hash() -> String {
 /// `/openapi/v3/api/v1` and `/openapi/v3/apis/<group>/v1`: a PATCH operation per kind that
 /// takes `fieldValidation`, which is what kubectl looks for; `None` for other paths.
 pub(crate) fn openapi_document(path: &str) -> Option<Value> {
-    let group = ["", "scheduling.k8s.io"]
-        .into_iter()
-        .find(|g| openapi_path(g) == path)?;
+    let group = GROUPS.iter().copied().find(|g| openapi_path(g) == path)?;
     let mut paths = serde_json::Map::new();
     for r in ALL.iter().filter(|r| r.group == group) {
         paths.insert(item_path(r), json!({ "patch": patch_operation(r) }));

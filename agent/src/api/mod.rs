@@ -152,7 +152,12 @@ fn route(path: &str) -> Result<Route, ApiError> {
         ["openapi", "v3"] => return Ok(Route::OpenApiIndex),
         ["openapi", "v3", rest @ ..] => return Ok(Route::OpenApi(rest.join("/"))),
         ["api", "v1", rest @ ..] => ("", rest),
-        ["apis", "scheduling.k8s.io", "v1", rest @ ..] => ("scheduling.k8s.io", rest),
+        ["apis", group, "v1", rest @ ..] => {
+            match discovery::GROUPS[1..].iter().find(|g| *g == group) {
+                Some(known) => (*known, rest),
+                None => return Err(ApiError::no_route()),
+            }
+        }
         _ => return Err(ApiError::no_route()),
     };
     let find = |name: &str| resources::find(group, name).ok_or_else(ApiError::no_route);

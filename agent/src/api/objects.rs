@@ -333,7 +333,7 @@ impl Api {
         let dry_run = call.query.get("dryRun").is_some();
         let created = match resource.name {
             "pods" => self.create_pod(&ns, &name, body, dry_run).await?,
-            "configmaps" | "secrets" | "namespaces" | "priorityclasses" => {
+            "configmaps" | "secrets" | "namespaces" | "priorityclasses" | "runtimeclasses" => {
                 super::validate::check_object(&self.store, resource, &name, &mut body)?;
                 if dry_run {
                     Arc::new(body)
@@ -357,6 +357,9 @@ impl Api {
     fn after_change(&self, resource: &Resource) -> Result<(), ApiError> {
         if resource.is("priorityclasses") {
             self.kubelet.sync_priority_classes()?;
+        }
+        if resource.is("runtimeclasses") {
+            self.kubelet.sync_runtime_classes();
         }
         Ok(())
     }
@@ -556,7 +559,7 @@ impl Api {
                 let pod = self.delete_pod(ns, name, grace, true)?;
                 Ok(json(StatusCode::OK, &pod))
             }
-            "configmaps" | "secrets" | "priorityclasses" => {
+            "configmaps" | "secrets" | "priorityclasses" | "runtimeclasses" => {
                 let gone = self
                     .store
                     .delete_if(resource.name, ns, name, Durable::Now, |_| true)?

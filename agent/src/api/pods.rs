@@ -120,6 +120,7 @@ impl Api {
                     .unwrap_or(json!("PreemptLowerPriority"));
             }
         }
+        self.runtime_class_admission(name, &mut pod)?;
         self.validate_and_load(name, &pod).await?;
         pod["status"] = json!({"phase": "Pending"});
         if dry_run {
@@ -128,6 +129,72 @@ impl Api {
         let created = self.store.create("pods", ns, name, pod)?;
         self.kubelet.run(created.clone(), None);
         Ok(created)
+    }
+
+    /// The RuntimeClass admission: the class must be one the node has (a stored RuntimeClass or
+    /// a name built into the node), and a stored class's `scheduling` joins the pod's
+    /// `nodeSelector` (a different value for a key is a conflict) and `tolerations`.
+    fn runtime_class_admission(&self, name: &str, pod: &mut Value) -> Result<(), ApiError> {
+        let Some(class) = pod
+            .pointer("/spec/runtimeClassName")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+        else {
+            return Ok(());
+        };
+        let forbidden = |why: String| {
+            ApiError::forbidden("pods", name, format!("pods \"{name}\" is forbidden: {why}"))
+        };
+        match self.kubelet.node().check_runtime_class(Some(&class)) {
+            Err(wasmpod::Error::UnknownRuntimeClass(_)) => {
+                return Err(forbidden(format!(
+                    "pod rejected: RuntimeClass {class:?} not found"
+                )));
+            }
+            Err(other) => return Err(forbidden(other.to_string())),
+            Ok(()) => {}
+        }
+        let Some(found) = self.store.get("runtimeclasses", "", &class) else {
+            return Ok(());
+        };
+        let spec = &mut pod["spec"];
+        if let Some(selector) = found
+            .pointer("/scheduling/nodeSelector")
+            .and_then(Value::as_object)
+        {
+            if !spec.get("nodeSelector").is_some_and(Value::is_object) {
+                spec["nodeSelector"] = json!({});
+            }
+            for (key, value) in selector {
+                match spec["nodeSelector"].get(key) {
+                    Some(have) if have != value => {
+                        return Err(forbidden(format!(
+                            "conflict: runtimeClass.scheduling.nodeSelector[{key}] = {}; \
+                             pod.spec.nodeSelector[{key}] = {}",
+                            value.as_str().unwrap_or_default(),
+                            have.as_str().unwrap_or_default()
+                        )));
+                    }
+                    _ => spec["nodeSelector"][key] = value.clone(),
+                }
+            }
+        }
+        if let Some(tolerations) = found
+            .pointer("/scheduling/tolerations")
+            .and_then(Value::as_array)
+        {
+            if !spec.get("tolerations").is_some_and(Value::is_array) {
+                spec["tolerations"] = json!([]);
+            }
+            if let Some(list) = spec["tolerations"].as_array_mut() {
+                for t in tolerations {
+                    if !list.contains(t) {
+                        list.push(t.clone());
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Validates a pod by wasmpod's rules and loads its modules (a module that cannot be loaded

@@ -22,6 +22,7 @@ impl Resource {
         match self.group {
             "" => "v1",
             "scheduling.k8s.io" => "scheduling.k8s.io/v1",
+            "node.k8s.io" => "node.k8s.io/v1",
             _ => unreachable!("no other group is served"),
         }
     }
@@ -117,7 +118,19 @@ pub(crate) static PRIORITY_CLASSES: Resource = Resource {
     subresources: &[],
 };
 
+pub(crate) static RUNTIME_CLASSES: Resource = Resource {
+    name: "runtimeclasses",
+    singular: "runtimeclass",
+    kind: "RuntimeClass",
+    group: "node.k8s.io",
+    namespaced: false,
+    short_names: &[],
+    verbs: RW,
+    subresources: &[],
+};
+
 /// Every resource, core group first.
+
 pub(crate) static ALL: &[&Resource] = &[
     &PODS,
     &CONFIG_MAPS,
@@ -126,6 +139,7 @@ pub(crate) static ALL: &[&Resource] = &[
     &NAMESPACES,
     &NODES,
     &PRIORITY_CLASSES,
+    &RUNTIME_CLASSES,
 ];
 
 /// The resources kept in the store (nodes are made from the running node).

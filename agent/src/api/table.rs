@@ -61,6 +61,11 @@ fn columns(resource: &Resource) -> &'static [Column] {
             Column("Global-Default", "boolean", 0),
             Column("Age", "string", 0),
         ],
+        "runtimeclasses" => &[
+            Column("Name", "string", 0),
+            Column("Handler", "string", 0),
+            Column("Age", "string", 0),
+        ],
         _ => &[Column("Name", "string", 0), Column("Age", "string", 0)],
     }
 }
@@ -185,6 +190,11 @@ fn cells(resource: &Resource, o: &Value, now: jiff::Timestamp) -> Vec<Value> {
                     .and_then(Value::as_bool)
                     .unwrap_or(false)
             ),
+            created,
+        ],
+        "runtimeclasses" => vec![
+            name,
+            o.get("handler").cloned().unwrap_or(json!("")),
             created,
         ],
         _ => vec![name, created],

@@ -129,6 +129,35 @@ pub(super) fn check_object(
                 body["preemptionPolicy"] = json!("PreemptLowerPriority");
             }
         }
+        "runtimeclasses" => {
+            let class: wasmpod::k8s_openapi::api::node::v1::RuntimeClass =
+                serde_json::from_value(body.clone()).map_err(|e| bad("handler", e.to_string()))?;
+            let h = &class.handler;
+            let label = !h.is_empty()
+                && h.len() <= 63
+                && h.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !h.starts_with('-')
+                && !h.ends_with('-');
+            if !label {
+                return Err(bad(
+                    "handler",
+                    format!(
+                        "Invalid value: {h:?}: a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character"
+                    ),
+                ));
+            }
+            // The RuntimeClass admission adds the overhead to every pod of the class; the
+            // node's admission does not count it.
+            if class.overhead.is_some() {
+                return Err(bad(
+                    "overhead",
+                    "Forbidden: not supported by wasmpod: a pod's overhead is not counted by this \
+                     node; leave it out"
+                        .into(),
+                ));
+            }
+        }
         _ => {}
     }
     Ok(())

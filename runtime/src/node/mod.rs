@@ -139,6 +139,15 @@ impl Node {
             .unwrap_or_else(|e| e.into_inner()) = classes;
     }
 
+    /// Checks a pod's `runtimeClassName` as [`Node::create_pod`] does: `Err` is
+    /// [`Error::UnknownRuntimeClass`] or [`Error::UnknownRuntimeHandler`].
+    pub fn check_runtime_class(&self, class: Option<&str>) -> Result<(), Error> {
+        self.runtime_classes
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .check(class)
+    }
+
     /// What the node has for pods' requests.
     pub fn allocatable(&self) -> Allocatable {
         self.scheduler.allocatable()
@@ -319,10 +328,7 @@ impl Node {
             .read()
             .map_or_else(|e| e.into_inner().clone(), |p| p.clone());
         let priority = priorities.of(&spec)?;
-        self.runtime_classes
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .check(spec.runtime_class.as_deref())?;
+        self.check_runtime_class(spec.runtime_class.as_deref())?;
         loop {
             match self.pods.reserve(&spec.namespace, &spec.name) {
                 registry::Reserve::Reserved => break,
