@@ -130,7 +130,6 @@ pub(crate) static RUNTIME_CLASSES: Resource = Resource {
 };
 
 /// Every resource, core group first.
-
 pub(crate) static ALL: &[&Resource] = &[
     &PODS,
     &CONFIG_MAPS,
