@@ -613,7 +613,11 @@ fn runtime_classes() {
     assert_eq!(edge["spec"]["tolerations"][0]["key"], "wasm");
     let file = agent.file(
         "conflict.yaml",
-        &pod("conflict", "edge", "nodeSelector: {kubernetes.io/os: windows}"),
+        &pod(
+            "conflict",
+            "edge",
+            "nodeSelector: {kubernetes.io/os: windows}",
+        ),
     );
     let err = agent.fails(&["create", "-f", &file]);
     assert!(
@@ -622,7 +626,10 @@ fn runtime_classes() {
     );
     let file = agent.file("sandboxed.yaml", &pod("sandboxed", "gvisor", ""));
     let err = agent.fails(&["create", "-f", &file]);
-    assert!(err.contains(r#"no runtime for "runsc" is configured"#), "{err}");
+    assert!(
+        err.contains(r#"no runtime for "runsc" is configured"#),
+        "{err}"
+    );
     agent.ok(&["delete", "runtimeclass", "edge"]);
     let file = agent.file("again.yaml", &pod("again", "edge", ""));
     agent.fails(&["create", "-f", &file]);

@@ -90,6 +90,61 @@ spec:
     assert!(log.contains("resolved localhost 127.0.0.1,::1"), "{log}");
 }
 
+/// The pod's name lookup answers its `hostAliases`, trying short names with its
+/// `dnsConfig.searches` first (ndots), and a name ending in '.' as it is.
+#[tokio::test]
+async fn host_aliases_and_search_domains_answer_lookups() {
+    let node = TestNode::new();
+    let pod = node
+        .start(
+            r#"
+apiVersion: v1
+kind: Pod
+metadata: { name: named }
+spec:
+  restartPolicy: Never
+  hostAliases:
+  - { ip: 10.1.2.3, hostnames: [db.internal, cache] }
+  - { ip: "fd00::7", hostnames: [db.internal] }
+  dnsConfig: { searches: [internal], options: [{ name: ndots, value: "1" }] }
+  containers:
+  - name: client
+    image: "{p2}"
+    args: [resolve, db, resolve, cache, resolve, DB.internal., resolve, named]
+"#,
+        )
+        .await;
+    succeeded(&pod).await;
+    let ip = pod.status().pod_ip.expect("status.podIP");
+    let log = read(&pod.log_file("client", 0));
+    for line in [
+        "resolved db 10.1.2.3,fd00::7".to_owned(),
+        "resolved cache 10.1.2.3".to_owned(),
+        "resolved DB.internal. 10.1.2.3,fd00::7".to_owned(),
+        format!("resolved named {ip}"),
+    ] {
+        assert!(log.contains(&line), "{line} not in\n{log}");
+    }
+    let err = node.invalid(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: { name: bad }
+spec:
+  hostAliases: [{ ip: not-an-ip, hostnames: [x] }]
+  dnsConfig: { nameservers: [1.1.1.1], options: [{ name: edns0 }] }
+  containers: [{ name: c, image: "{p2}" }]
+"#,
+    );
+    for field in [
+        "spec.hostAliases[0].ip: Invalid value",
+        "spec.dnsConfig.nameservers: not supported by wasmpod",
+        "spec.dnsConfig.options[0].name: not supported by wasmpod",
+    ] {
+        assert!(err.contains(field), "{field} not in\n{err}");
+    }
+}
+
 /// Two pods bind the same port; a second bind in one pod is `address-in-use`; connecting where
 /// nothing listens is refused.
 #[tokio::test]

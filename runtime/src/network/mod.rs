@@ -12,6 +12,7 @@
 
 pub(crate) mod client;
 mod listener;
+mod names;
 mod pipe;
 pub(crate) mod publish;
 mod tcp;
@@ -19,6 +20,8 @@ mod udp;
 pub(crate) mod wasi;
 
 use std::collections::HashMap;
+
+pub(crate) use names::PodNames;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
@@ -73,7 +76,7 @@ impl NodeNetwork {
 
     /// A new pod network with a free pod IP; the IP returns to the pool when it is dropped.
     /// (A pod IP is taken until its `PodNetwork` drops, so the search below ends quickly.)
-    pub(crate) fn create_pod(&self, hostname: &str) -> Arc<PodNetwork> {
+    pub(crate) fn create_pod(&self, names: PodNames) -> Arc<PodNetwork> {
         let mut pods = self.pods();
         let ip = loop {
             let host = 2 + pods.next % (u16::MAX as u32 - 3);
@@ -85,7 +88,7 @@ impl NodeNetwork {
         };
         let pod = Arc::new(PodNetwork {
             ip,
-            hostname: hostname.to_string(),
+            names,
             node: self.clone(),
             tcp: Mutex::default(),
             udp: Mutex::default(),
@@ -122,7 +125,7 @@ fn in_pod_range(ip: IpAddr) -> bool {
 /// One pod's network namespace: its IP, its hostname and its port tables.
 pub(crate) struct PodNetwork {
     ip: Ipv4Addr,
-    hostname: String,
+    names: PodNames,
     node: NodeNetwork,
     tcp: Mutex<Ports<Option<Arc<Listener>>>>,
     udp: Mutex<Ports<Arc<Inbox>>>,
@@ -135,8 +138,9 @@ impl PodNetwork {
         self.ip
     }
 
-    pub(crate) fn hostname(&self) -> &str {
-        &self.hostname
+    /// What the pod's name lookup answers and tries.
+    pub(crate) fn names(&self) -> &PodNames {
+        &self.names
     }
 
     pub(crate) fn egress(&self) -> Egress {
@@ -361,8 +365,14 @@ mod tests {
     #[test]
     fn pods_get_distinct_ips_and_reuse_freed_ones_later() {
         let node = NodeNetwork::new(Egress::Allow);
-        let a = node.create_pod("a");
-        let b = node.create_pod("b");
+        let a = node.create_pod(PodNames {
+            hostname: "a".into(),
+            ..PodNames::default()
+        });
+        let b = node.create_pod(PodNames {
+            hostname: "b".into(),
+            ..PodNames::default()
+        });
         assert_ne!(a.ip(), b.ip());
         assert!(in_pod_range(IpAddr::V4(a.ip())));
         assert!(matches!(a.route(IpAddr::V4(b.ip())), Route::Pod(p) if p.ip() == b.ip()));

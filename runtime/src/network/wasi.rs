@@ -258,8 +258,9 @@ impl Pollable for ResolveAddresses {
     }
 }
 
-/// Resolves `name` as seen from inside `pod`: IP literals, `localhost`, the pod's hostname, and
-/// (when egress is allowed) any other name through the host's resolver.
+/// Resolves `name` as seen from inside `pod`: IP literals, then each name the pod's search
+/// rules give, answered by the pod itself (`localhost`, its hostname, its `hostAliases`) or
+/// (when egress is allowed) by the host's resolver.
 fn resolve(pod: &PodNetwork, name: &str) -> ResolveAddresses {
     let done = |ips: &[IpAddr]| ResolveAddresses::Done(Ok(ips.iter().copied().collect()));
     let literal = name
@@ -269,33 +270,40 @@ fn resolve(pod: &PodNetwork, name: &str) -> ResolveAddresses {
     if let Ok(ip) = literal.parse::<IpAddr>() {
         return done(&[ip]);
     }
-    let lower = name.trim_end_matches('.').to_ascii_lowercase();
-    if lower.is_empty() || lower.len() > 253 || lower.contains(|c: char| c.is_whitespace()) {
+    let lower = name.to_ascii_lowercase();
+    let bare = lower.trim_end_matches('.');
+    if bare.is_empty()
+        || bare.len() > 253
+        || lower.ends_with("..")
+        || lower.contains(|c: char| c.is_whitespace())
+    {
         return ResolveAddresses::Done(Err(ErrorCode::InvalidArgument));
     }
-    if lower == "localhost" || lower.ends_with(".localhost") {
-        return done(&[Ipv4Addr::LOCALHOST.into(), Ipv6Addr::LOCALHOST.into()]);
-    }
-    if lower == pod.hostname() {
-        return done(&[pod.ip().into()]);
+    let candidates = pod.names().candidates(&lower);
+    for candidate in &candidates {
+        if let Some(ips) = pod.names().local(candidate, pod.ip().into()) {
+            return done(&ips);
+        }
     }
     if pod.egress() == Egress::Deny {
         return ResolveAddresses::Done(Err(ErrorCode::NameUnresolvable));
     }
-    let host = lower.clone();
     ResolveAddresses::Pending(tokio::spawn(async move {
-        match tokio::net::lookup_host((host.as_str(), 0)).await {
-            Ok(addrs) => {
-                let mut ips: VecDeque<IpAddr> = VecDeque::new();
-                for a in addrs {
-                    if !ips.contains(&a.ip()) {
-                        ips.push_back(a.ip());
-                    }
+        for host in candidates {
+            let Ok(addrs) = tokio::net::lookup_host((host.as_str(), 0)).await else {
+                continue;
+            };
+            let mut ips: VecDeque<IpAddr> = VecDeque::new();
+            for a in addrs {
+                if !ips.contains(&a.ip()) {
+                    ips.push_back(a.ip());
                 }
-                Ok(ips)
             }
-            Err(_) => Err(ErrorCode::NameUnresolvable),
+            if !ips.is_empty() {
+                return Ok(ips);
+            }
         }
+        Err(ErrorCode::NameUnresolvable)
     }))
 }
 

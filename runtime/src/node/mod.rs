@@ -385,7 +385,10 @@ impl Node {
             },
         )?;
         let (pod_dir, log_dir) = (paths.pod_dir.clone(), paths.log_dir.clone());
-        let net = self.context.network.create_pod(&spec.hostname);
+        let net = self.context.network.create_pod(crate::network::PodNames {
+            hostname: spec.hostname.clone(),
+            dns: spec.dns.clone(),
+        });
         let mut ports: Vec<PortMapping> = spec
             .host_ports()
             .filter_map(|(origin, p)| {

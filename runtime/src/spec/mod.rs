@@ -9,6 +9,7 @@
 mod affinity;
 mod config;
 mod containers;
+mod dns;
 mod env;
 mod errors;
 mod handlers;
@@ -27,6 +28,7 @@ mod yaml;
 
 pub(crate) use affinity::terms_match;
 pub(crate) use containers::TERMINATION_MESSAGE_MAX;
+pub(crate) use dns::Dns;
 pub(crate) use env::{PodInfo, resolve as resolve_env};
 pub use errors::{FieldError, FieldErrorKind, InvalidPod};
 pub use model::PodSpec;

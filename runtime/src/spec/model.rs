@@ -256,6 +256,8 @@ pub struct PodSpec {
     pub(crate) node_affinity: Option<Vec<k8s_openapi::api::core::v1::NodeSelectorTerm>>,
     /// `spec.priorityClassName`, resolved by the node at admission.
     pub(crate) priority_class: Option<String>,
+    /// `hostAliases`, `dnsPolicy` and `dnsConfig`: what the pod's name lookup does.
+    pub(crate) dns: super::Dns,
     /// `spec.runtimeClassName`, resolved by the node at creation.
     pub(crate) runtime_class: Option<String>,
     /// Pod (anti-)affinity and topology spread: evaluated against the node's pods at admission.

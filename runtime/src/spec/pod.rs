@@ -259,24 +259,6 @@ pub(super) fn convert(
         None => name.split('.').next().unwrap_or_default().to_owned(),
     };
     check_host_ports(&containers, errors);
-    // Name lookup in a pod always answers `localhost` and the pod's hostname, then asks the
-    // node's resolver (when egress is allowed): what `ClusterFirst` comes to on a node without
-    // cluster DNS, and `Default` is.
-    match spec.dns_policy.as_deref() {
-        None | Some("ClusterFirst" | "Default" | "ClusterFirstWithHostNet") => {}
-        Some("None") => errors.push(FieldError::not_supported(
-            "spec.dnsPolicy",
-            "not supported by wasmpod: None needs dnsConfig, which wasmpod does not honour; use \
-             ClusterFirst or Default (the node's resolver)",
-        )),
-        Some(other) => errors.push(FieldError::unsupported(
-            "spec.dnsPolicy",
-            format!(
-                "unsupported value {other:?}: must be ClusterFirst, ClusterFirstWithHostNet, \
-                 Default or None"
-            ),
-        )),
-    }
     super::security::check_pod(spec.security_context.as_ref(), errors);
     // The node is its own scheduler: a pod for another one would never run.
     if let Some(name) = spec.scheduler_name.as_deref()
@@ -324,6 +306,7 @@ pub(super) fn convert(
         node_selector: spec.node_selector.clone().unwrap_or_default(),
         node_affinity: super::affinity::check_affinity(spec.affinity.as_ref(), errors),
         runtime_class: spec.runtime_class_name.clone(),
+        dns: super::dns::check(spec, errors),
         placement: super::placement::check(spec, &namespace, &labels, errors),
         node_name: spec.node_name.clone().filter(|n| !n.is_empty()),
         priority: spec.priority,

@@ -244,6 +244,18 @@ const POD: Shape = Object(&[
             ("activeDeadlineSeconds", Scalar),
             ("priorityClassName", Scalar),
             ("dnsPolicy", Scalar),
+            (
+                "dnsConfig",
+                Object(&[
+                    ("nameservers", List(&Scalar)),
+                    ("searches", List(&Scalar)),
+                    ("options", List(&NAME_VALUE)),
+                ]),
+            ),
+            (
+                "hostAliases",
+                List(&Object(&[("ip", Scalar), ("hostnames", List(&Scalar))])),
+            ),
             ("schedulerName", Scalar),
             ("runtimeClassName", Scalar),
             ("nodeSelector", StringMap),
