@@ -15,6 +15,8 @@ pub(crate) struct Credentials {
     pub(crate) token: String,
     pub(crate) tls: Arc<rustls::ServerConfig>,
     pub(crate) kubeconfig: PathBuf,
+    /// The CA's certificate (PEM): what `kube-root-ca.crt` ConfigMaps hold.
+    pub(crate) ca_pem: String,
 }
 
 const CA_CERT: &str = "ca.crt";
@@ -54,6 +56,7 @@ impl Credentials {
             token,
             tls,
             kubeconfig,
+            ca_pem: ca_pem.0,
         })
     }
 }

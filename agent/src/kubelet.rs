@@ -20,7 +20,12 @@ const STARTING: Duration = Duration::from_secs(30);
 /// Events kept per pod (the oldest go first), as the API server keeps events for a while.
 const EVENTS_PER_POD: usize = 256;
 
+/// The ConfigMap of the cluster's CA certificate, in every namespace.
+const ROOT_CA: &str = "kube-root-ca.crt";
+
 pub(crate) struct Kubelet {
+    /// The agent's CA certificate (PEM).
+    root_ca: String,
     node: Node,
     node_name: String,
     store: Arc<Store>,
@@ -56,8 +61,10 @@ impl Kubelet {
         store: Arc<Store>,
         images: PathBuf,
         address: String,
+        root_ca: String,
     ) -> Kubelet {
         Kubelet {
+            root_ca,
             node,
             node_name,
             store,
@@ -90,10 +97,20 @@ impl Kubelet {
         &self.address
     }
 
-    /// Validates a pod against wasmpod's rules, with the ConfigMaps and Secrets of its namespace.
+    /// Validates a pod against wasmpod's rules, with the ConfigMaps and Secrets of its namespace
+    /// (and, unless one is stored, the `kube-root-ca.crt` ConfigMap every namespace has: the
+    /// agent's CA certificate, as the root CA publisher gives a cluster's).
     pub(crate) fn validate(&self, pod: &Value) -> Result<PodSpec, wasmpod::InvalidPod> {
         let ns = str_at(pod, "/metadata/namespace");
         let mut config: Vec<Value> = Vec::new();
+        if self.store.get("configmaps", ns, ROOT_CA).is_none() {
+            config.push(serde_json::json!({
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": ROOT_CA, "namespace": ns},
+                "data": {"ca.crt": self.root_ca},
+            }));
+        }
         for resource in ["configmaps", "secrets"] {
             config.extend(
                 self.store

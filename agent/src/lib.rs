@@ -219,6 +219,7 @@ impl Agent {
             store.clone(),
             options.images_dir.clone(),
             address,
+            credentials.ca_pem.clone(),
         ));
         kubelet.sync_runtime_classes();
         kubelet.restore();

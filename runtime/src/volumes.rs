@@ -108,7 +108,7 @@ impl PodVolumes {
                     {
                         root.create_dir_all(parent)?;
                     }
-                    root.write(path, data)?;
+                    root.write(path, data.contents(spec, uid))?;
                 }
             }
             volumes.dirs.push(dir);

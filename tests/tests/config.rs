@@ -73,6 +73,86 @@ stringData: { user: admin }
     assert_ne!(terminated(&status, "c").exit_code, 0);
 }
 
+/// The `kube-api-access-*` volume every pod exported from a cluster carries: a projected volume
+/// of the service account's token (from its token Secret), the `kube-root-ca.crt` ConfigMap
+/// and the namespace; and a `downwardAPI` volume of the pod's labels and annotations.
+#[tokio::test]
+async fn projected_and_downward_api_volumes() {
+    let node = TestNode::new();
+    let pod = r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: exported
+  labels: { app: web, tier: "front end" }
+  annotations: { note: 'say "hi"' }
+spec:
+  restartPolicy: Never
+  serviceAccountName: builder
+  volumes:
+  - name: kube-api-access-x7k2p
+    projected:
+      defaultMode: 420
+      sources:
+      - serviceAccountToken: { expirationSeconds: 3607, path: token }
+      - configMap: { name: kube-root-ca.crt, items: [ { key: ca.crt, path: ca.crt } ] }
+      - downwardAPI: { items: [ { path: namespace, fieldRef: { apiVersion: v1, fieldPath: metadata.namespace } } ] }
+  - name: podinfo
+    downwardAPI:
+      defaultMode: 0644
+      items:
+      - { path: labels, fieldRef: { fieldPath: metadata.labels } }
+      - { path: annotations, fieldRef: { fieldPath: metadata.annotations } }
+      - { path: uid, fieldRef: { fieldPath: metadata.uid } }
+  containers:
+  - name: c
+    image: "{p2}"
+    args: [cat, /var/run/secrets/kubernetes.io/serviceaccount/token, cat, /var/run/secrets/kubernetes.io/serviceaccount/namespace, cat, /var/run/secrets/kubernetes.io/serviceaccount/ca.crt, cat, /etc/podinfo/labels, cat, /etc/podinfo/annotations, cat, /etc/podinfo/uid]
+    volumeMounts:
+    - { name: kube-api-access-x7k2p, mountPath: /var/run/secrets/kubernetes.io/serviceaccount, readOnly: true }
+    - { name: podinfo, mountPath: /etc/podinfo }
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: { name: kube-root-ca.crt }
+data: { ca.crt: CERTIFICATE }
+"#;
+    let token = r#"---
+apiVersion: v1
+kind: Secret
+metadata: { name: builder-token, annotations: { kubernetes.io/service-account.name: builder } }
+type: kubernetes.io/service-account-token
+stringData: { token: eyJhbGciOi.test }
+"#;
+    let err = node.invalid(pod);
+    assert!(
+        err.contains("spec.volumes[0].projected.sources[0].serviceAccountToken: not found: no token for service account \"builder\""),
+        "{err}"
+    );
+    let pod = node.start(&format!("{pod}{token}")).await;
+    let status = tokio::time::timeout(LIMIT, pod.wait()).await.unwrap();
+    assert_eq!(terminated(&status, "c").exit_code, 0);
+    let log = read(&pod.log_file("c", 0));
+    let out: Vec<&str> = log
+        .lines()
+        .map(|l| l.splitn(4, ' ').nth(3).unwrap())
+        .collect();
+    let uid = pod.uid().to_owned();
+    assert_eq!(
+        out,
+        [
+            "eyJhbGciOi.test",
+            "default",
+            "CERTIFICATE",
+            "app=\"web\"",
+            "tier=\"front end\"",
+            "note=\"say \\\"hi\\\"\"",
+            uid.as_str(),
+        ],
+        "{log}"
+    );
+}
+
 /// References to missing ConfigMaps, Secrets or keys are errors naming the field, unless
 /// `optional`.
 #[test]

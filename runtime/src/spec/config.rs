@@ -29,12 +29,23 @@ impl Kind {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct ConfigStore {
     objects: BTreeMap<(&'static str, String), BTreeMap<String, Vec<u8>>>,
+    /// Secrets of type `kubernetes.io/service-account-token`: the service account each is
+    /// for (its `kubernetes.io/service-account.name` annotation) and the Secret's name.
+    tokens: BTreeMap<String, String>,
 }
 
 impl ConfigStore {
     /// The data of the object, if it was given.
     pub(crate) fn get(&self, kind: Kind, name: &str) -> Option<&BTreeMap<String, Vec<u8>>> {
         self.objects.get(&(kind.name(), name.to_owned()))
+    }
+
+    /// The `token` of the service account token Secret for service account `account`.
+    pub(crate) fn token(&self, account: &str) -> Option<&[u8]> {
+        let secret = self.tokens.get(account)?;
+        self.get(Kind::Secret, secret)?
+            .get("token")
+            .map(Vec::as_slice)
     }
 
     /// Adds a `v1` ConfigMap or Secret document; `at` names it in errors.
@@ -44,6 +55,7 @@ impl ConfigStore {
             Some("Secret") => Kind::Secret,
             _ => unreachable!("add is called for ConfigMap and Secret documents"),
         };
+        let mut account = None;
         let (name, data) = match kind {
             Kind::ConfigMap => match serde_path_to_error::deserialize::<_, k8s::ConfigMap>(doc) {
                 Ok(cm) => {
@@ -72,6 +84,14 @@ impl ConfigStore {
                         .flatten()
                         .map(|(k, v)| (k, v.0))
                         .collect();
+                    if secret.type_.as_deref() == Some("kubernetes.io/service-account-token") {
+                        account = secret
+                            .metadata
+                            .annotations
+                            .as_ref()
+                            .and_then(|a| a.get("kubernetes.io/service-account.name"))
+                            .cloned();
+                    }
                     data.extend(
                         secret
                             .string_data
@@ -104,6 +124,9 @@ impl ConfigStore {
                     "invalid key: must be letters, digits, '-', '_' or '.'",
                 ));
             }
+        }
+        if let Some(account) = account {
+            self.tokens.insert(account, name.clone());
         }
         if self
             .objects

@@ -110,7 +110,7 @@ impl PodSpec {
                 }
             }
         }
-        let Some(input) = pod_doc else {
+        let Some(mut input) = pod_doc else {
             return Err(invalid(
                 "no Pod document: expected apiVersion v1 and kind Pod".into(),
             ));
@@ -118,6 +118,7 @@ impl PodSpec {
         if input.pointer("/spec/containers").is_none() {
             errors.push(FieldError::required("spec.containers", "required value"));
         }
+        super::yaml::octal_modes(&mut input);
         let pod: k8s::Pod = match serde_path_to_error::deserialize(&input) {
             Ok(pod) => pod,
             Err(e) => {

@@ -188,9 +188,73 @@ pub(crate) enum VolumeSource {
     /// The host's path, and what to make there at pod start (`DirectoryOrCreate`,
     /// `FileOrCreate`) if it is missing.
     HostPath(PathBuf, Option<HostCreate>),
-    /// `configMap` and `secret`: files (relative path, contents) written at pod start and
-    /// mounted read-only.
-    Files(Vec<(String, Vec<u8>)>),
+    /// `configMap`, `secret`, `downwardAPI` and `projected`: files (relative path, contents)
+    /// written at pod start and mounted read-only.
+    Files(Vec<(String, FileData)>),
+}
+
+/// What a file of a `Files` volume holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum FileData {
+    /// Data known at validation (a ConfigMap's or Secret's key, a token).
+    Bytes(Vec<u8>),
+    /// A field of the pod (the downward API), known when it starts.
+    Field(super::env::FieldRef),
+    /// `metadata.labels`: every label, `key="value"` a line, sorted.
+    Labels,
+    /// `metadata.annotations`, as `Labels`.
+    Annotations,
+}
+
+impl FileData {
+    /// The file's contents for pod `spec` running with `uid`.
+    pub(crate) fn contents(&self, spec: &PodSpec, uid: &str) -> Vec<u8> {
+        use super::env::FieldRef;
+        let text = match self {
+            FileData::Bytes(bytes) => return bytes.clone(),
+            FileData::Field(FieldRef::Name) => spec.name.clone(),
+            FileData::Field(FieldRef::Namespace) => spec.namespace.clone(),
+            FileData::Field(FieldRef::Uid) => uid.to_owned(),
+            FileData::Field(FieldRef::Label(k)) => spec.labels.get(k).cloned().unwrap_or_default(),
+            FileData::Field(FieldRef::Annotation(k)) => {
+                spec.annotations.get(k).cloned().unwrap_or_default()
+            }
+            // Validation offers no other field to volumes.
+            FileData::Field(_) => String::new(),
+            FileData::Labels => format_map(&spec.labels),
+            FileData::Annotations => format_map(&spec.annotations),
+        };
+        text.into_bytes()
+    }
+}
+
+/// The kubelet's format of a map in a downward API file: `key="value"` lines, sorted by key,
+/// values quoted as Go's `%q` quotes them.
+fn format_map(map: &BTreeMap<String, String>) -> String {
+    let mut out = String::new();
+    for (key, value) in map {
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        out.push_str(key);
+        out.push_str("=\"");
+        for c in value.chars() {
+            match c {
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
+                '\n' => out.push_str("\\n"),
+                '\t' => out.push_str("\\t"),
+                '\r' => out.push_str("\\r"),
+                c if c.is_control() && (c as u32) < 0x80 => {
+                    out.push_str(&format!("\\x{:02x}", c as u32))
+                }
+                c if c.is_control() => out.push_str(&format!("\\u{:04x}", c as u32)),
+                c => out.push(c),
+            }
+        }
+        out.push('"');
+    }
+    out
 }
 
 #[derive(Debug, Clone)]

@@ -6,7 +6,7 @@ use super::containers::{check_host_ports, convert_container};
 use super::errors::{FieldError, FieldPath};
 use super::model::{ContainerSpec, PodSpec, RestartPolicy, Volume, VolumeSource};
 use super::names::{bounded_seconds, check_label, check_subdomain, check_uid};
-use super::volumes::{host_path, projected};
+use super::volumes::{Keys, check_mode, downward_api, host_path, projected, projected_volume};
 use super::{env, quantity};
 use k8s_openapi::api::core::v1 as k8s;
 use std::collections::BTreeMap;
@@ -79,12 +79,15 @@ pub(super) fn convert(
             v.host_path.is_some(),
             v.config_map.is_some(),
             v.secret.is_some(),
+            v.downward_api.is_some(),
+            v.projected.is_some(),
         ];
         match kinds.iter().filter(|k| **k).count() {
             0 => {
                 errors.push(FieldError::required(
                     path,
-                    "must specify a volume type (emptyDir, hostPath, configMap or secret)",
+                    "must specify a volume type (emptyDir, hostPath, configMap, secret, \
+                     downwardAPI or projected)",
                 ));
                 continue;
             }
@@ -124,29 +127,71 @@ pub(super) fn convert(
             let (target, create) = host_path(&path, host, base_dir, errors);
             VolumeSource::HostPath(target, create)
         } else if let Some(cm) = &v.config_map {
-            let files = projected(
+            check_mode(
+                &path.child("configMap").child("defaultMode"),
+                cm.default_mode,
+                errors,
+            );
+            let mut files = Vec::new();
+            projected(
                 &path.child("configMap"),
-                Kind::ConfigMap,
-                &cm.name,
-                cm.items.as_deref(),
-                cm.optional,
+                Keys {
+                    kind: Kind::ConfigMap,
+                    name: &cm.name,
+                    items: cm.items.as_deref(),
+                    optional: cm.optional,
+                },
                 store,
+                &mut files,
+                errors,
+            );
+            VolumeSource::Files(files)
+        } else if let Some(secret) = &v.secret {
+            check_mode(
+                &path.child("secret").child("defaultMode"),
+                secret.default_mode,
+                errors,
+            );
+            let name = secret.secret_name.clone().unwrap_or_default();
+            let mut files = Vec::new();
+            projected(
+                &path.child("secret"),
+                Keys {
+                    kind: Kind::Secret,
+                    name: &name,
+                    items: secret.items.as_deref(),
+                    optional: secret.optional,
+                },
+                store,
+                &mut files,
+                errors,
+            );
+            VolumeSource::Files(files)
+        } else if let Some(d) = &v.downward_api {
+            let at = path.child("downwardAPI");
+            check_mode(&at.child("defaultMode"), d.default_mode, errors);
+            let mut files = Vec::new();
+            downward_api(
+                &at,
+                d.items.as_deref().unwrap_or_default(),
+                &mut files,
                 errors,
             );
             VolumeSource::Files(files)
         } else {
-            let secret = v.secret.as_ref()?;
-            let name = secret.secret_name.clone().unwrap_or_default();
-            let files = projected(
-                &path.child("secret"),
-                Kind::Secret,
-                &name,
-                secret.items.as_deref(),
-                secret.optional,
+            let p = v.projected.as_ref()?;
+            let account = spec
+                .service_account_name
+                .as_deref()
+                .or(spec.service_account.as_deref())
+                .unwrap_or("default");
+            VolumeSource::Files(projected_volume(
+                &path.child("projected"),
+                p,
+                account,
                 store,
                 errors,
-            );
-            VolumeSource::Files(files)
+            ))
         };
         volumes.push(Volume {
             name: v.name.clone(),

@@ -96,7 +96,27 @@ const SPREAD: Shape = Object(&[
     ("nodeTaintsPolicy", Scalar),
     ("matchLabelKeys", List(&Scalar)),
 ]);
-const ITEMS: Shape = List(&Object(&[("key", Scalar), ("path", Scalar)]));
+const ITEMS: Shape = List(&Object(&[
+    ("key", Scalar),
+    ("path", Scalar),
+    ("mode", Scalar),
+]));
+const DOWNWARD_ITEMS: Shape = List(&Object(&[
+    ("path", Scalar),
+    ("mode", Scalar),
+    (
+        "fieldRef",
+        Object(&[("fieldPath", Scalar), ("apiVersion", Scalar)]),
+    ),
+    (
+        "resourceFieldRef",
+        Object(&[
+            ("containerName", Scalar),
+            ("resource", Scalar),
+            ("divisor", Scalar),
+        ]),
+    ),
+]));
 const VOLUME_MOUNT: Shape = Object(&[
     ("name", Scalar),
     ("mountPath", Scalar),
@@ -193,7 +213,12 @@ const VOLUME: Shape = Object(&[
     ),
     (
         "configMap",
-        Object(&[("name", Scalar), ("items", ITEMS), ("optional", Scalar)]),
+        Object(&[
+            ("name", Scalar),
+            ("items", ITEMS),
+            ("optional", Scalar),
+            ("defaultMode", Scalar),
+        ]),
     ),
     (
         "secret",
@@ -201,6 +226,39 @@ const VOLUME: Shape = Object(&[
             ("secretName", Scalar),
             ("items", ITEMS),
             ("optional", Scalar),
+            ("defaultMode", Scalar),
+        ]),
+    ),
+    (
+        "downwardAPI",
+        Object(&[("items", DOWNWARD_ITEMS), ("defaultMode", Scalar)]),
+    ),
+    (
+        "projected",
+        Object(&[
+            ("defaultMode", Scalar),
+            (
+                "sources",
+                List(&Object(&[
+                    (
+                        "configMap",
+                        Object(&[("name", Scalar), ("items", ITEMS), ("optional", Scalar)]),
+                    ),
+                    (
+                        "secret",
+                        Object(&[("name", Scalar), ("items", ITEMS), ("optional", Scalar)]),
+                    ),
+                    ("downwardAPI", Object(&[("items", DOWNWARD_ITEMS)])),
+                    (
+                        "serviceAccountToken",
+                        Object(&[
+                            ("path", Scalar),
+                            ("audience", Scalar),
+                            ("expirationSeconds", Scalar),
+                        ]),
+                    ),
+                ])),
+            ),
         ]),
     ),
     ("hostPath", Object(&[("path", Scalar), ("type", Scalar)])),

@@ -3,7 +3,7 @@
 
 use super::config::{ConfigStore, Kind};
 use super::errors::{FieldError, FieldPath};
-use super::model::HostCreate;
+use super::model::{FileData, HostCreate};
 use super::names::resolve;
 use k8s_openapi::api::core::v1 as k8s;
 use std::path::{Path, PathBuf};
@@ -51,16 +51,30 @@ pub(super) fn host_path(
     (target, create.filter(|_| !exists))
 }
 
-/// The files a `configMap` or `secret` volume shows: every key, or the `items` chosen.
+/// The keys of a ConfigMap or Secret a volume or projection shows.
+pub(super) struct Keys<'a> {
+    pub kind: Kind,
+    pub name: &'a str,
+    /// `items`: the keys chosen and their paths; every key when `None`.
+    pub items: Option<&'a [k8s::KeyToPath]>,
+    pub optional: Option<bool>,
+}
+
+/// The files a `configMap` or `secret` volume (or projection) shows: every key, or the `items`
+/// chosen.
 pub(super) fn projected(
     at: &FieldPath,
-    kind: Kind,
-    name: &str,
-    items: Option<&[k8s::KeyToPath]>,
-    optional: Option<bool>,
+    source: Keys<'_>,
     store: &ConfigStore,
+    files: &mut Vec<(String, FileData)>,
     errors: &mut Vec<FieldError>,
-) -> Vec<(String, Vec<u8>)> {
+) {
+    let Keys {
+        kind,
+        name,
+        items,
+        optional,
+    } = source;
     let Some(data) = store.get(kind, name) else {
         if optional != Some(true) {
             let field = if kind == Kind::Secret {
@@ -76,46 +90,238 @@ pub(super) fn projected(
                 ),
             ));
         }
-        return Vec::new();
+        return;
     };
     let Some(items) = items else {
-        return data.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        for (k, v) in data {
+            add_file(
+                files,
+                k,
+                FileData::Bytes(v.clone()),
+                &at.child("name"),
+                errors,
+            );
+        }
+        return;
     };
-    let mut files = Vec::new();
     for (i, item) in items.iter().enumerate() {
-        let path = &item.path;
-        if let Err(why) = check_relative_path(path) {
-            errors.push(FieldError::invalid(
-                at.child("items").index(i).child("path"),
-                format!("invalid value {path:?}: {why}"),
-            ));
-            continue;
-        }
-        // A file cannot also be a directory of another item (`a` and `a/b`), nor two items one
-        // file.
-        if let Some(other) = files.iter().position(|(p, _): &(String, Vec<u8>)| {
-            p == path || is_parent(p, path) || is_parent(path, p)
-        }) {
-            errors.push(FieldError::invalid(
-                at.child("items").index(i).child("path"),
-                format!(
-                    "invalid value {path:?}: conflicts with the path {:?} of another item",
-                    files[other].0
-                ),
-            ));
-            continue;
-        }
+        let iat = at.child("items").index(i);
+        check_mode(&iat.child("mode"), item.mode, errors);
         match data.get(&item.key) {
-            Some(value) => files.push((path.clone(), value.clone())),
+            Some(value) => add_file(
+                files,
+                &item.path,
+                FileData::Bytes(value.clone()),
+                &iat.child("path"),
+                errors,
+            ),
             None if optional == Some(true) => {}
             None => errors.push(FieldError::not_found(
-                at.child("items").index(i).child("key"),
+                iat.child("key"),
                 format!(
                     "not found: {} {name:?} has no key {:?}",
                     kind.name(),
                     item.key
                 ),
             )),
+        }
+    }
+}
+
+/// Adds a file at `path` (`at` names it), unless the path is invalid or conflicts with another:
+/// a file cannot also be a directory of another (`a` and `a/b`), nor two items one file.
+fn add_file(
+    files: &mut Vec<(String, FileData)>,
+    path: &str,
+    data: FileData,
+    at: &FieldPath,
+    errors: &mut Vec<FieldError>,
+) {
+    if let Err(why) = check_relative_path(path) {
+        errors.push(FieldError::invalid(
+            at,
+            format!("invalid value {path:?}: {why}"),
+        ));
+        return;
+    }
+    if let Some((other, _)) = files
+        .iter()
+        .find(|(p, _)| p == path || is_parent(p, path) || is_parent(path, p))
+    {
+        errors.push(FieldError::invalid(
+            at,
+            format!("invalid value {path:?}: conflicts with the path {other:?} of another item"),
+        ));
+        return;
+    }
+    files.push((path.to_owned(), data));
+}
+
+/// `defaultMode` and `items[].mode`: permission bits, which a WASI guest does not see (its
+/// files are readable as its own); checked as the API server checks them.
+pub(super) fn check_mode(at: &FieldPath, mode: Option<i32>, errors: &mut Vec<FieldError>) {
+    if let Some(m) = mode
+        && !(0..=0o777).contains(&m)
+    {
+        errors.push(FieldError::invalid(
+            at,
+            format!(
+                "Invalid value: {m}: must be a number between 0 and 0777 (octal), both inclusive"
+            ),
+        ));
+    }
+}
+
+/// The files of a `downwardAPI` volume (or projection): the pod's metadata fields.
+pub(super) fn downward_api(
+    at: &FieldPath,
+    items: &[k8s::DownwardAPIVolumeFile],
+    files: &mut Vec<(String, FileData)>,
+    errors: &mut Vec<FieldError>,
+) {
+    use super::env::FieldRef;
+    for (i, item) in items.iter().enumerate() {
+        let iat = at.child("items").index(i);
+        check_mode(&iat.child("mode"), item.mode, errors);
+        if item.resource_field_ref.is_some() {
+            errors.push(FieldError::not_supported(
+                iat.child("resourceFieldRef"),
+                "not supported by wasmpod: container resources are not offered as files; use \
+                 fieldRef",
+            ));
+            continue;
+        }
+        let Some(field) = &item.field_ref else {
+            errors.push(FieldError::required(
+                iat.child("fieldRef"),
+                "Required value: one of fieldRef and resourceFieldRef",
+            ));
+            continue;
+        };
+        let data = match field.field_path.as_str() {
+            "metadata.labels" => FileData::Labels,
+            "metadata.annotations" => FileData::Annotations,
+            path => match FieldRef::parse(path) {
+                Ok(
+                    f @ (FieldRef::Name
+                    | FieldRef::Namespace
+                    | FieldRef::Uid
+                    | FieldRef::Label(_)
+                    | FieldRef::Annotation(_)),
+                ) => FileData::Field(f),
+                _ => {
+                    errors.push(FieldError::unsupported(
+                        iat.child("fieldRef").child("fieldPath"),
+                        format!(
+                            "Unsupported value: {path:?}: supported values: \
+                             \"metadata.annotations\", \"metadata.labels\", \"metadata.name\", \
+                             \"metadata.namespace\", \"metadata.uid\""
+                        ),
+                    ));
+                    continue;
+                }
+            },
+        };
+        add_file(files, &item.path, data, &iat.child("path"), errors);
+    }
+}
+
+/// The files of a `projected` volume: its sources' files together. A service account token is
+/// the `token` of the Secret of type `kubernetes.io/service-account-token` for the pod's
+/// service account (wasmpod issues no tokens of its own).
+pub(super) fn projected_volume(
+    at: &FieldPath,
+    volume: &k8s::ProjectedVolumeSource,
+    account: &str,
+    store: &ConfigStore,
+    errors: &mut Vec<FieldError>,
+) -> Vec<(String, FileData)> {
+    check_mode(&at.child("defaultMode"), volume.default_mode, errors);
+    let mut files = Vec::new();
+    for (i, source) in volume.sources.iter().flatten().enumerate() {
+        let sat = at.child("sources").index(i);
+        let kinds = [
+            source.config_map.is_some(),
+            source.secret.is_some(),
+            source.downward_api.is_some(),
+            source.service_account_token.is_some(),
+            source.cluster_trust_bundle.is_some(),
+        ];
+        if kinds.iter().filter(|k| **k).count() != 1 {
+            errors.push(FieldError::invalid(
+                sat,
+                "must specify exactly one of configMap, secret, downwardAPI, \
+                 serviceAccountToken and clusterTrustBundle",
+            ));
+            continue;
+        }
+        if let Some(cm) = &source.config_map {
+            projected(
+                &sat.child("configMap"),
+                Keys {
+                    kind: Kind::ConfigMap,
+                    name: &cm.name,
+                    items: cm.items.as_deref(),
+                    optional: cm.optional,
+                },
+                store,
+                &mut files,
+                errors,
+            );
+        } else if let Some(secret) = &source.secret {
+            projected(
+                &sat.child("secret"),
+                Keys {
+                    kind: Kind::Secret,
+                    name: &secret.name,
+                    items: secret.items.as_deref(),
+                    optional: secret.optional,
+                },
+                store,
+                &mut files,
+                errors,
+            );
+        } else if let Some(d) = &source.downward_api {
+            downward_api(
+                &sat.child("downwardAPI"),
+                d.items.as_deref().unwrap_or_default(),
+                &mut files,
+                errors,
+            );
+        } else if let Some(token) = &source.service_account_token {
+            let tat = sat.child("serviceAccountToken");
+            if let Some(s) = token.expiration_seconds
+                && !(600..=u32::MAX as i64).contains(&s)
+            {
+                errors.push(FieldError::invalid(
+                    tat.child("expirationSeconds"),
+                    format!("Invalid value: {s}: may not specify a duration less than 10 minutes"),
+                ));
+            }
+            match store.token(account) {
+                Some(data) => add_file(
+                    &mut files,
+                    &token.path,
+                    FileData::Bytes(data.to_vec()),
+                    &tat.child("path"),
+                    errors,
+                ),
+                None => errors.push(FieldError::not_found(
+                    tat,
+                    format!(
+                        "not found: no token for service account {account:?}: wasmpod issues \
+                         no tokens; give a Secret of type kubernetes.io/service-account-token \
+                         annotated kubernetes.io/service-account.name: {account}, or leave the \
+                         token volume out"
+                    ),
+                )),
+            }
+        } else {
+            errors.push(FieldError::not_supported(
+                sat.child("clusterTrustBundle"),
+                "not supported by wasmpod: the node has no ClusterTrustBundles; project the \
+                 certificates from a ConfigMap",
+            ));
         }
     }
     files

@@ -286,6 +286,31 @@ impl<'de> Deserialize<'de> for Key {
     }
 }
 
+/// File modes written the YAML 1.1 way (`defaultMode: 0644`), which Kubernetes' YAML reader
+/// takes as octal and a YAML 1.2 reader as a string: `defaultMode` and `mode` values of `0`
+/// followed by octal digits become the number they mean.
+pub(super) fn octal_modes(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            for (key, v) in map.iter_mut() {
+                if let (true, Value::String(s)) = (key == "defaultMode" || key == "mode", &*v)
+                    && s.len() > 1
+                    && s.len() <= 12
+                    && s.starts_with('0')
+                    && s.bytes().all(|b| (b'0'..=b'7').contains(&b))
+                    && let Ok(n) = i64::from_str_radix(s, 8)
+                {
+                    *v = Value::from(n);
+                } else {
+                    octal_modes(v);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(octal_modes),
+        _ => {}
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
