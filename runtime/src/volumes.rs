@@ -175,6 +175,51 @@ impl PodVolumes {
         })
     }
 
+    /// The directory of a container's single-file mounts in one guest directory (number `n` of
+    /// the container's), made anew for an instance: a ConfigMap's or Secret's file written, a
+    /// `hostPath` file hard-linked, so that the guest sees the host's file live (an edit in
+    /// place shows; a file replaced by a rename does not).
+    pub(crate) fn file_dir(
+        &self,
+        pod: (&PodSpec, &Path, &str),
+        container: &str,
+        n: usize,
+        files: &[(String, &crate::spec::Mount)],
+    ) -> Result<MountDir, String> {
+        let (spec, pod_dir, uid) = pod;
+        let shown = pod_dir.join(FILES).join(container).join(n.to_string());
+        let dir = fresh_dir(&shown)?;
+        for (name, m) in files {
+            let made = match &spec.volumes[m.volume].source {
+                VolumeSource::Files(list) => {
+                    let data = list
+                        .iter()
+                        .find(|(p, _)| Some(p) == m.sub_path.as_ref())
+                        .map(|(_, d)| d.contents(spec, uid))
+                        .unwrap_or_default();
+                    dir.write(name, data)
+                }
+                VolumeSource::HostPath(host, _) => match &m.sub_path {
+                    None => std::fs::hard_link(host, shown.join(name)),
+                    // Resolved inside the host directory, as a directory subPath is.
+                    Some(sub) => Dir::open_ambient_dir(host, ambient_authority())
+                        .and_then(|root| root.hard_link(sub, &dir, name)),
+                },
+                VolumeSource::EmptyDir { .. } => Ok(()),
+            };
+            made.map_err(|e| match e.raw_os_error() {
+                Some(libc::EXDEV) => format!(
+                    "cannot mount the file at {}: it is on another filesystem than the node's \
+                     state dir, and a single file is mounted through a hard link; mount its \
+                     directory instead",
+                    m.path
+                ),
+                _ => format!("cannot mount the file at {}: {e}", m.path),
+            })?;
+        }
+        Ok(MountDir { dir, shown })
+    }
+
     /// The first `emptyDir` whose contents exceed its `sizeLimit`: (name, usage, limit).
     pub(crate) fn over_limit(&self, spec: &PodSpec) -> Option<(String, u64, u64)> {
         spec.volumes.iter().zip(&self.dirs).find_map(|(v, dir)| {
@@ -202,6 +247,7 @@ impl PodVolumes {
         }
         let _ = std::fs::remove_dir(pod_dir.join("volumes"));
         let _ = std::fs::remove_dir_all(pod_dir.join(TERMINATION));
+        let _ = std::fs::remove_dir_all(pod_dir.join(FILES));
         if let Some((dir, _lock)) = &self.shm {
             // The lock goes with the directory; it is released when `self` drops.
             let _ = std::fs::remove_dir_all(dir);
@@ -211,6 +257,8 @@ impl PodVolumes {
 
 /// Where the pod's containers' termination-message files are, under its directory.
 const TERMINATION: &str = "termination";
+/// Where the pod's containers' single-file mounts are, under its directory.
+const FILES: &str = "files";
 
 /// The directory holding a container's termination-message file `file`, made empty for a new
 /// instance (whatever the last one left there: a file, a link, a directory), opened to be
@@ -221,8 +269,17 @@ pub(crate) fn termination_dir(
     file: &str,
 ) -> Result<MountDir, String> {
     let shown = pod_dir.join(TERMINATION).join(container);
-    std::fs::create_dir_all(&shown).map_err(|e| format!("cannot make {}: {e}", shown.display()))?;
-    let dir = Dir::open_ambient_dir(&shown, ambient_authority())
+    let dir = fresh_dir(&shown)?;
+    dir.create(file)
+        .map_err(|e| format!("cannot make {}: {e}", shown.join(file).display()))?;
+    Ok(MountDir { dir, shown })
+}
+
+/// The directory at `shown`, made if missing and emptied of whatever a last instance left there
+/// (a file, a link, a directory), opened.
+fn fresh_dir(shown: &Path) -> Result<Dir, String> {
+    std::fs::create_dir_all(shown).map_err(|e| format!("cannot make {}: {e}", shown.display()))?;
+    let dir = Dir::open_ambient_dir(shown, ambient_authority())
         .map_err(|e| format!("cannot open {}: {e}", shown.display()))?;
     for entry in dir.entries().map_err(|e| e.to_string())?.flatten() {
         let name = entry.file_name();
@@ -232,9 +289,7 @@ pub(crate) fn termination_dir(
         };
         removed.map_err(|e| format!("cannot empty {}: {e}", shown.display()))?;
     }
-    dir.create(file)
-        .map_err(|e| format!("cannot make {}: {e}", shown.join(file).display()))?;
-    Ok(MountDir { dir, shown })
+    Ok(dir)
 }
 
 /// What a container wrote to its termination-message file: at most `limit` bytes, read inside

@@ -224,8 +224,7 @@ spec:
 }
 
 /// `hostPath` types: `DirectoryOrCreate` and `FileOrCreate` make what is missing at start;
-/// `Directory` and `File` must exist as such; a file cannot be mounted (WASI preopens are
-/// directories).
+/// `Directory` and `File` must exist as such.
 #[tokio::test]
 async fn host_path_types() {
     let node = TestNode::new();
@@ -277,14 +276,79 @@ spec:
             + &format!("{} is not a directory", file.display()),
         "spec.volumes[1].hostPath.path: ".to_owned() + &format!("{} is not a file", made.display()),
         "spec.volumes[3].hostPath.type: unsupported value \"Socket\"".to_owned(),
-        "spec.containers[0].volumeMounts[0].name: ".to_owned()
-            + &format!(
-                "{} is a file: wasmpod mounts directories only",
-                file.display()
-            ),
     ] {
         assert!(err.contains(&expected), "missing {expected:?} in:\n{err}");
     }
+}
+
+/// Single-file mounts: ConfigMap keys by `subPath` and `hostPath` files appear at their paths,
+/// alone in their directory (WASI preopens only directories); a writable host file is the
+/// host's own (a write shows on the host); a file whose directory another mount shows is
+/// refused with the reason.
+#[tokio::test]
+async fn single_file_mounts() {
+    let node = TestNode::new();
+    let motd = node.dir.path().join("motd");
+    std::fs::write(&motd, "welcome").unwrap();
+    let notes = node.dir.path().join("notes.txt");
+    std::fs::write(&notes, "").unwrap();
+    let pod = |mounts: &str| {
+        format!(
+            r#"
+apiVersion: v1
+kind: Pod
+metadata: {{ name: files }}
+spec:
+  restartPolicy: Never
+  volumes:
+  - {{ name: cfg, configMap: {{ name: app }} }}
+  - {{ name: motd, hostPath: {{ path: {motd}, type: File }} }}
+  - {{ name: host, hostPath: {{ path: {dir} }} }}
+  containers:
+  - name: c
+    image: "{{p1}}"
+    args: [cat, /etc/app/app.conf, cat, /etc/app/other.conf, ls, /etc/app, cat, /etc/motd, write, /var/notes.txt, noted]
+    volumeMounts: {mounts}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {{ name: app }}
+data: {{ app.conf: "port=8080", other.conf: "debug=1", unused: x }}
+"#,
+            motd = motd.display(),
+            dir = node.dir.path().display(),
+        )
+    };
+    let good = "[ { name: cfg, mountPath: /etc/app/app.conf, subPath: app.conf }, { name: cfg, mountPath: /etc/app/other.conf, subPath: other.conf }, { name: motd, mountPath: /etc/motd, readOnly: true }, { name: host, mountPath: /var/notes.txt, subPath: notes.txt } ]";
+    let handle = node.start(&pod(good)).await;
+    let status = tokio::time::timeout(LIMIT, handle.wait()).await.unwrap();
+    assert_eq!(status.phase.as_deref(), Some("Succeeded"), "{status:#?}");
+    let log = read(&handle.log_file("c", 0));
+    let out: Vec<&str> = log
+        .lines()
+        .map(|l| l.splitn(4, ' ').nth(3).unwrap())
+        .collect();
+    assert_eq!(
+        out,
+        [
+            "port=8080",
+            "debug=1",
+            "ls /etc/app: app.conf other.conf",
+            "welcome"
+        ],
+        "{log}"
+    );
+    assert_eq!(read(&notes), "noted\n", "the host's own file");
+
+    let hiding = "[ { name: host, mountPath: /etc }, { name: cfg, mountPath: /etc/app/app.conf, subPath: app.conf } ]";
+    let err = node.invalid(&pod(hiding));
+    assert!(
+        err.contains("spec.containers[0].volumeMounts[1].mountPath: invalid value \"/etc/app/app.conf\": WASI preopens directories only, so the file is given a directory of its own at /etc/app, which would hide what the mount at /etc shows there"),
+        "{err}"
+    );
+    let mixed = "[ { name: cfg, mountPath: /etc/app/app.conf, subPath: app.conf, readOnly: true }, { name: cfg, mountPath: /etc/app/other.conf, subPath: other.conf } ]";
+    let err = node.invalid(&pod(mixed));
+    assert!(err.contains("must all be readOnly or all writable"), "{err}");
 }
 
 /// `medium: Memory` keeps the volume in RAM (`/dev/shm`) and removes it with the pod.

@@ -125,24 +125,23 @@ pub(super) fn convert_container(
                 format!("invalid value {sub:?}: {why}"),
             ));
         }
-        if let VolumeSource::HostPath(host, create) = &volumes[volume].source {
-            let target = sub_path.as_ref().map_or(host.clone(), |s| host.join(s));
-            if target.is_file() || (*create == Some(HostCreate::File) && sub_path.is_none()) {
-                errors.push(FieldError::invalid(
-                    mpath.child("name"),
-                    format!(
-                        "{} is a file: wasmpod mounts directories only (WASI preopens); mount \
-                         the directory that holds it",
-                        target.display()
-                    ),
-                ));
+        // A file (a hostPath file, a ConfigMap key by its subPath) is mounted as a file.
+        let file = match &volumes[volume].source {
+            VolumeSource::HostPath(host, create) => {
+                let target = sub_path.as_ref().map_or(host.clone(), |s| host.join(s));
+                target.is_file() || (*create == Some(HostCreate::File) && sub_path.is_none())
             }
-        }
+            VolumeSource::Files(files) => sub_path
+                .as_ref()
+                .is_some_and(|sub| files.iter().any(|(p, _)| p == sub)),
+            VolumeSource::EmptyDir { .. } => false,
+        };
         mounts.push(Mount {
             volume,
             path: m.mount_path.clone(),
             read_only: m.read_only.unwrap_or(false),
             sub_path,
+            file,
         });
     }
     let ports = convert_ports(path, c.ports.as_deref().unwrap_or_default(), errors);
@@ -227,8 +226,10 @@ pub(super) fn convert_container(
         }
     }
     let termination = check_termination(path, c, &mounts, errors);
+    let file_dirs = super::file_mounts::group(path, &mounts, errors);
     Some(ContainerSpec {
         termination,
+        file_dirs,
         name: c.name.clone(),
         field: path.to_string(),
         startup,

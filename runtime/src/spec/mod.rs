@@ -12,6 +12,7 @@ mod containers;
 mod dns;
 mod env;
 mod errors;
+mod file_mounts;
 mod handlers;
 mod load;
 mod model;
@@ -33,7 +34,7 @@ pub(crate) use env::{PodInfo, resolve as resolve_env};
 pub use errors::{FieldError, FieldErrorKind, InvalidPod};
 pub use model::PodSpec;
 pub(crate) use model::{
-    ContainerSpec, Handler, HostCreate, HttpGet, Probe, Requests, RestartPolicy, Role,
+    ContainerSpec, Handler, HostCreate, HttpGet, Mount, Probe, Requests, RestartPolicy, Role,
     TerminationMessage, VolumeSource,
 };
 pub(crate) use names::{MAX_DURATION, check_subdomain};

@@ -54,6 +54,8 @@ pub(crate) struct ContainerSpec {
     pub resources: Resources,
     /// `terminationMessagePath`/`terminationMessagePolicy`, when the container declares them.
     pub termination: Option<TerminationMessage>,
+    /// Its single-file mounts, by guest directory.
+    pub file_dirs: Vec<FileDir>,
 }
 
 /// Where a container writes its termination message (the kubelet's `terminationMessagePath`):
@@ -173,8 +175,24 @@ pub(crate) struct Mount {
     pub volume: usize,
     pub path: String,
     pub read_only: bool,
-    /// `subPath`: a directory inside the volume (made if missing) mounted instead of its root.
+    /// `subPath`: a directory inside the volume (made if missing) mounted instead of its root,
+    /// or its file.
     pub sub_path: Option<String>,
+    /// A single file (see [`FileDir`]), not a directory.
+    pub file: bool,
+}
+
+/// The directory of a container's single-file mounts in one guest directory: WASI preopens
+/// only directories, so the guest is given a directory of its own at the files' parent, holding
+/// them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FileDir {
+    /// The guest directory (the mount paths' parent).
+    pub dir: String,
+    /// Every file read-only (they all are, or none is).
+    pub read_only: bool,
+    /// The files: their names in `dir` and their mounts (indexes into the container's mounts).
+    pub files: Vec<(String, usize)>,
 }
 
 #[derive(Debug, Clone)]

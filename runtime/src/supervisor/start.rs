@@ -131,12 +131,30 @@ impl PodTask {
                 .spec
                 .mounts
                 .iter()
+                .filter(|m| !m.file)
                 .map(|m| Preopen {
                     host: self.volumes.mount_dir(m.volume, m.sub_path.as_deref()),
                     guest: m.path.clone(),
                     read_only: m.read_only
                         || matches!(self.spec.volumes[m.volume].source, VolumeSource::Files(_)),
                 })
+                .chain(c.spec.file_dirs.iter().enumerate().map(|(n, d)| {
+                    let files: Vec<_> = d
+                        .files
+                        .iter()
+                        .map(|(name, m)| (name.clone(), &c.spec.mounts[*m]))
+                        .collect();
+                    Preopen {
+                        host: self.volumes.file_dir(
+                            (&self.spec, &self.paths.pod_dir, &self.uid),
+                            &c.name,
+                            n,
+                            &files,
+                        ),
+                        guest: d.dir.clone(),
+                        read_only: d.read_only,
+                    }
+                }))
                 .chain(c.spec.termination.as_ref().map(|t| Preopen {
                     host: crate::volumes::termination_dir(&self.paths.pod_dir, &c.name, &t.file),
                     guest: t.dir.clone(),
