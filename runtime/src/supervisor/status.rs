@@ -139,6 +139,7 @@ mod tests {
             pre_stop: None,
             resources: Default::default(),
             termination: None,
+            file_dirs: Vec::new(),
         };
         let mut c = Container::new(spec, "ContainerCreating", None);
         let terminated = |code: i32| Terminated {
