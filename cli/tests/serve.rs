@@ -635,6 +635,40 @@ fn runtime_classes() {
     agent.fails(&["create", "-f", &file]);
 }
 
+/// Manifests of the corpus (`tests/manifests`) created with kubectl run as they do on a node of
+/// their own: kubectl's generated pod, the documentation's init containers, runwasi's and
+/// SpinKube's pods.
+#[test]
+fn corpus_manifests_through_kubectl() {
+    let (_tmp, agent) = Agent::start();
+    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/manifests");
+    for (file, name) in [
+        ("kubectl-run.yaml", "demo"),
+        ("docs-init-containers.yaml", "myapp-pod"),
+        ("runwasi-wasi-demo.yaml", "wasi-demo"),
+        ("spinkube-app.yaml", "hello-spin-5c8f9d-k2j4q"),
+    ] {
+        let text = std::fs::read_to_string(corpus.join(file)).unwrap();
+        let path = agent.file(file, &text);
+        agent.ok(&["create", "-f", &path]);
+        agent.until(&["get", "pods"], LIMIT, |t| {
+            matches!(status_of(t, name).as_str(), "Running" | "Completed")
+        });
+    }
+    let ready = agent.until(
+        &[
+            "get",
+            "pod",
+            "hello-spin-5c8f9d-k2j4q",
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+        ],
+        LIMIT,
+        |t| t == "True",
+    );
+    assert_eq!(ready, "True");
+}
+
 #[test]
 fn apply_client_side_and_server_side() {
     let (_tmp, agent) = Agent::start();

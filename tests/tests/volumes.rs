@@ -348,7 +348,10 @@ data: {{ app.conf: "port=8080", other.conf: "debug=1", unused: x }}
     );
     let mixed = "[ { name: cfg, mountPath: /etc/app/app.conf, subPath: app.conf, readOnly: true }, { name: cfg, mountPath: /etc/app/other.conf, subPath: other.conf } ]";
     let err = node.invalid(&pod(mixed));
-    assert!(err.contains("must all be readOnly or all writable"), "{err}");
+    assert!(
+        err.contains("must all be readOnly or all writable"),
+        "{err}"
+    );
 }
 
 /// `medium: Memory` keeps the volume in RAM (`/dev/shm`) and removes it with the pod.

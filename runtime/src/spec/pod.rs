@@ -336,6 +336,19 @@ pub(super) fn convert(
     // `enableServiceLinks` adds variables for the namespace's Services: a node has none, so
     // either value leaves the environment as it is.
     super::security::check_namespaces(spec, errors);
+    // The kubelet admits only pods for its own OS; the node is Linux (`kubernetes.io/os`).
+    if let Some(os) = &spec.os
+        && os.name != "linux"
+    {
+        errors.push(FieldError::unsupported(
+            "spec.os.name",
+            format!(
+                "unsupported value {:?}: the pod's OS must be the node's, linux (wasm guests run \
+                 on the node's own)",
+                os.name
+            ),
+        ));
+    }
     let priority_class = spec.priority_class_name.clone();
     if let Some(class) = &priority_class
         && let Err(why) = check_subdomain(class)

@@ -278,6 +278,7 @@ const POD: Shape = Object(&[
             // server accepts it, and not used: a pod exported with `kubectl get -o yaml` or made
             // by `kubectl run --dry-run=client -o yaml` runs as it is.
             ("creationTimestamp", Ignored),
+            ("generateName", Ignored),
             ("resourceVersion", Ignored),
             ("generation", Ignored),
             ("managedFields", Ignored),
@@ -341,6 +342,7 @@ const POD: Shape = Object(&[
                 ]),
             ),
             ("topologySpreadConstraints", List(&SPREAD)),
+            ("os", Object(&[("name", Scalar)])),
             ("nodeName", Scalar),
             ("priority", Scalar),
             ("preemptionPolicy", Scalar),
@@ -412,9 +414,10 @@ fn walk(
                 let typed_child = typed.and_then(|t| t.get(key));
                 match fields.iter().find(|(name, _)| name == key) {
                     Some((_, shape)) => walk(shape, value, typed_child, child, errors),
-                    None if typed_child.is_some() => {
-                        errors.push(FieldError::not_supported(child, "not supported by wasmpod"))
-                    }
+                    None if typed_child.is_some() => errors.push(FieldError::not_supported(
+                        child,
+                        format!("not supported by wasmpod: {}", why_not(key)),
+                    )),
                     None => errors.push(FieldError::unknown(child, "unknown field")),
                 }
             }
@@ -427,6 +430,56 @@ fn walk(
         }
         (StringMap | Object(_), _) => errors.push(FieldError::invalid(path, "must be an object")),
         (List(_), _) => errors.push(FieldError::invalid(path, "must be a list")),
+    }
+}
+
+/// Why a field Kubernetes knows is not honoured, and what to do instead.
+fn why_not(key: &str) -> &'static str {
+    match key {
+        "persistentVolumeClaim"
+        | "nfs"
+        | "csi"
+        | "ephemeral"
+        | "iscsi"
+        | "rbd"
+        | "cephfs"
+        | "glusterfs"
+        | "awsElasticBlockStore"
+        | "gcePersistentDisk"
+        | "azureDisk"
+        | "azureFile"
+        | "fc"
+        | "flexVolume"
+        | "flocker"
+        | "portworxVolume"
+        | "quobyte"
+        | "scaleIO"
+        | "storageos"
+        | "vsphereVolume"
+        | "photonPersistentDisk"
+        | "gitRepo"
+        | "image" => {
+            "a wasm node has no volume plugins; use emptyDir, hostPath, configMap, secret, \
+             downwardAPI or projected"
+        }
+        "volumeDevices" => "a wasm guest has no block devices",
+        "ephemeralContainers" => {
+            "ephemeral containers are added through the API's ephemeralcontainers \
+             subresource, which wasmpod does not serve; use kubectl exec"
+        }
+        "overhead" => "a pod's overhead comes from its RuntimeClass, and wasmpod's set none",
+        "resourceClaims" | "claims" => "a wasm node has no dynamic resources (DRA)",
+        "subdomain" | "setHostnameAsFQDN" => {
+            "a pod's fully qualified name needs a headless Service and cluster DNS, which a \
+             wasm node does not have; use hostname and hostAliases"
+        }
+        "resizePolicy" => "a wasm container's limits are fixed when it starts (no in-place resize)",
+        "schedulingGates" => "nothing removes scheduling gates on a node of its own",
+        "imagePullSecrets" => "images are .wasm files on the node; nothing is pulled",
+        _ => {
+            "it has no meaning on a wasm node yet; remove it (docs/pod-spec.md lists what \
+              wasmpod honours)"
+        }
     }
 }
 
