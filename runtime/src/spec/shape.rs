@@ -476,6 +476,11 @@ fn why_not(key: &str) -> &'static str {
         "resizePolicy" => "a wasm container's limits are fixed when it starts (no in-place resize)",
         "schedulingGates" => "nothing removes scheduling gates on a node of its own",
         "imagePullSecrets" => "images are .wasm files on the node; nothing is pulled",
+        "resources" => "pod-level resources are not counted; set each container's resources",
+        "subPathExpr" => "expanded subPaths are not supported; use subPath",
+        "mountPropagation" | "recursiveReadOnly" => {
+            "a WASI preopen has no mount propagation; readOnly applies to the whole mount"
+        }
         _ => {
             "it has no meaning on a wasm node yet; remove it (docs/pod-spec.md lists what \
               wasmpod honours)"
