@@ -14,8 +14,8 @@ use clap::{Args, Parser, Subcommand};
 use wasmpod::k8s_openapi::api::core::v1::Taint;
 use wasmpod::k8s_openapi::api::scheduling::v1::PriorityClass;
 use wasmpod::{
-    BackoffOptions, Egress, InvalidPod, LogLimits, Node, NodeOptions, PodHandle, PodOptions,
-    PodSpec, Reason, Stream,
+    BackoffOptions, Egress, ImageGc, InvalidPod, LogLimits, Node, NodeOptions, PodHandle,
+    PodOptions, PodSpec, Reason, Stream,
 };
 
 #[derive(Parser)]
@@ -123,6 +123,17 @@ struct NodeArgs {
     /// pods must tolerate each NoSchedule and NoExecute one.
     #[arg(long, value_name = "KEY=VALUE:EFFECT,...", value_delimiter = ',', value_parser = parse_taint)]
     register_with_taints: Vec<Taint>,
+    /// A registry (`HOST:PORT`) pulled from over plain HTTP; every other is HTTPS only.
+    #[arg(long, value_name = "HOST:PORT")]
+    insecure_registry: Vec<String>,
+    /// A docker-style config file with registry credentials [default: $DOCKER_CONFIG/config.json
+    /// or ~/.docker/config.json, when it exists].
+    #[arg(long, value_name = "FILE")]
+    registry_config: Option<PathBuf>,
+    /// The image store's size budget: past 85 % of it, unused images are removed, least
+    /// recently used first, down to 80 % (the kubelet's image garbage collection).
+    #[arg(long, value_name = "SIZE", default_value = "10Gi", value_parser = parse_size)]
+    image_gc_limit: u64,
     /// Log files kept per container instance (the kubelet's containerLogMaxFiles).
     #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..))]
     container_log_max_files: u16,
@@ -224,6 +235,20 @@ impl NodeArgs {
         options = options
             .labels(self.node_labels.clone())
             .taints(self.register_with_taints.clone());
+        for registry in &self.insecure_registry {
+            options = options.insecure_registry(registry.clone());
+        }
+        let docker_config = std::env::var_os("DOCKER_CONFIG")
+            .map(PathBuf::from)
+            .or_else(|| dirs::home_dir().map(|h| h.join(".docker")))
+            .map(|d| d.join("config.json"))
+            .filter(|f| f.is_file());
+        options = options
+            .registry_config(self.registry_config.clone().or(docker_config))
+            .image_gc(ImageGc {
+                limit: self.image_gc_limit,
+                ..ImageGc::default()
+            });
         options.egress(self.egress).log_limits(LogLimits::new(
             self.container_log_max_size,
             self.container_log_max_files.into(),

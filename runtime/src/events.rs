@@ -21,6 +21,8 @@ pub enum EventType {
 #[allow(missing_docs)] // The contract documents each reason.
 pub enum Reason {
     Pulled,
+    /// A registry image is being pulled.
+    Pulling,
     Failed,
     Created,
     Started,

@@ -5,6 +5,8 @@
 //! `{term}` for the wasip1 `agnhost` that imports the termination interface, `{probed}` for the
 //! wasip2 component that imports `termination` and exports `probes` and `hooks`.
 
+pub mod registry;
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 

@@ -97,7 +97,23 @@ impl Node {
                 pods.sweep(keep);
             }
         });
+        let images_root = options
+            .cache_dir
+            .as_ref()
+            .unwrap_or(&options.state_dir)
+            .join("images");
+        let images = crate::images::Images::new(
+            &images_root,
+            &options.insecure_registries,
+            options.registry_config.as_deref(),
+            options.image_gc,
+        )
+        .map_err(|source| Error::Io {
+            path: images_root.clone(),
+            source,
+        })?;
         let context = NodeContext {
+            images: Arc::new(images),
             engine,
             backoff: options.backoff,
             network: NodeNetwork::new(options.egress),
@@ -261,18 +277,25 @@ impl Node {
         self.preload(spec).await.map(drop)
     }
 
-    async fn preload(&self, spec: &PodSpec) -> Result<Vec<(Arc<Image>, Pull)>, Error> {
+    /// Loads the `.wasm` files of the containers that have one; `None` for a registry image.
+    async fn preload(&self, spec: &PodSpec) -> Result<Vec<Option<(Arc<Image>, Pull)>>, Error> {
         let mut images = Vec::new();
-        for (field, path) in spec.images() {
+        for ((field, path), c) in spec.images().zip(&spec.containers) {
+            if c.pull.is_some() {
+                images.push(None);
+                continue;
+            }
             if let Some(image) = self.context.engine.loaded(path) {
-                images.push((image, Pull::Present));
+                images.push(Some((image, Pull::Present)));
                 continue;
             }
             let (context, file) = (self.context.clone(), path.to_owned());
             let loaded = tokio::task::spawn_blocking(move || context.engine.load(&file))
                 .await
                 .map_err(|e| Error::Engine(e.to_string()))?;
-            images.push(loaded.map_err(|source| Error::Image { field, source })?);
+            images.push(Some(
+                loaded.map_err(|source| Error::Image { field, source })?,
+            ));
         }
         Ok(images)
     }
@@ -357,8 +380,11 @@ impl Node {
         priority: Priority,
     ) -> Result<PodHandle, Error> {
         let images = self.preload(&spec).await?;
-        for (c, (image, _)) in spec.containers.iter().zip(&images) {
-            if !c.ports.is_empty() && matches!(**image, Image::Module { .. }) {
+        for (c, image) in spec.containers.iter().zip(&images) {
+            if let Some((image, _)) = image
+                && !c.ports.is_empty()
+                && matches!(**image, Image::Module { .. })
+            {
                 return Err(Error::NoSockets {
                     field: format!("{}.ports", c.field),
                 });

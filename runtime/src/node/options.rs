@@ -1,6 +1,7 @@
 //! The settings of a node and of one pod: where state lives, backoff, limits, egress, what the
 //! node has for pods, PriorityClasses, log limits; and a pod's published ports and output tap.
 
+use crate::images::ImageGc;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -50,6 +51,14 @@ pub struct NodeOptions {
     /// `NoSchedule` and `NoExecute` one to be admitted (`PreferNoSchedule` is a preference,
     /// which one node cannot act on).
     pub taints: Vec<Taint>,
+    /// Registries (`HOST:PORT`) pulled from over plain HTTP; every other is HTTPS only.
+    pub insecure_registries: Vec<String>,
+    /// A docker-style config file (`{"auths": {...}}`) with registry credentials, used when a
+    /// pod's `imagePullSecrets` have none for the registry.
+    pub registry_config: Option<PathBuf>,
+    /// The image store's garbage collection (the store is under the cache dir, else the
+    /// state dir).
+    pub image_gc: ImageGc,
 }
 
 /// What a node has for pods: the sum of the requests of the pods it runs stays within it.
@@ -126,6 +135,9 @@ impl Default for NodeOptions {
             log_limits: LogLimits::default(),
             labels: BTreeMap::new(),
             taints: Vec::new(),
+            insecure_registries: Vec::new(),
+            registry_config: None,
+            image_gc: ImageGc::default(),
         }
     }
 }
@@ -134,6 +146,24 @@ impl NodeOptions {
     /// Sets [`NodeOptions::state_dir`].
     pub fn state_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.state_dir = dir.into();
+        self
+    }
+
+    /// Adds a registry (`HOST:PORT`) to [`NodeOptions::insecure_registries`].
+    pub fn insecure_registry(mut self, host: impl Into<String>) -> Self {
+        self.insecure_registries.push(host.into());
+        self
+    }
+
+    /// Sets [`NodeOptions::registry_config`].
+    pub fn registry_config(mut self, file: Option<PathBuf>) -> Self {
+        self.registry_config = file;
+        self
+    }
+
+    /// Sets [`NodeOptions::image_gc`].
+    pub fn image_gc(mut self, gc: ImageGc) -> Self {
+        self.image_gc = gc;
         self
     }
 

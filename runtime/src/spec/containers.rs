@@ -6,12 +6,13 @@ use super::env::{check_expansion, convert_env};
 use super::errors::{FieldError, FieldPath};
 use super::handlers::{convert_probe, exec_handler, http_get};
 use super::model::{
-    ContainerPort, ContainerSpec, Handler, HostCreate, Mount, Role, Volume, VolumeSource,
+    ContainerPort, ContainerSpec, Handler, HostCreate, ImagePull, Mount, Role, Volume, VolumeSource,
 };
 use super::names::{bounded_seconds, check_label, check_wasm_file, resolve};
 use super::resources::convert_resources;
 use super::security;
 use super::volumes::check_relative_path;
+use crate::images::PullPolicy;
 use k8s_openapi::api::core::v1 as k8s;
 use std::path::{Path, PathBuf};
 
@@ -56,12 +57,38 @@ pub(super) fn convert_container(
             Role::Regular
         }
     };
+    let mut pull = None;
     let image = match c.image.as_deref() {
         None | Some("") => {
             errors.push(FieldError::required(
                 path.child("image"),
                 "required value: the path of a .wasm file",
             ));
+            PathBuf::new()
+        }
+        // A registry image is pulled when the container first starts.
+        Some(image) if !crate::images::is_path(image) && !resolve(base_dir, image).is_file() => {
+            match crate::images::parse(image) {
+                Ok(reference) => {
+                    let policy = match c.image_pull_policy.as_deref() {
+                        Some("Always") => PullPolicy::Always,
+                        Some("Never") => PullPolicy::Never,
+                        Some("IfNotPresent") => PullPolicy::IfNotPresent,
+                        _ => PullPolicy::default_for(&reference),
+                    };
+                    pull = Some(ImagePull {
+                        shown: crate::images::shown(&reference),
+                        reference,
+                        policy,
+                        command: c.command.clone(),
+                        args: c.args.clone(),
+                    });
+                }
+                Err(why) => errors.push(FieldError::invalid(
+                    path.child("image"),
+                    format!("invalid value {image:?}: {why}"),
+                )),
+            }
             PathBuf::new()
         }
         Some(image) => {
@@ -230,6 +257,7 @@ pub(super) fn convert_container(
     Some(ContainerSpec {
         termination,
         file_dirs,
+        pull,
         name: c.name.clone(),
         field: path.to_string(),
         startup,

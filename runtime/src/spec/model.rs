@@ -56,6 +56,22 @@ pub(crate) struct ContainerSpec {
     pub termination: Option<TerminationMessage>,
     /// Its single-file mounts, by guest directory.
     pub file_dirs: Vec<FileDir>,
+    /// A registry image, pulled when the container first starts (`image` is then empty until
+    /// it is).
+    pub pull: Option<ImagePull>,
+}
+
+/// A container's registry image and how it is pulled.
+#[derive(Debug, Clone)]
+pub(crate) struct ImagePull {
+    pub reference: oci_client::Reference,
+    /// The reference as `status.containerStatuses[].image` shows it.
+    pub shown: String,
+    pub policy: crate::images::PullPolicy,
+    /// The container's `command` and `args`: with the image config's `Entrypoint` and `Cmd`
+    /// they make argv, as Kubernetes makes it.
+    pub command: Option<Vec<String>>,
+    pub args: Option<Vec<String>>,
 }
 
 /// Where a container writes its termination message (the kubelet's `terminationMessagePath`):
@@ -340,6 +356,8 @@ pub struct PodSpec {
     pub(crate) priority_class: Option<String>,
     /// `hostAliases`, `dnsPolicy` and `dnsConfig`: what the pod's name lookup does.
     pub(crate) dns: super::Dns,
+    /// `imagePullSecrets`: their `.dockerconfigjson` documents, in order.
+    pub(crate) pull_secrets: Vec<serde_json::Value>,
     /// `spec.runtimeClassName`, resolved by the node at creation.
     pub(crate) runtime_class: Option<String>,
     /// Pod (anti-)affinity and topology spread: evaluated against the node's pods at admission.
@@ -358,7 +376,8 @@ impl PodSpec {
     }
 
     /// The .wasm files the pod's containers run, one per container in spec order, with the
-    /// field that names each (`spec.containers[0].image`).
+    /// field that names each (`spec.containers[0].image`); an empty path for a container whose
+    /// image comes from a registry (it is pulled when the container starts).
     pub fn images(&self) -> impl Iterator<Item = (String, &Path)> {
         self.containers
             .iter()

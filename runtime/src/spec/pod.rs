@@ -364,6 +364,7 @@ pub(super) fn convert(
         node_selector: spec.node_selector.clone().unwrap_or_default(),
         node_affinity: super::affinity::check_affinity(spec.affinity.as_ref(), errors),
         runtime_class: spec.runtime_class_name.clone(),
+        pull_secrets: pull_secrets(spec, store, errors),
         dns: super::dns::check(spec, errors),
         placement: super::placement::check(spec, &namespace, &labels, errors),
         node_name: spec.node_name.clone().filter(|n| !n.is_empty()),
@@ -432,4 +433,49 @@ fn check_tolerations(
         }
     }
     list.to_vec()
+}
+
+/// `imagePullSecrets`: Secrets of type `kubernetes.io/dockerconfigjson` given with the pod,
+/// their `.dockerconfigjson` key a docker-style config.
+fn pull_secrets(
+    spec: &k8s::PodSpec,
+    store: &ConfigStore,
+    errors: &mut Vec<FieldError>,
+) -> Vec<serde_json::Value> {
+    let mut configs = Vec::new();
+    for (i, r) in spec.image_pull_secrets.iter().flatten().enumerate() {
+        let at = FieldPath::new("spec")
+            .child("imagePullSecrets")
+            .index(i)
+            .child("name");
+        let name = r.name.as_str();
+        let Some(data) = store.get(Kind::Secret, name) else {
+            errors.push(FieldError::not_found(
+                at,
+                format!("not found: no secret {name:?} (give it in the pod file or with --config)"),
+            ));
+            continue;
+        };
+        match data
+            .get(".dockerconfigjson")
+            .and_then(|d| serde_json::from_slice::<serde_json::Value>(d).ok())
+        {
+            Some(config)
+                if config
+                    .get("auths")
+                    .is_some_and(serde_json::Value::is_object) =>
+            {
+                configs.push(config)
+            }
+            _ => errors.push(FieldError::invalid(
+                at,
+                format!(
+                    "invalid value {name:?}: the secret has no .dockerconfigjson key holding a \
+                     docker config ({{\"auths\": {{...}}}}); make it with kubectl create secret \
+                     docker-registry"
+                ),
+            )),
+        }
+    }
+    configs
 }

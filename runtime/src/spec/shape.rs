@@ -360,6 +360,7 @@ const POD: Shape = Object(&[
                 ])),
             ),
             ("enableServiceLinks", Scalar),
+            ("imagePullSecrets", List(&Object(&[("name", Scalar)]))),
             ("hostNetwork", Scalar),
             ("hostPID", Scalar),
             ("hostIPC", Scalar),
@@ -475,7 +476,6 @@ fn why_not(key: &str) -> &'static str {
         }
         "resizePolicy" => "a wasm container's limits are fixed when it starts (no in-place resize)",
         "schedulingGates" => "nothing removes scheduling gates on a node of its own",
-        "imagePullSecrets" => "images are .wasm files on the node; nothing is pulled",
         "resources" => "pod-level resources are not counted; set each container's resources",
         "subPathExpr" => "expanded subPaths are not supported; use subPath",
         "mountPropagation" | "recursiveReadOnly" => {

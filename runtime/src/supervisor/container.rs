@@ -105,6 +105,10 @@ pub(crate) struct Container {
     pub(crate) runs: u64,
     /// The module as loaded when the pod was created, used by the first start.
     pub(crate) preloaded: Option<(Arc<Image>, Pull)>,
+    /// A registry image's pull is under way.
+    pub(crate) pulling: bool,
+    /// The registry image it runs, and `runs` when it was pulled.
+    pub(crate) pulled: Option<(crate::images::Resolved, u64)>,
     /// Its image changed while the pod ran: it starts again with the new one, whatever the
     /// restart policy and without backoff (the kubelet's restart on a changed container spec).
     pub(crate) changed: bool,
@@ -134,6 +138,8 @@ impl Container {
             instance: None,
             runs: 0,
             preloaded,
+            pulling: false,
+            pulled: None,
             changed: false,
         }
     }
@@ -183,8 +189,15 @@ impl Container {
     pub(crate) fn status(&self) -> k8s::ContainerStatus {
         k8s::ContainerStatus {
             name: self.spec.name.clone(),
-            image: self.spec.image.display().to_string(),
-            image_id: format!("file://{}", self.spec.image.display()),
+            image: match &self.spec.pull {
+                Some(pull) => pull.shown.clone(),
+                None => self.spec.image.display().to_string(),
+            },
+            image_id: match (&self.spec.pull, &self.pulled) {
+                (Some(_), Some((r, _))) => r.image_id.clone(),
+                (Some(_), None) => String::new(),
+                (None, _) => format!("file://{}", self.spec.image.display()),
+            },
             state: Some(state(&self.state)),
             last_state: Some(
                 self.last_state

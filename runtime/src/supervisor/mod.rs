@@ -9,6 +9,7 @@
 mod backoff;
 mod container;
 mod probe;
+mod pull;
 mod report;
 mod results;
 mod start;
@@ -55,6 +56,8 @@ pub(crate) trait AdmissionSeat: Send + Sync {
 /// What a pod's supervisor needs from its node.
 pub(crate) struct NodeContext {
     pub engine: Engine,
+    /// Registry images.
+    pub images: Arc<crate::images::Images>,
     /// `spec.nodeName` as the downward API shows it.
     pub node_name: String,
     pub network: NodeNetwork,
@@ -106,6 +109,11 @@ pub(crate) enum Msg {
     /// The pod is a preemption victim (its deletion follows).
     Preempted {
         message: String,
+    },
+    /// A container's registry image was pulled (or not).
+    Pulled {
+        index: usize,
+        result: Result<crate::images::Resolved, crate::images::PullError>,
     },
     /// The node evicts the pod (memory pressure).
     Evict {
@@ -204,7 +212,8 @@ pub(crate) struct PodSetup {
     pub uid: String,
     /// The pod's directories, its own while the supervisor lives.
     pub paths: PodPaths,
-    pub images: Vec<(Arc<Image>, Pull)>,
+    /// The containers' preloaded modules, in spec order (`None`: a registry image).
+    pub images: Vec<Option<(Arc<Image>, Pull)>>,
     pub tap: Option<mpsc::Sender<crate::OutputLine>>,
     /// Restart counts of a resumed pod's containers (`PodOptions::resume`).
     pub resume: std::collections::BTreeMap<String, i32>,
@@ -299,7 +308,7 @@ impl PodTask {
         let containers: Vec<Container> = spec
             .containers
             .iter()
-            .zip(images.into_iter().map(Some).chain(std::iter::repeat(None)))
+            .zip(images.into_iter().chain(std::iter::repeat(None)))
             .map(|(c, image)| {
                 let mut c = Container::new(c.clone(), waiting, image);
                 if let Some(&count) = resume.get(&c.spec.name) {
@@ -455,6 +464,7 @@ impl PodTask {
                 let why = "wasmpod: preempting to accommodate a higher priority pod";
                 self.disruption = Some(("PreemptionByScheduler", why.into()));
             }
+            Msg::Pulled { index, result } => self.pulled(index, result),
             Msg::TaintEviction => {
                 let why = "Taint manager: deleting due to NoExecute taint";
                 self.disruption = Some(("DeletionByTaintManager", why.into()));

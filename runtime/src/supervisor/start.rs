@@ -25,7 +25,11 @@ impl PodTask {
         let options = self.node.backoff;
         let pod = self.spec.name.clone();
         let c = &mut self.containers[index];
-        if c.instance.is_some() || c.retry_at.is_some_and(|t| t > now) {
+        if c.instance.is_some() {
+            return;
+        }
+        if c.retry_at.is_some_and(|t| t > now) {
+            self.image_backoff(index);
             return;
         }
         // A container restarted for a new image does not wait out a crash-loop backoff.
@@ -58,6 +62,9 @@ impl PodTask {
             c.backoff.restarted(finished, now, &options);
         }
         c.retry_at = None;
+        if !self.image_ready(index) {
+            return;
+        }
 
         let image = match self.containers[index].preloaded.take() {
             Some(preloaded) => Ok(preloaded),
@@ -91,14 +98,18 @@ impl PodTask {
         c.load_failed_at = None;
         let path = c.spec.image.display().to_string();
         let message = match pull {
-            Pull::Present => format!("Module {path:?} already loaded"),
-            Pull::Cached => format!("Loaded module {path:?} from the compile cache"),
-            Pull::Compiled(t) => format!(
+            // A registry image's `Pulled` event was its pull's.
+            _ if c.spec.pull.is_some() => None,
+            Pull::Present => Some(format!("Module {path:?} already loaded")),
+            Pull::Cached => Some(format!("Loaded module {path:?} from the compile cache")),
+            Pull::Compiled(t) => Some(format!(
                 "Successfully compiled module {path:?} in {}",
                 fmt_duration(t)
-            ),
+            )),
         };
-        self.container_event(index, EventType::Normal, Reason::Pulled, message, None);
+        if let Some(message) = message {
+            self.container_event(index, EventType::Normal, Reason::Pulled, message, None);
+        }
 
         let c = &mut self.containers[index];
         if c.runs > 0 {

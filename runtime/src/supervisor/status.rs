@@ -140,6 +140,7 @@ mod tests {
             resources: Default::default(),
             termination: None,
             file_dirs: Vec::new(),
+            pull: None,
         };
         let mut c = Container::new(spec, "ContainerCreating", None);
         let terminated = |code: i32| Terminated {

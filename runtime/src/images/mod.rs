@@ -1,0 +1,268 @@
+//! Images from registries: a container's `image` that is not a `.wasm` path is pulled
+//! ([`pull`]) into the node's content-addressed store ([`store`]) with the kubelet's pull
+//! policies, shared by all pods: concurrent pulls of one image share one download, and unused
+//! images are garbage-collected past a size threshold.
+
+mod pull;
+mod reference;
+mod store;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use oci_client::Reference;
+use serde_json::Value;
+use tokio::sync::OnceCell;
+
+pub(crate) use reference::{PullPolicy, is_path, parse, shown};
+use store::{Record, Store, now_secs};
+
+/// The kubelet's image garbage collection, over the store's size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ImageGc {
+    /// The store's size budget in bytes.
+    pub limit: u64,
+    /// Past this percentage of `limit`, unused images are removed, least recently used first...
+    pub high_percent: u8,
+    /// ...until the store is at or below this percentage.
+    pub low_percent: u8,
+}
+
+impl Default for ImageGc {
+    /// 10 GiB, 85 % and 80 % (the kubelet's thresholds).
+    fn default() -> ImageGc {
+        ImageGc {
+            limit: 10 << 30,
+            high_percent: 85,
+            low_percent: 80,
+        }
+    }
+}
+
+/// An image a container runs: its `.wasm` in the store, and what it is.
+#[derive(Debug, Clone)]
+pub(crate) struct Resolved {
+    pub wasm: PathBuf,
+    pub image_id: String,
+    pub entrypoint: Option<Vec<String>>,
+    pub cmd: Option<Vec<String>>,
+    /// `None`: it was already present; else how long the pull took and the image's size.
+    pub pulled: Option<(Duration, u64)>,
+    /// Keeps the image from garbage collection while the container has it.
+    pub _lease: Arc<Lease>,
+}
+
+/// Why an image is not there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum PullError {
+    /// `imagePullPolicy: Never` and the image is not on the node.
+    NeverPull,
+    /// The pull failed.
+    Failed(String),
+}
+
+/// An image in use: while one exists, garbage collection keeps its blob.
+#[derive(Debug)]
+pub(crate) struct Lease {
+    digest: String,
+    in_use: Arc<Mutex<HashMap<String, usize>>>,
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        let mut in_use = self.in_use.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = in_use.get_mut(&self.digest) {
+            *n -= 1;
+            if *n == 0 {
+                in_use.remove(&self.digest);
+            }
+        }
+    }
+}
+
+type Flight = Arc<OnceCell<Result<Record, String>>>;
+
+/// The node's images.
+pub(crate) struct Images {
+    store: Store,
+    puller: pull::Puller,
+    gc: ImageGc,
+    inflight: Mutex<HashMap<String, Flight>>,
+    in_use: Arc<Mutex<HashMap<String, usize>>>,
+}
+
+impl Images {
+    pub(crate) fn new(
+        root: &Path,
+        insecure: &[String],
+        auth_file: Option<&Path>,
+        gc: ImageGc,
+    ) -> std::io::Result<Images> {
+        let node_auth = match auth_file {
+            Some(file) => {
+                let text = std::fs::read(file)?;
+                Some(serde_json::from_slice(&text).map_err(|e| {
+                    std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        format!("{}: {e}", file.display()),
+                    )
+                })?)
+            }
+            None => None,
+        };
+        Ok(Images {
+            store: Store::open(root)?,
+            puller: pull::Puller::new(insecure, node_auth),
+            gc,
+            inflight: Mutex::default(),
+            in_use: Arc::default(),
+        })
+    }
+
+    /// Whether the store has an image for `reference` (its blob not checked yet).
+    pub(crate) fn present(&self, reference: &str) -> bool {
+        self.store.record(reference).is_some()
+    }
+
+    fn lease(&self, digest: &str) -> Arc<Lease> {
+        *self
+            .in_use
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(digest.to_owned())
+            .or_default() += 1;
+        Arc::new(Lease {
+            digest: digest.to_owned(),
+            in_use: self.in_use.clone(),
+        })
+    }
+
+    /// The image `reference` under `policy`: the stored one when the policy allows and it is
+    /// intact, else pulled (one download for every container asking at once). `secrets` are
+    /// the pod's `.dockerconfigjson` documents; `command` the container's.
+    pub(crate) async fn ensure(
+        &self,
+        reference: &Reference,
+        policy: PullPolicy,
+        secrets: &[Value],
+        command: Option<&str>,
+    ) -> Result<Resolved, PullError> {
+        let name = shown(reference);
+        let stored = self
+            .store
+            .record(&name)
+            .and_then(|r| Some((self.store.verified(&r.wasm)?, r)));
+        let fresh_enough = match (&stored, policy) {
+            (Some(_), PullPolicy::IfNotPresent | PullPolicy::Never) => true,
+            (None, PullPolicy::Never) => return Err(PullError::NeverPull),
+            (None, _) => false,
+            // `Always` asks the registry what the reference is now; the same manifest is not
+            // downloaded again.
+            (Some((_, r)), PullPolicy::Always) => {
+                let digest = self
+                    .puller
+                    .resolve(reference, secrets)
+                    .await
+                    .map_err(PullError::Failed)?;
+                r.image_id.ends_with(&format!("@{digest}"))
+            }
+        };
+        if fresh_enough && let Some((wasm, mut record)) = stored {
+            record.last_used = now_secs();
+            let _ = self.store.put_record(&record);
+            let lease = self.lease(&record.wasm);
+            return Ok(Resolved {
+                wasm,
+                image_id: record.image_id,
+                entrypoint: record.entrypoint,
+                cmd: record.cmd,
+                // `Always` reports a pull, as the kubelet does, however little it fetched.
+                pulled: (policy == PullPolicy::Always).then_some((Duration::ZERO, 0)),
+                _lease: lease,
+            });
+        }
+        let started = Instant::now();
+        let flight: Flight = self
+            .inflight
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(name.clone())
+            .or_default()
+            .clone();
+        let record = flight
+            .get_or_init(|| self.fetch(reference, &name, secrets, command))
+            .await
+            .clone();
+        self.inflight
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&name);
+        let record = record.map_err(PullError::Failed)?;
+        let wasm = self
+            .store
+            .verified(&record.wasm)
+            .ok_or_else(|| PullError::Failed("the pulled image is gone from the store".into()))?;
+        let size = std::fs::metadata(&wasm).map_or(0, |m| m.len());
+        let lease = self.lease(&record.wasm);
+        self.collect();
+        Ok(Resolved {
+            wasm,
+            image_id: record.image_id,
+            entrypoint: record.entrypoint,
+            cmd: record.cmd,
+            pulled: Some((started.elapsed(), size)),
+            _lease: lease,
+        })
+    }
+
+    async fn fetch(
+        &self,
+        reference: &Reference,
+        name: &str,
+        secrets: &[Value],
+        command: Option<&str>,
+    ) -> Result<Record, String> {
+        let fetched = self.puller.fetch(reference, secrets, command).await?;
+        let wasm = self
+            .store
+            .put_blob(fetched.wasm_digest.as_deref(), &fetched.wasm)?;
+        let record = Record {
+            reference: name.to_owned(),
+            image_id: format!(
+                "{}/{}@{}",
+                reference.registry(),
+                reference.repository(),
+                fetched.manifest_digest
+            ),
+            wasm,
+            entrypoint: fetched.entrypoint,
+            cmd: fetched.cmd,
+            last_used: now_secs(),
+        };
+        self.store
+            .put_record(&record)
+            .map_err(|e| format!("cannot record the image: {e}"))?;
+        Ok(record)
+    }
+
+    /// Runs the image garbage collection.
+    pub(crate) fn collect(&self) -> Vec<String> {
+        let in_use = self
+            .in_use
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let gc = self.gc;
+        let removed = self.store.collect(
+            gc.limit,
+            (u64::from(gc.high_percent), u64::from(gc.low_percent)),
+            |digest| in_use.contains_key(digest),
+        );
+        for r in &removed {
+            tracing::info!(image = %r, "image garbage-collected");
+        }
+        removed
+    }
+}

@@ -1,0 +1,315 @@
+//! Pulling an image with `oci-client`: the wasm OCI artifact (an `application/wasm` layer, as
+//! `wkg`, `oras` and `docker buildx` with the wasm platform make them), or an ordinary image
+//! whose layers hold the `.wasm` its entry point names. Credentials come from the pod's
+//! `imagePullSecrets` (`.dockerconfigjson`), then the node's docker-style config file; plain
+//! HTTP only for the registries the node calls insecure.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use oci_client::client::{ClientConfig, ClientProtocol};
+use oci_client::manifest::ImageIndexEntry;
+use oci_client::secrets::RegistryAuth;
+use oci_client::{Client, Reference};
+use serde_json::Value;
+use tokio::io::AsyncWrite;
+
+/// The most bytes of one layer or `.wasm` wasmpod takes from a registry.
+pub(crate) const MAX_BLOB: u64 = 512 << 20;
+
+const WASM_LAYERS: &[&str] = &[
+    "application/wasm",
+    "application/vnd.wasm.content.layer.v1+wasm",
+    "application/vnd.module.wasm.content.layer.v1+wasm",
+];
+
+/// What a pull found.
+pub(crate) struct Fetched {
+    pub manifest_digest: String,
+    /// The `.wasm`, and the digest the manifest gave it (a wasm artifact's layer).
+    pub wasm: Vec<u8>,
+    pub wasm_digest: Option<String>,
+    pub entrypoint: Option<Vec<String>>,
+    pub cmd: Option<Vec<String>>,
+}
+
+pub(crate) struct Puller {
+    insecure: Vec<String>,
+    /// The node's docker-style config (`{"auths": {...}}`), if any.
+    node_auth: Option<Value>,
+}
+
+impl Puller {
+    pub(crate) fn new(insecure: &[String], node_auth: Option<Value>) -> Puller {
+        // reqwest is built without a default TLS provider: the process's is ring's (as the
+        // node agent's); installing it again is a no-op.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        Puller {
+            insecure: insecure.to_vec(),
+            node_auth,
+        }
+    }
+
+    /// A client for one pull: `oci-client` keeps the first credentials it is given for a
+    /// registry, and pods pulling from one registry may have different ones.
+    fn client(&self) -> Client {
+        Client::new(ClientConfig {
+            protocol: ClientProtocol::HttpsExcept(self.insecure.clone()),
+            platform_resolver: Some(Box::new(wasm_platform)),
+            ..ClientConfig::default()
+        })
+    }
+
+    /// The credentials for `registry`: the first pull secret that has them, then the node's.
+    fn auth(&self, registry: &str, secrets: &[Value]) -> RegistryAuth {
+        secrets
+            .iter()
+            .chain(self.node_auth.as_ref())
+            .find_map(|config| credentials(config, registry))
+            .map_or(RegistryAuth::Anonymous, |(user, pass)| {
+                RegistryAuth::Basic(user, pass)
+            })
+    }
+
+    /// The manifest digest `reference` resolves to now (for `Always`: is what we have current?).
+    pub(crate) async fn resolve(
+        &self,
+        reference: &Reference,
+        secrets: &[Value],
+    ) -> Result<String, String> {
+        let auth = self.auth(reference.resolve_registry(), secrets);
+        let (_, digest) = self
+            .client()
+            .pull_image_manifest(reference, &auth)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(digest)
+    }
+
+    /// Pulls the image; `command` is the container's (it names the `.wasm` of an ordinary
+    /// image before the image config's `Entrypoint` does).
+    pub(crate) async fn fetch(
+        &self,
+        reference: &Reference,
+        secrets: &[Value],
+        command: Option<&str>,
+    ) -> Result<Fetched, String> {
+        let auth = self.auth(reference.resolve_registry(), secrets);
+        let client = self.client();
+        let (manifest, manifest_digest, config) = client
+            .pull_manifest_and_config(reference, &auth)
+            .await
+            .map_err(|e| e.to_string())?;
+        if let Some(want) = reference.digest()
+            && want != manifest_digest
+        {
+            return Err(format!(
+                "the manifest's digest is {manifest_digest}, not {want}: refused"
+            ));
+        }
+        if let Some(layer) = manifest
+            .layers
+            .iter()
+            .find(|l| WASM_LAYERS.contains(&l.media_type.as_str()))
+        {
+            let wasm = blob(&client, reference, layer).await?;
+            return Ok(Fetched {
+                manifest_digest,
+                wasm,
+                wasm_digest: Some(layer.digest.clone()),
+                entrypoint: None,
+                cmd: None,
+            });
+        }
+        // An ordinary image: the `.wasm` its entry point names, from the last layer that has it.
+        let config: Value = serde_json::from_str(&config).unwrap_or_default();
+        let list = |key: &str| -> Option<Vec<String>> {
+            let v = config.pointer(&format!("/config/{key}"))?.as_array()?;
+            Some(
+                v.iter()
+                    .filter_map(|s| s.as_str().map(str::to_owned))
+                    .collect(),
+            )
+        };
+        let (entrypoint, cmd) = (list("Entrypoint"), list("Cmd"));
+        let Some(program) = command
+            .map(str::to_owned)
+            .or_else(|| entrypoint.as_ref().and_then(|e| e.first().cloned()))
+            .or_else(|| cmd.as_ref().and_then(|c| c.first().cloned()))
+        else {
+            return Err(
+                "the image has no wasm layer and names no program (no Entrypoint or Cmd): give \
+                 the container a command naming its .wasm"
+                    .into(),
+            );
+        };
+        let wanted = program.trim_start_matches("./").trim_start_matches('/');
+        let mut found = None;
+        for layer in &manifest.layers {
+            let gzip = match layer.media_type.as_str() {
+                "application/vnd.oci.image.layer.v1.tar+gzip"
+                | "application/vnd.docker.image.rootfs.diff.tar.gzip" => true,
+                "application/vnd.oci.image.layer.v1.tar" => false,
+                other => return Err(format!("unsupported layer media type {other}")),
+            };
+            let bytes = blob(&client, reference, layer).await?;
+            if let Some(wasm) = file_in_layer(&bytes, gzip, wanted)? {
+                found = Some(wasm);
+            }
+        }
+        let wasm = found.ok_or_else(|| format!("the image has no file {program:?}"))?;
+        Ok(Fetched {
+            manifest_digest,
+            wasm,
+            wasm_digest: None,
+            entrypoint,
+            cmd,
+        })
+    }
+}
+
+/// One blob, at most [`MAX_BLOB`] bytes (`oci-client` checks its digest).
+async fn blob(
+    client: &Client,
+    reference: &Reference,
+    layer: &oci_client::manifest::OciDescriptor,
+) -> Result<Vec<u8>, String> {
+    if u64::try_from(layer.size).unwrap_or(u64::MAX) > MAX_BLOB {
+        return Err(format!("layer {} is larger than 512 MiB", layer.digest));
+    }
+    let mut out = Bounded(Vec::new());
+    client
+        .pull_blob(reference, layer, &mut out)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(out.0)
+}
+
+/// An image index's entry for wasm (`wasi`/`wasm` platforms), else the node's own platform.
+fn wasm_platform(entries: &[ImageIndexEntry]) -> Option<String> {
+    let wasm = entries.iter().find(|e| {
+        e.platform.as_ref().is_some_and(|p| {
+            p.architecture.to_string() == "wasm" || p.os.to_string().starts_with("wasi")
+        })
+    });
+    wasm.map(|e| e.digest.clone())
+        .or_else(|| oci_client::client::current_platform_resolver(entries))
+}
+
+/// The user and password a docker-style config holds for `registry`.
+fn credentials(config: &Value, registry: &str) -> Option<(String, String)> {
+    use base64::Engine as _;
+    let auths = config.get("auths")?.as_object()?;
+    let host_of = |key: &str| {
+        let key = key
+            .trim_start_matches("https://")
+            .trim_start_matches("http://");
+        key.split('/').next().unwrap_or(key).to_owned()
+    };
+    let wanted = |host: &str| {
+        host == registry
+            || (registry == "index.docker.io" || registry == "docker.io")
+                && (host == "index.docker.io"
+                    || host == "docker.io"
+                    || host == "registry-1.docker.io")
+    };
+    let entry = auths.iter().find(|(k, _)| wanted(&host_of(k)))?.1;
+    if let (Some(u), Some(p)) = (
+        entry.get("username").and_then(Value::as_str),
+        entry.get("password").and_then(Value::as_str),
+    ) {
+        return Some((u.to_owned(), p.to_owned()));
+    }
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(entry.get("auth")?.as_str()?)
+        .ok()?;
+    let (u, p) = std::str::from_utf8(&decoded).ok()?.split_once(':')?;
+    Some((u.to_owned(), p.to_owned()))
+}
+
+/// The file at `path` in a layer's tar, at most [`MAX_BLOB`] bytes.
+fn file_in_layer(bytes: &[u8], gzip: bool, path: &str) -> Result<Option<Vec<u8>>, String> {
+    use std::io::Read;
+    let reader: Box<dyn Read> = if gzip {
+        Box::new(flate2::read::GzDecoder::new(bytes))
+    } else {
+        Box::new(bytes)
+    };
+    let mut archive = tar::Archive::new(reader);
+    let mut found = None;
+    for entry in archive
+        .entries()
+        .map_err(|e| format!("a layer is not a tar: {e}"))?
+    {
+        let mut entry = entry.map_err(|e| format!("a layer is not a tar: {e}"))?;
+        let name = entry
+            .path()
+            .map(|p| {
+                p.to_string_lossy()
+                    .trim_start_matches("./")
+                    .trim_start_matches('/')
+                    .to_owned()
+            })
+            .unwrap_or_default();
+        if name == path && entry.header().entry_type().is_file() {
+            if entry.size() > MAX_BLOB {
+                return Err(format!("{path} is larger than 512 MiB"));
+            }
+            let mut data = Vec::new();
+            entry
+                .by_ref()
+                .take(MAX_BLOB)
+                .read_to_end(&mut data)
+                .map_err(|e| format!("cannot read {path} from a layer: {e}"))?;
+            found = Some(data);
+        }
+    }
+    Ok(found)
+}
+
+/// A `Vec` that refuses to grow past [`MAX_BLOB`] (a registry sending more than it said).
+struct Bounded(Vec<u8>);
+
+impl AsyncWrite for Bounded {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        if self.0.len() as u64 + buf.len() as u64 > MAX_BLOB {
+            return Poll::Ready(Err(std::io::Error::other("a blob larger than 512 MiB")));
+        }
+        self.0.extend_from_slice(buf);
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_come_from_docker_configs() {
+        let config = serde_json::json!({"auths": {
+            "127.0.0.1:5000": {"auth": "dXNlcjpwYXNz"},
+            "https://index.docker.io/v1/": {"username": "hub", "password": "pw"},
+        }});
+        assert_eq!(
+            credentials(&config, "127.0.0.1:5000"),
+            Some(("user".into(), "pass".into()))
+        );
+        assert_eq!(
+            credentials(&config, "docker.io"),
+            Some(("hub".into(), "pw".into()))
+        );
+        assert_eq!(credentials(&config, "ghcr.io"), None);
+    }
+}

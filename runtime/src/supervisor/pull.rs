@@ -1,0 +1,164 @@
+//! A container's registry image: pulled when the container is to start (as the kubelet's
+//! `EnsureImageExists`), in a task of its own so that the pod's supervisor goes on (a deletion
+//! during a pull is handled at once); with the kubelet's events and waiting reasons
+//! (`Pulling`, `Pulled`, `Failed` with `ErrImagePull` or `ErrImageNeverPull`, then
+//! `ImagePullBackOff` under the image backoff).
+
+use std::time::Instant;
+
+use super::container::State;
+use super::start::fmt_duration;
+use super::{Msg, PodTask, after};
+use crate::events::{EventType, Reason};
+use crate::images::{PullError, PullPolicy, Resolved};
+
+impl PodTask {
+    /// Whether container `index` has the registry image it needs for this start; if not, its
+    /// pull is begun (or under way) and the start waits for [`Msg::Pulled`].
+    pub(super) fn image_ready(&mut self, index: usize) -> bool {
+        let c = &mut self.containers[index];
+        let Some(pull) = c.spec.pull.clone() else {
+            return true;
+        };
+        // `Always` pulls again for every start of the container, as the kubelet does.
+        match &c.pulled {
+            Some((_, runs)) if pull.policy != PullPolicy::Always || *runs == c.runs => {
+                return true;
+            }
+            _ => {}
+        }
+        if c.pulling {
+            return false;
+        }
+        c.pulling = true;
+        c.pulled = None;
+        if let State::Terminated(t) = std::mem::replace(
+            &mut c.state,
+            State::Waiting {
+                reason: "ContainerCreating",
+                message: None,
+            },
+        ) {
+            c.last_state = Some(t);
+        }
+        let images = self.node.images.clone();
+        if pull.policy == PullPolicy::Always || !images.present(&pull.shown) {
+            let message = format!("Pulling image {:?}", pull.shown);
+            self.container_event(index, EventType::Normal, Reason::Pulling, message, None);
+        }
+        let (tx, secrets) = (self.tx.clone(), self.spec.pull_secrets.clone());
+        tokio::spawn(async move {
+            let command = pull.command.as_ref().and_then(|c| c.first());
+            let result = images
+                .ensure(
+                    &pull.reference,
+                    pull.policy,
+                    &secrets,
+                    command.map(String::as_str),
+                )
+                .await;
+            let _ = tx.send(Msg::Pulled { index, result });
+        });
+        false
+    }
+
+    /// The pull of container `index`'s image ended.
+    pub(super) fn pulled(&mut self, index: usize, result: Result<Resolved, PullError>) {
+        let now = Instant::now();
+        let options = self.node.backoff;
+        let c = &mut self.containers[index];
+        c.pulling = false;
+        let Some(pull) = c.spec.pull.clone() else {
+            return;
+        };
+        let shown = &pull.shown;
+        let (reason, message) = match result {
+            Ok(resolved) => {
+                let message = match resolved.pulled {
+                    None => format!("Container image {shown:?} already present on machine"),
+                    Some((took, size)) => format!(
+                        "Successfully pulled image {shown:?} in {} ({} including waiting). \
+                         Image size: {size} bytes.",
+                        fmt_duration(took),
+                        fmt_duration(took)
+                    ),
+                };
+                c.spec.image = resolved.wasm.clone();
+                // An ordinary image's entry point and arguments, as Kubernetes joins them.
+                if resolved.entrypoint.is_some() || resolved.cmd.is_some() {
+                    c.spec.argv = match (&pull.command, &pull.args) {
+                        (Some(command), args) => command
+                            .iter()
+                            .chain(args.iter().flatten())
+                            .cloned()
+                            .collect(),
+                        (None, Some(args)) => resolved
+                            .entrypoint
+                            .iter()
+                            .flatten()
+                            .chain(args)
+                            .cloned()
+                            .collect(),
+                        (None, None) => resolved
+                            .entrypoint
+                            .iter()
+                            .flatten()
+                            .chain(resolved.cmd.iter().flatten())
+                            .cloned()
+                            .collect(),
+                    };
+                }
+                c.load_failed_at = None;
+                c.retry_at = None;
+                c.pulled = Some((resolved, c.runs));
+                self.container_event(index, EventType::Normal, Reason::Pulled, message, None);
+                return;
+            }
+            Err(PullError::NeverPull) => (
+                "ErrImageNeverPull",
+                format!("Container image {shown:?} is not present with pull policy of Never"),
+            ),
+            Err(PullError::Failed(why)) => (
+                "ErrImagePull",
+                format!("Failed to pull image {shown:?}: {why}"),
+            ),
+        };
+        // The kubelet's image backoff: the next pull waits, doubling.
+        let finished = c.load_failed_at.unwrap_or(now);
+        let until = c.load_backoff.wait_until(finished, now, &options);
+        c.load_backoff.restarted(finished, now, &options);
+        c.load_failed_at = Some(now);
+        c.retry_at = Some(until.unwrap_or(after(now, options.initial)));
+        c.state = State::Waiting {
+            reason,
+            message: Some(message.clone()),
+        };
+        self.container_event(index, EventType::Warning, Reason::Failed, message, None);
+        let error = format!("Error: {reason}");
+        self.container_event(index, EventType::Warning, Reason::Failed, error, None);
+    }
+
+    /// A container waiting out the image backoff after `ErrImagePull` shows `ImagePullBackOff`.
+    pub(super) fn image_backoff(&mut self, index: usize) {
+        let c = &mut self.containers[index];
+        let State::Waiting {
+            reason: "ErrImagePull",
+            ..
+        } = c.state
+        else {
+            return;
+        };
+        let Some(pull) = &c.spec.pull else {
+            return;
+        };
+        let shown = pull.shown.clone();
+        c.state = State::Waiting {
+            reason: "ImagePullBackOff",
+            message: Some(format!("Back-off pulling image {shown:?}")),
+        };
+        let message = format!("Back-off pulling image {shown:?}");
+        self.container_event(index, EventType::Normal, Reason::BackOff, message, None);
+        let error = "Error: ImagePullBackOff".to_owned();
+        self.container_event(index, EventType::Warning, Reason::Failed, error, None);
+    }
+}

@@ -1,0 +1,361 @@
+//! Registry images: a real `docker-registry` on loopback, images pushed by the test (wasm
+//! artifacts and ordinary images, retagged with skopeo), pulled by the node with the kubelet's
+//! policies, events and states.
+
+use std::time::Duration;
+
+use wasmpod::k8s_openapi::api::core::v1::PodStatus;
+use wasmpod::{ImageGc, NodeOptions, PodHandle, Reason};
+use wasmpod_tests::registry::{Registry, pull_secret};
+use wasmpod_tests::{PodYaml, TestNode, Timeline, guests, read, wait_for, waiting_reason};
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+fn p1() -> Vec<u8> {
+    std::fs::read(guests::AGNHOST_P1).unwrap()
+}
+
+/// A node that may pull from `registry` over plain HTTP, with fast backoffs.
+fn node(registry: &Registry) -> TestNode {
+    let host = registry.host.clone();
+    TestNode::with(move |o: NodeOptions| o.insecure_registry(host))
+}
+
+fn pod(name: &str, image: &str, more: &str) -> String {
+    let mut pod = PodYaml::new(name).never();
+    if !more.is_empty() {
+        pod = pod.spec(more);
+    }
+    pod.container(&format!(
+        "{{ name: c, image: \"{image}\", args: [print, hi] }}"
+    ))
+    .build()
+}
+
+async fn ended(pod: &PodHandle) -> PodStatus {
+    match tokio::time::timeout(LIMIT, pod.wait()).await {
+        Ok(status) => status,
+        Err(_) => panic!("the pod did not end:\n{}", Timeline::so_far(pod).await),
+    }
+}
+
+fn out(pod: &PodHandle) -> Vec<String> {
+    read(&pod.log_file("c", 0))
+        .lines()
+        .map(|l| l.splitn(4, ' ').nth(3).unwrap().to_owned())
+        .collect()
+}
+
+async fn messages(pod: &PodHandle, reason: Reason) -> Vec<String> {
+    Timeline::so_far(pod)
+        .await
+        .0
+        .iter()
+        .filter(|e| e.reason == reason)
+        .map(|e| e.message.clone())
+        .collect()
+}
+
+/// A wasm artifact and an ordinary image run; an ordinary image's `.wasm` is the one its
+/// entry point names, `args` replacing its `Cmd`; the status names the image and its digest.
+#[tokio::test]
+async fn wasm_artifacts_and_ordinary_images_run() {
+    let registry = Registry::start(false);
+    let digest = registry.push_wasm("app:1.0", &p1()).await;
+    registry
+        .push_image(
+            "tool:1.0",
+            &[("bin/tool.wasm", &p1())],
+            &["/bin/tool.wasm", "print", "from-entrypoint"],
+            &["print", "from-cmd"],
+        )
+        .await;
+    let node = node(&registry);
+    let host = &registry.host;
+
+    let app = node
+        .start(&pod("app", &format!("{host}/app:1.0"), ""))
+        .await;
+    let status = ended(&app).await;
+    assert_eq!(status.phase.as_deref(), Some("Succeeded"), "{status:#?}");
+    assert_eq!(out(&app), ["hi"]);
+    let c = &status.container_statuses.as_ref().unwrap()[0];
+    assert_eq!(c.image, format!("{host}/app:1.0"));
+    assert_eq!(c.image_id, format!("{host}/app@{digest}"));
+    assert_eq!(
+        messages(&app, Reason::Pulling).await,
+        [format!("Pulling image \"{host}/app:1.0\"")]
+    );
+    let pulled = messages(&app, Reason::Pulled).await;
+    assert!(
+        pulled[0].starts_with(&format!("Successfully pulled image \"{host}/app:1.0\" in ")),
+        "{pulled:?}"
+    );
+
+    // No args: the entry point and then Cmd.
+    let tool = PodYaml::new("tool")
+        .never()
+        .container(&format!("{{ name: c, image: \"{host}/tool:1.0\" }}"))
+        .build();
+    let tool = node.start(&tool).await;
+    assert_eq!(ended(&tool).await.phase.as_deref(), Some("Succeeded"));
+    assert_eq!(out(&tool), ["from-entrypoint", "from-cmd"]);
+    // args replace Cmd.
+    let replaced = node
+        .start(&pod("replaced", &format!("{host}/tool:1.0"), ""))
+        .await;
+    assert_eq!(ended(&replaced).await.phase.as_deref(), Some("Succeeded"));
+    assert_eq!(out(&replaced), ["from-entrypoint", "hi"]);
+}
+
+/// `IfNotPresent` uses what the node has; `Always` asks the registry each time; `Never` runs
+/// only what is there (`ErrImageNeverPull` otherwise); a digest and a tag made by skopeo name
+/// the same image.
+#[tokio::test]
+async fn pull_policies() {
+    let registry = Registry::start(false);
+    let digest = registry.push_wasm("app:1.0", &p1()).await;
+    registry.copy("app:1.0", "app:2.0");
+    let node = node(&registry);
+    let host = &registry.host;
+    let first = node
+        .start(&pod("first", &format!("{host}/app:1.0"), ""))
+        .await;
+    ended(&first).await;
+
+    let again = node
+        .start(&pod("again", &format!("{host}/app:1.0"), ""))
+        .await;
+    ended(&again).await;
+    assert!(messages(&again, Reason::Pulling).await.is_empty());
+    assert_eq!(
+        messages(&again, Reason::Pulled).await,
+        [format!(
+            "Container image \"{host}/app:1.0\" already present on machine"
+        )]
+    );
+
+    let always = PodYaml::new("always")
+        .never()
+        .container(&format!(
+            "{{ name: c, image: \"{host}/app:1.0\", imagePullPolicy: Always, args: [print, hi] }}"
+        ))
+        .build();
+    let always = node.start(&always).await;
+    ended(&always).await;
+    assert_eq!(messages(&always, Reason::Pulling).await.len(), 1);
+
+    let by_digest = node
+        .start(&pod("digest", &format!("{host}/app@{digest}"), ""))
+        .await;
+    assert_eq!(ended(&by_digest).await.phase.as_deref(), Some("Succeeded"));
+    let retagged = node
+        .start(&pod("retagged", &format!("{host}/app:2.0"), ""))
+        .await;
+    let status = ended(&retagged).await;
+    assert_eq!(
+        status.container_statuses.unwrap()[0].image_id,
+        format!("{host}/app@{digest}")
+    );
+
+    let never = |name: &str, tag: &str| {
+        PodYaml::new(name)
+            .never()
+            .container(&format!(
+                "{{ name: c, image: \"{host}/app:{tag}\", imagePullPolicy: Never, args: [print, hi] }}"
+            ))
+            .build()
+    };
+    let present = node.start(&never("present", "1.0")).await;
+    assert_eq!(ended(&present).await.phase.as_deref(), Some("Succeeded"));
+    let absent = node.start(&never("absent", "9.9")).await;
+    let s = wait_for(&absent, LIMIT, |s| {
+        waiting_reason(s, "c").as_deref() == Some("ErrImageNeverPull")
+    })
+    .await;
+    assert_eq!(s.phase.as_deref(), Some("Pending"));
+    assert!(messages(&absent, Reason::Failed).await.contains(&format!(
+        "Container image \"{host}/app:9.9\" is not present with pull policy of Never"
+    )));
+    absent.delete(Some(Duration::ZERO));
+}
+
+/// An unknown image, a wrong digest, a corrupt blob and a registry reached over HTTPS that
+/// only speaks HTTP fail the pull: `ErrImagePull`, then `ImagePullBackOff` under the backoff;
+/// nothing of a refused pull is kept.
+#[tokio::test]
+async fn failed_pulls_back_off_and_keep_nothing() {
+    let registry = Registry::start(false);
+    let wasm = p1();
+    registry.push_wasm("app:1.0", &wasm).await;
+    registry
+        .push_wasm("corrupt:1.0", &wasm[..wasm.len() - 1])
+        .await;
+    let corrupt = Registry::layer_digest(&wasm[..wasm.len() - 1]);
+    std::fs::write(registry.blob_file(&corrupt), b"not what the digest says").unwrap();
+    let node = node(&registry);
+    let host = &registry.host;
+    let zero = format!("sha256:{}", "0".repeat(64));
+    for (name, image) in [
+        ("unknown", format!("{host}/nothing:1.0")),
+        ("wrong-digest", format!("{host}/app@{zero}")),
+        ("corrupt", format!("{host}/corrupt:1.0")),
+    ] {
+        let p = node.start(&pod(name, &image, "")).await;
+        let s = wait_for(&p, LIMIT, |s| {
+            waiting_reason(s, "c").as_deref() == Some("ImagePullBackOff")
+        })
+        .await;
+        assert_eq!(s.phase.as_deref(), Some("Pending"), "{name}");
+        let failed = messages(&p, Reason::Failed).await;
+        assert!(
+            failed[0].starts_with(&format!("Failed to pull image \"{image}\": ")),
+            "{name}: {failed:?}"
+        );
+        assert_eq!(failed[1], "Error: ErrImagePull", "{name}");
+        assert!(
+            failed.contains(&"Error: ImagePullBackOff".to_owned()),
+            "{name}"
+        );
+        assert_eq!(
+            messages(&p, Reason::BackOff).await[0],
+            format!("Back-off pulling image \"{image}\"")
+        );
+        p.delete(Some(Duration::ZERO));
+    }
+    // The corrupt blob was refused: a pod asking never to pull finds nothing.
+    let never = PodYaml::new("never")
+        .never()
+        .container(&format!(
+            "{{ name: c, image: \"{host}/corrupt:1.0\", imagePullPolicy: Never }}"
+        ))
+        .build();
+    let never = node.start(&never).await;
+    wait_for(&never, LIMIT, |s| {
+        waiting_reason(s, "c").as_deref() == Some("ErrImageNeverPull")
+    })
+    .await;
+    never.delete(Some(Duration::ZERO));
+
+    // Without --insecure-registry the node speaks HTTPS to it, and fails.
+    let strict = TestNode::new();
+    let p = strict
+        .start(&pod("strict", &format!("{host}/app:1.0"), ""))
+        .await;
+    wait_for(&p, LIMIT, |s| {
+        waiting_reason(s, "c").as_deref() == Some("ImagePullBackOff")
+    })
+    .await;
+    p.delete(Some(Duration::ZERO));
+}
+
+/// A registry that wants credentials: refused without them, pulled with the pod's
+/// `imagePullSecrets`.
+#[tokio::test]
+async fn credentials_come_from_pull_secrets() {
+    let registry = Registry::start(true);
+    registry.push_wasm("private:1.0", &p1()).await;
+    let node = node(&registry);
+    let host = &registry.host;
+    let image = format!("{host}/private:1.0");
+    let anonymous = node.start(&pod("anonymous", &image, "")).await;
+    wait_for(&anonymous, LIMIT, |s| {
+        waiting_reason(s, "c").as_deref() == Some("ImagePullBackOff")
+    })
+    .await;
+    anonymous.delete(Some(Duration::ZERO));
+    let with = pod("with", &image, "imagePullSecrets: [ { name: regcred } ]")
+        + &pull_secret("regcred", host, "puller", "s3cret");
+    let with = node.start(&with).await;
+    assert_eq!(ended(&with).await.phase.as_deref(), Some("Succeeded"));
+    let err = node.invalid(&pod(
+        "missing",
+        &image,
+        "imagePullSecrets: [ { name: nope } ]",
+    ));
+    assert!(
+        err.contains("spec.imagePullSecrets[0].name: not found"),
+        "{err}"
+    );
+}
+
+/// Twenty pods of one image at once: one download.
+#[tokio::test]
+async fn one_pull_for_many_pods() {
+    let registry = Registry::start(false);
+    registry.push_wasm("shared:1.0", &p1()).await;
+    let layer = Registry::layer_digest(&p1());
+    let node = node(&registry);
+    let image = format!("{}/shared:1.0", registry.host);
+    let mut pods = Vec::new();
+    for i in 0..20 {
+        pods.push(node.start(&pod(&format!("p{i}"), &image, "")).await);
+    }
+    for p in &pods {
+        assert_eq!(ended(p).await.phase.as_deref(), Some("Succeeded"));
+    }
+    assert_eq!(registry.blob_gets(&layer), 1);
+}
+
+/// Past the store's high threshold, the images no pod uses go, least recently used first;
+/// an image in use stays.
+#[tokio::test]
+async fn unused_images_are_garbage_collected() {
+    let registry = Registry::start(false);
+    let wasm = p1();
+    // Three distinct images of about the guest's size.
+    for (i, tag) in ["a", "b", "c"].iter().enumerate() {
+        let mut bytes = wasm.clone();
+        // A custom section makes each image distinct and still a valid module.
+        bytes.extend_from_slice(&[0, 2, 1, b'0' + i as u8]);
+        registry.push_wasm(&format!("gc:{tag}"), &bytes).await;
+    }
+    let cache = tempfile::tempdir().unwrap();
+    let host = registry.host.clone();
+    let size = wasm.len() as u64;
+    let node = TestNode::with(|o: NodeOptions| {
+        o.insecure_registry(host)
+            .cache_dir(Some(cache.path().to_owned()))
+            .image_gc(ImageGc {
+                limit: size * 5 / 2,
+                high_percent: 85,
+                low_percent: 50,
+            })
+    });
+    let host = &registry.host;
+    let sleeper = PodYaml::new("in-use")
+        .container(&format!(
+            "{{ name: c, image: \"{host}/gc:a\", args: [print, up, sleep, \"600000\"] }}"
+        ))
+        .build();
+    let in_use = node.start(&sleeper).await;
+    wait_for(&in_use, LIMIT, |s| wasmpod_tests::is_running(s, "c")).await;
+    let b = node.start(&pod("b", &format!("{host}/gc:b"), "")).await;
+    ended(&b).await;
+    b.delete(None);
+    b.deleted().await;
+    // The third pull takes the store past 85 % of 2.5 images: `b` (unused) goes, `a` stays.
+    let c = node.start(&pod("c", &format!("{host}/gc:c"), "")).await;
+    ended(&c).await;
+    let refs = std::fs::read_dir(cache.path().join("images/refs"))
+        .unwrap()
+        .count();
+    assert_eq!(refs, 2, "a (in use) and c (just pulled) remain");
+    let never = |name: &str, tag: &str| {
+        PodYaml::new(name)
+            .never()
+            .container(&format!(
+                "{{ name: c, image: \"{host}/gc:{tag}\", imagePullPolicy: Never, args: [print, hi] }}"
+            ))
+            .build()
+    };
+    let gone = node.start(&never("gone", "b")).await;
+    wait_for(&gone, LIMIT, |s| {
+        waiting_reason(s, "c").as_deref() == Some("ErrImageNeverPull")
+    })
+    .await;
+    gone.delete(Some(Duration::ZERO));
+    let kept = node.start(&never("kept", "a")).await;
+    assert_eq!(ended(&kept).await.phase.as_deref(), Some("Succeeded"));
+    in_use.delete(Some(Duration::ZERO));
+}
