@@ -34,15 +34,18 @@ impl PullPolicy {
     }
 }
 
-/// Parses a registry reference, normalized as Kubernetes shows it
-/// (`docker.io/library/app:1.0`); `None` when it is not one.
+/// Parses a registry reference (`app:1.0` is `docker.io/library/app:1.0`).
 pub(crate) fn parse(image: &str) -> Result<Reference, String> {
     if image.len() > 4096 {
         return Err("is longer than 4096 bytes".into());
     }
-    image
+    let reference = image
         .parse::<Reference>()
-        .map_err(|e| format!("is neither a .wasm path nor an image reference: {e}"))
+        .map_err(|e| format!("is neither a .wasm path nor an image reference: {e}"))?;
+    if reference.repository().bytes().any(|b| b.is_ascii_uppercase()) {
+        return Err("is not an image reference: repository name must be lowercase".into());
+    }
+    Ok(reference)
 }
 
 /// The reference as Kubernetes writes it in `status.containerStatuses[].image`: the registry,
