@@ -669,6 +669,70 @@ fn corpus_manifests_through_kubectl() {
     assert_eq!(ready, "True");
 }
 
+/// Registry images through kubectl: `kubectl run` of an image in a private registry is refused
+/// by it (`ImagePullBackOff`); with a `kubectl create secret docker-registry` pull secret the
+/// pod runs, its status naming the image's digest, its events the pull.
+#[test]
+fn registry_images_through_kubectl() {
+    let registry = wasmpod_tests::registry::Registry::start(true);
+    let wasm = std::fs::read(wasmpod_tests::guests::AGNHOST_P1).unwrap();
+    let digest = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(registry.push_wasm("private:1.0", &wasm));
+    let tmp = tempfile::tempdir().unwrap();
+    wasmpod_tests::warm_shared_cache();
+    let agent = Agent::start_in(tmp.path(), &["--insecure-registry", &registry.host]);
+    let image = format!("{}/private:1.0", registry.host);
+    agent.ok(&[
+        "run",
+        "anonymous",
+        &format!("--image={image}"),
+        "--restart=Never",
+    ]);
+    agent.until(&["get", "pods"], LIMIT, |t| {
+        status_of(t, "anonymous") == "ImagePullBackOff"
+    });
+    agent.ok(&[
+        "create",
+        "secret",
+        "docker-registry",
+        "regcred",
+        &format!("--docker-server={}", registry.host),
+        "--docker-username=puller",
+        "--docker-password=s3cret",
+    ]);
+    let pod = PodYaml::new("private")
+        .never()
+        .spec("imagePullSecrets: [ { name: regcred } ]")
+        .container(&format!(
+            "{{ name: main, image: \"{image}\", args: [print, pulled] }}"
+        ))
+        .build();
+    agent.create(&pod);
+    agent.until(&["get", "pods"], LIMIT, |t| {
+        status_of(t, "private") == "Completed"
+    });
+    assert_eq!(agent.ok(&["logs", "private"]), "pulled\n");
+    let id = agent.ok(&[
+        "get",
+        "pod",
+        "private",
+        "-o",
+        "jsonpath={.status.containerStatuses[0].imageID}",
+    ]);
+    assert_eq!(id, format!("{}/private@{digest}", registry.host));
+    let events = agent.ok(&[
+        "get",
+        "events",
+        "--field-selector",
+        "involvedObject.name=private",
+    ]);
+    assert!(
+        events.contains(&format!("Successfully pulled image \"{image}\"")),
+        "{events}"
+    );
+}
+
 #[test]
 fn apply_client_side_and_server_side() {
     let (_tmp, agent) = Agent::start();

@@ -277,6 +277,28 @@ impl Api {
             .filter_map(|c| c["name"].as_str())
             .collect();
         let paths: Vec<std::path::PathBuf> = spec.images().map(|(_, p)| p.to_owned()).collect();
+        // A registry image is pulled when its container starts; a running pod's containers
+        // are given new `.wasm` files only.
+        if let Some(c) = changed.iter().find(|c| {
+            order
+                .iter()
+                .position(|n| n == c)
+                .and_then(|at| paths.get(at))
+                .is_some_and(|p| p.as_os_str().is_empty())
+        }) {
+            return Err(ApiError::invalid(
+                "Pod",
+                name,
+                vec![Cause {
+                    reason: "FieldValueForbidden".into(),
+                    field: format!("spec.containers[{c}].image"),
+                    message: "Forbidden: not supported by wasmpod: a running pod's container \
+                              changes to a .wasm file only; to run a new registry image, \
+                              replace the pod"
+                        .into(),
+                }],
+            ));
+        }
         Ok(changed
             .into_iter()
             .filter_map(|c| {

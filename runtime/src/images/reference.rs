@@ -42,7 +42,11 @@ pub(crate) fn parse(image: &str) -> Result<Reference, String> {
     let reference = image
         .parse::<Reference>()
         .map_err(|e| format!("is neither a .wasm path nor an image reference: {e}"))?;
-    if reference.repository().bytes().any(|b| b.is_ascii_uppercase()) {
+    if reference
+        .repository()
+        .bytes()
+        .any(|b| b.is_ascii_uppercase())
+    {
         return Err("is not an image reference: repository name must be lowercase".into());
     }
     Ok(reference)
