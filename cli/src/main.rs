@@ -3,7 +3,7 @@
 //! The commands and their exit codes are fixed by the project's contract: `run` exits 0 when
 //! the pod Succeeded, 1 when it Failed, 2 for bad input (with the errors on stderr).
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -256,6 +256,34 @@ impl NodeArgs {
     }
 }
 
+/// On a terminal, a line of pull progress while registry images are pulled.
+async fn show_pulls(node: Node) {
+    let mut shown = false;
+    loop {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let pulls = node.pulls();
+        let line: Vec<String> = pulls
+            .iter()
+            .map(|p| {
+                format!(
+                    "pulling {}: {} of {} layers, {:.1} MiB",
+                    p.image,
+                    p.layers_done,
+                    p.layers,
+                    p.bytes as f64 / 1048576.0
+                )
+            })
+            .collect();
+        if !line.is_empty() {
+            eprint!("\r\x1b[K{}", line.join("; "));
+            shown = true;
+        } else if shown {
+            eprint!("\r\x1b[K");
+            shown = false;
+        }
+    }
+}
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -364,6 +392,9 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let events = events_out.map(|out| write_events(pod.clone(), out));
     tokio::spawn(forward_signals(signals, pod.clone()));
     tokio::spawn(report_pending(pod.clone()));
+    if std::io::stderr().is_terminal() {
+        tokio::spawn(show_pulls(node.clone()));
+    }
 
     let status = pod.wait().await;
     pod.delete(None);

@@ -50,7 +50,7 @@ mod volumes;
 pub use container::ExecOutput;
 pub use engine::LoadError;
 pub use events::{Event, EventStream, EventType, Reason};
-pub use images::ImageGc;
+pub use images::{ImageGc, PullProgress};
 pub use network::Egress;
 pub use node::{Allocatable, Error, Node, NodeOptions, PodHandle, PodOptions};
 pub use output::{LogLimits, LogOptions, Logs, OutputLine, Stream};

@@ -63,6 +63,28 @@ pub(crate) enum PullError {
     Failed(String),
 }
 
+/// A pull under way, as [`Node::pulls`](crate::Node::pulls) shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PullProgress {
+    /// The image (`registry/repo:tag`).
+    pub image: String,
+    /// Bytes downloaded so far.
+    pub bytes: u64,
+    /// Layers downloaded, of `layers`.
+    pub layers_done: usize,
+    /// Layers to download (0 until the manifest is read).
+    pub layers: usize,
+}
+
+/// The counters of one pull, updated as its blobs arrive.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub bytes: std::sync::atomic::AtomicU64,
+    pub layers_done: std::sync::atomic::AtomicUsize,
+    pub layers: std::sync::atomic::AtomicUsize,
+}
+
 /// An image in use: while one exists, garbage collection keeps its blob.
 #[derive(Debug)]
 pub(crate) struct Lease {
@@ -90,6 +112,7 @@ pub(crate) struct Images {
     puller: pull::Puller,
     gc: ImageGc,
     inflight: Mutex<HashMap<String, Flight>>,
+    progress: Mutex<HashMap<String, Arc<Counters>>>,
     in_use: Arc<Mutex<HashMap<String, usize>>>,
 }
 
@@ -117,6 +140,7 @@ impl Images {
             puller: pull::Puller::new(insecure, node_auth),
             gc,
             inflight: Mutex::default(),
+            progress: Mutex::default(),
             in_use: Arc::default(),
         })
     }
@@ -217,6 +241,23 @@ impl Images {
         })
     }
 
+    /// The pulls under way.
+    pub(crate) fn pulls(&self) -> Vec<PullProgress> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let progress = self.progress.lock().unwrap_or_else(|e| e.into_inner());
+        let mut pulls: Vec<PullProgress> = progress
+            .iter()
+            .map(|(image, c)| PullProgress {
+                image: image.clone(),
+                bytes: c.bytes.load(Relaxed),
+                layers_done: c.layers_done.load(Relaxed),
+                layers: c.layers.load(Relaxed),
+            })
+            .collect();
+        pulls.sort_by(|a, b| a.image.cmp(&b.image));
+        pulls
+    }
+
     async fn fetch(
         &self,
         reference: &Reference,
@@ -224,7 +265,20 @@ impl Images {
         secrets: &[Value],
         command: Option<&str>,
     ) -> Result<Record, String> {
-        let fetched = self.puller.fetch(reference, secrets, command).await?;
+        let counters = Arc::new(Counters::default());
+        self.progress
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(name.to_owned(), counters.clone());
+        let fetched = self
+            .puller
+            .fetch(reference, secrets, command, &counters)
+            .await;
+        self.progress
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(name);
+        let fetched = fetched?;
         let wasm = self
             .store
             .put_blob(fetched.wasm_digest.as_deref(), &fetched.wasm)?;

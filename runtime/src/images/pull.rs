@@ -12,7 +12,10 @@ use oci_client::manifest::ImageIndexEntry;
 use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
 use serde_json::Value;
+use std::sync::atomic::Ordering::Relaxed;
 use tokio::io::AsyncWrite;
+
+use super::Counters;
 
 /// The most bytes of one layer or `.wasm` wasmpod takes from a registry.
 pub(crate) const MAX_BLOB: u64 = 512 << 20;
@@ -93,6 +96,7 @@ impl Puller {
         reference: &Reference,
         secrets: &[Value],
         command: Option<&str>,
+        counters: &Counters,
     ) -> Result<Fetched, String> {
         let auth = self.auth(reference.resolve_registry(), secrets);
         let client = self.client();
@@ -112,7 +116,8 @@ impl Puller {
             .iter()
             .find(|l| WASM_LAYERS.contains(&l.media_type.as_str()))
         {
-            let wasm = blob(&client, reference, layer).await?;
+            counters.layers.store(1, Relaxed);
+            let wasm = blob(&client, reference, layer, counters).await?;
             return Ok(Fetched {
                 manifest_digest,
                 wasm,
@@ -145,6 +150,7 @@ impl Puller {
         };
         let wanted = program.trim_start_matches("./").trim_start_matches('/');
         let mut found = None;
+        counters.layers.store(manifest.layers.len(), Relaxed);
         for layer in &manifest.layers {
             let gzip = match layer.media_type.as_str() {
                 "application/vnd.oci.image.layer.v1.tar+gzip"
@@ -152,7 +158,7 @@ impl Puller {
                 "application/vnd.oci.image.layer.v1.tar" => false,
                 other => return Err(format!("unsupported layer media type {other}")),
             };
-            let bytes = blob(&client, reference, layer).await?;
+            let bytes = blob(&client, reference, layer, counters).await?;
             if let Some(wasm) = file_in_layer(&bytes, gzip, wanted)? {
                 found = Some(wasm);
             }
@@ -173,15 +179,17 @@ async fn blob(
     client: &Client,
     reference: &Reference,
     layer: &oci_client::manifest::OciDescriptor,
+    counters: &Counters,
 ) -> Result<Vec<u8>, String> {
     if u64::try_from(layer.size).unwrap_or(u64::MAX) > MAX_BLOB {
         return Err(format!("layer {} is larger than 512 MiB", layer.digest));
     }
-    let mut out = Bounded(Vec::new());
+    let mut out = Bounded(Vec::new(), counters);
     client
         .pull_blob(reference, layer, &mut out)
         .await
         .map_err(|e| e.to_string())?;
+    counters.layers_done.fetch_add(1, Relaxed);
     Ok(out.0)
 }
 
@@ -267,10 +275,11 @@ fn file_in_layer(bytes: &[u8], gzip: bool, path: &str) -> Result<Option<Vec<u8>>
     Ok(found)
 }
 
-/// A `Vec` that refuses to grow past [`MAX_BLOB`] (a registry sending more than it said).
-struct Bounded(Vec<u8>);
+/// A `Vec` that refuses to grow past [`MAX_BLOB`] (a registry sending more than it said), and
+/// counts what arrives.
+struct Bounded<'a>(Vec<u8>, &'a Counters);
 
-impl AsyncWrite for Bounded {
+impl AsyncWrite for Bounded<'_> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         _: &mut Context<'_>,
@@ -280,6 +289,7 @@ impl AsyncWrite for Bounded {
             return Poll::Ready(Err(std::io::Error::other("a blob larger than 512 MiB")));
         }
         self.0.extend_from_slice(buf);
+        self.1.bytes.fetch_add(buf.len() as u64, Relaxed);
         Poll::Ready(Ok(buf.len()))
     }
 

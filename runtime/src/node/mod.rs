@@ -332,6 +332,11 @@ impl Node {
         })
     }
 
+    /// The registry pulls under way, with their progress.
+    pub fn pulls(&self) -> Vec<crate::PullProgress> {
+        self.context.images.pulls()
+    }
+
     /// The node's pods that are not deleted yet, oldest first.
     pub fn pods(&self) -> Vec<PodHandle> {
         self.pods.list()
