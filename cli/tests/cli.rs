@@ -233,6 +233,42 @@ fn run_prints_output_and_writes_events_and_status() {
     }
 }
 
+/// `wasmpod run` of a registry image: pulled from a private registry on loopback, spoken to
+/// over HTTP as `--insecure-registry` allows, with the credentials of `--registry-config`.
+#[test]
+fn run_pulls_a_registry_image() {
+    let registry = wasmpod_tests::registry::Registry::start(true);
+    let wasm = std::fs::read(wasmpod_tests::guests::AGNHOST_P1).unwrap();
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(registry.push_wasm("hello:1.0", &wasm));
+    let dir = Dir::new();
+    let pod = PodYaml::new("pulled")
+        .never()
+        .container(&format!(
+            r#"{{ name: c, image: "{}/hello:1.0", args: [print, from-a-registry] }}"#,
+            registry.host
+        ))
+        .build();
+    let pod = dir.write("pod.yaml", &pod);
+    let config = dir.write(
+        "docker.json",
+        &serde_json::json!({"auths": {registry.host.as_str(): {"username": "puller", "password": "s3cret"}}})
+            .to_string(),
+    );
+    let out = dir.run(
+        &pod,
+        &[
+            "--insecure-registry",
+            &registry.host,
+            "--registry-config",
+            config.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "[c] from-a-registry\n");
+}
+
 #[test]
 fn failed_pod_exits_1() {
     let dir = Dir::new();

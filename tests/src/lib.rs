@@ -471,6 +471,14 @@ pub async fn unschedulable(pod: &PodHandle, limit: Duration) -> String {
     message.unwrap_or_default()
 }
 
+/// The text of each line a container's first instance logged (the CRI format's fourth field).
+pub fn log_lines(pod: &PodHandle, container: &str) -> Vec<String> {
+    read(&pod.log_file(container, 0))
+        .lines()
+        .map(|l| l.splitn(4, ' ').nth(3).unwrap_or_default().to_owned())
+        .collect()
+}
+
 /// Reads a whole file as text.
 pub fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use wasmpod_tests::{TestNode, read, terminated};
+use wasmpod_tests::{TestNode, log_lines, read, terminated};
 
 const LIMIT: Duration = Duration::from_secs(20);
 
@@ -48,10 +48,7 @@ stringData: { user: admin }
         .await;
     let status = tokio::time::timeout(LIMIT, pod.wait()).await.unwrap();
     let log = read(&pod.log_file("c", 0));
-    let out: Vec<&str> = log
-        .lines()
-        .map(|l| l.splitn(4, ' ').nth(3).unwrap())
-        .collect();
+    let out = log_lines(&pod, "c");
     assert!(out.len() >= 8, "{log}");
     assert_eq!(
         out[..7],
@@ -133,10 +130,7 @@ stringData: { token: eyJhbGciOi.test }
     let status = tokio::time::timeout(LIMIT, pod.wait()).await.unwrap();
     assert_eq!(terminated(&status, "c").exit_code, 0);
     let log = read(&pod.log_file("c", 0));
-    let out: Vec<&str> = log
-        .lines()
-        .map(|l| l.splitn(4, ' ').nth(3).unwrap())
-        .collect();
+    let out = log_lines(&pod, "c");
     let uid = pod.uid().to_owned();
     assert_eq!(
         out,
@@ -233,11 +227,7 @@ spec:
     let status = tokio::time::timeout(LIMIT, pod.wait()).await.unwrap();
     assert_eq!(status.phase.as_deref(), Some("Succeeded"));
     let ip = status.pod_ip.unwrap();
-    let log = read(&pod.log_file("c", 0));
-    let out: Vec<&str> = log
-        .lines()
-        .map(|l| l.splitn(4, ' ').nth(3).unwrap())
-        .collect();
+    let out = log_lines(&pod, "c");
     assert_eq!(
         out,
         [

@@ -7,7 +7,7 @@ use std::time::Duration;
 use wasmpod::k8s_openapi::api::core::v1::PodStatus;
 use wasmpod::{ImageGc, NodeOptions, PodHandle, Reason};
 use wasmpod_tests::registry::{Registry, pull_secret};
-use wasmpod_tests::{PodYaml, TestNode, Timeline, guests, read, wait_for, waiting_reason};
+use wasmpod_tests::{PodYaml, TestNode, Timeline, guests, log_lines, wait_for, waiting_reason};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -40,10 +40,7 @@ async fn ended(pod: &PodHandle) -> PodStatus {
 }
 
 fn out(pod: &PodHandle) -> Vec<String> {
-    read(&pod.log_file("c", 0))
-        .lines()
-        .map(|l| l.splitn(4, ' ').nth(3).unwrap().to_owned())
-        .collect()
+    log_lines(pod, "c")
 }
 
 async fn messages(pod: &PodHandle, reason: Reason) -> Vec<String> {

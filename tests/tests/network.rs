@@ -7,7 +7,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use wasmpod::{Egress, PodHandle, PodOptions, Reason};
-use wasmpod_tests::{TestNode, Timeline, read, wait_for};
+use wasmpod_tests::{TestNode, Timeline, log_lines, read, wait_for};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -180,10 +180,7 @@ spec:
         .await;
     succeeded(&second).await;
     let log = read(&second.log_file("main", 0));
-    let lines: Vec<&str> = log
-        .lines()
-        .map(|l| l.splitn(4, ' ').nth(3).unwrap())
-        .collect();
+    let lines = log_lines(&second, "main");
     assert_eq!(lines[0], "bound 0.0.0.0:8080", "{log}");
     assert_eq!(lines[1], "error AddrInUse", "{log}");
     assert!(lines[2].starts_with("bound 127.0.0.1:"), "{log}");

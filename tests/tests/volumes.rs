@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use wasmpod::Reason::*;
-use wasmpod_tests::{TestNode, Timeline, read, terminated};
+use wasmpod_tests::{TestNode, Timeline, log_lines, read, terminated};
 
 const LIMIT: Duration = Duration::from_secs(20);
 
@@ -324,10 +324,7 @@ data: {{ app.conf: "port=8080", other.conf: "debug=1", unused: x }}
     let status = tokio::time::timeout(LIMIT, handle.wait()).await.unwrap();
     assert_eq!(status.phase.as_deref(), Some("Succeeded"), "{status:#?}");
     let log = read(&handle.log_file("c", 0));
-    let out: Vec<&str> = log
-        .lines()
-        .map(|l| l.splitn(4, ' ').nth(3).unwrap())
-        .collect();
+    let out = log_lines(&handle, "c");
     assert_eq!(
         out,
         [

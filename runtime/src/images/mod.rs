@@ -174,6 +174,7 @@ impl Images {
         command: Option<&str>,
     ) -> Result<Resolved, PullError> {
         let name = shown(reference);
+        let started = Instant::now();
         let stored = self
             .store
             .record(&name)
@@ -197,17 +198,17 @@ impl Images {
             record.last_used = now_secs();
             let _ = self.store.put_record(&record);
             let lease = self.lease(&record.wasm);
+            let size = std::fs::metadata(&wasm).map_or(0, |m| m.len());
             return Ok(Resolved {
                 wasm,
                 image_id: record.image_id,
                 entrypoint: record.entrypoint,
                 cmd: record.cmd,
                 // `Always` reports a pull, as the kubelet does, however little it fetched.
-                pulled: (policy == PullPolicy::Always).then_some((Duration::ZERO, 0)),
+                pulled: (policy == PullPolicy::Always).then(|| (started.elapsed(), size)),
                 _lease: lease,
             });
         }
-        let started = Instant::now();
         let flight: Flight = self
             .inflight
             .lock()

@@ -101,6 +101,9 @@ struct Inner {
     pending: BTreeSet<(Reverse<i32>, u64)>,
     /// The admitted pods' requests.
     used: Usage,
+    /// How many admitted pods have a required anti-affinity (which every pending pod is then
+    /// checked against).
+    repelling: usize,
 }
 
 pub(crate) struct Scheduler {
@@ -231,7 +234,12 @@ impl Scheduler {
             return false;
         };
         match entry.state {
-            State::Admitted { .. } => inner.used = inner.used.minus(entry.pod.requests),
+            State::Admitted { .. } => {
+                inner.used = inner.used.minus(entry.pod.requests);
+                if !entry.pod.spec.placement.anti_affinity.is_empty() {
+                    inner.repelling -= 1;
+                }
+            }
             State::Pending { .. } => {
                 inner.pending.remove(&(Reverse(entry.pod.priority), key));
             }
@@ -262,23 +270,24 @@ impl Scheduler {
     fn schedule(&self, inner: &mut Inner, submitting: Option<u64>) -> bool {
         let mut admitted = false;
         // A pod admitted in a pass may be what an earlier pending pod's affinity waited for
-        // (the scheduler requeues unschedulable pods when a pod is added): pass again then.
+        // (the scheduler requeues unschedulable pods when a pod is added): pass again then,
+        // while a pass admitted a pod and refused one for its placement.
         loop {
-            let (now, any) = self.schedule_pass(inner, submitting);
+            let (now, again) = self.schedule_pass(inner, submitting);
             admitted |= now;
-            if !any || inner.pending.is_empty() {
+            if !again || inner.pending.is_empty() {
                 return admitted;
             }
         }
     }
 
     /// One pass over the pending pods; returns whether `submitting` was admitted, and whether
-    /// any pod was.
+    /// to pass again (a pod was admitted and one was refused for its placement).
     fn schedule_pass(&self, inner: &mut Inner, submitting: Option<u64>) -> (bool, bool) {
         if inner.pending.is_empty() {
             return (false, false);
         }
-        let mut any = false;
+        let (mut any, mut unplaced) = (false, false);
         let pending: Vec<(Reverse<i32>, u64)> = inner.pending.iter().copied().collect();
         let mut admitted = false;
         // Room held for nominated pods while their victims stop: lower pods may not take it.
@@ -291,6 +300,9 @@ impl Scheduler {
                 Verdict::Admit => {
                     inner.pending.remove(&(priority, key));
                     inner.used = inner.used.plus(requests);
+                    if !entry.pod.spec.placement.anti_affinity.is_empty() {
+                        inner.repelling += 1;
+                    }
                     entry.state = State::Admitted { leaving: false };
                     any = true;
                     if submitting == Some(key) {
@@ -318,6 +330,10 @@ impl Scheduler {
                     continue;
                 }
                 Verdict::Wait(message) => message,
+                Verdict::Unplaced(message) => {
+                    unplaced = true;
+                    message
+                }
             };
             if let State::Pending {
                 nominated,
@@ -331,7 +347,7 @@ impl Scheduler {
                 }
             }
         }
-        (admitted, any)
+        (admitted, any && unplaced)
     }
 
     /// What becomes of pending pod `key`, with `reserved` held for pods before it.
@@ -351,7 +367,7 @@ impl Scheduler {
             // preempt for them.
             return match self.placement_refusal(inner, key) {
                 None => Verdict::Admit,
-                Some(why) => Verdict::Wait(format!(
+                Some(why) => Verdict::Unplaced(format!(
                     "0/1 nodes are available: 1 {why}. preemption: 0/1 nodes are available: 1 \
                      Preemption is not helpful for scheduling."
                 )),
@@ -389,6 +405,9 @@ impl Scheduler {
     /// anti-affinity), or `None`.
     fn placement_refusal(&self, inner: &Inner, key: u64) -> Option<&'static str> {
         let pod = &inner.entries[&key].pod.spec;
+        if pod.placement.is_empty() && inner.repelling == 0 {
+            return None;
+        }
         let admitted: Vec<placement::Admitted<'_>> = inner
             .entries
             .values()
@@ -400,13 +419,6 @@ impl Scheduler {
                 State::Pending { .. } => None,
             })
             .collect();
-        if pod.placement.is_empty()
-            && admitted
-                .iter()
-                .all(|a| a.spec.placement.anti_affinity.is_empty())
-        {
-            return None;
-        }
         placement::refusal(pod, &admitted, &self.node_labels)
     }
 
@@ -459,6 +471,8 @@ enum Verdict {
     Nominate(Vec<u64>, String),
     /// It waits, for this reason.
     Wait(String),
+    /// It waits for the pods on the node to change (its placement), for this reason.
+    Unplaced(String),
 }
 
 enum Choice {
