@@ -108,7 +108,10 @@ type Flight = Arc<OnceCell<Result<Record, String>>>;
 
 /// The node's images.
 pub(crate) struct Images {
-    store: Store,
+    root: PathBuf,
+    /// Opened (made) when the first registry image is asked for: a node that runs only `.wasm`
+    /// files has no image store.
+    store: std::sync::OnceLock<Result<Store, String>>,
     puller: pull::Puller,
     gc: ImageGc,
     inflight: Mutex<HashMap<String, Flight>>,
@@ -136,7 +139,8 @@ impl Images {
             None => None,
         };
         Ok(Images {
-            store: Store::open(root)?,
+            root: root.to_owned(),
+            store: std::sync::OnceLock::new(),
             puller: pull::Puller::new(insecure, node_auth),
             gc,
             inflight: Mutex::default(),
@@ -145,9 +149,20 @@ impl Images {
         })
     }
 
+    fn store(&self) -> Result<&Store, String> {
+        self.store
+            .get_or_init(|| {
+                Store::open(&self.root).map_err(|e| {
+                    format!("cannot open the image store {}: {e}", self.root.display())
+                })
+            })
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
     /// Whether the store has an image for `reference` (its blob not checked yet).
     pub(crate) fn present(&self, reference: &str) -> bool {
-        self.store.record(reference).is_some()
+        self.store().is_ok_and(|s| s.record(reference).is_some())
     }
 
     fn lease(&self, digest: &str) -> Arc<Lease> {
@@ -175,10 +190,10 @@ impl Images {
     ) -> Result<Resolved, PullError> {
         let name = shown(reference);
         let started = Instant::now();
-        let stored = self
-            .store
+        let store = self.store().map_err(PullError::Failed)?;
+        let stored = store
             .record(&name)
-            .and_then(|r| Some((self.store.verified(&r.wasm)?, r)));
+            .and_then(|r| Some((store.verified(&r.wasm)?, r)));
         let fresh_enough = match (&stored, policy) {
             (Some(_), PullPolicy::IfNotPresent | PullPolicy::Never) => true,
             (None, PullPolicy::Never) => return Err(PullError::NeverPull),
@@ -196,7 +211,7 @@ impl Images {
         };
         if fresh_enough && let Some((wasm, mut record)) = stored {
             record.last_used = now_secs();
-            let _ = self.store.put_record(&record);
+            let _ = store.put_record(&record);
             let lease = self.lease(&record.wasm);
             let size = std::fs::metadata(&wasm).map_or(0, |m| m.len());
             return Ok(Resolved {
@@ -225,8 +240,7 @@ impl Images {
             .unwrap_or_else(|e| e.into_inner())
             .remove(&name);
         let record = record.map_err(PullError::Failed)?;
-        let wasm = self
-            .store
+        let wasm = store
             .verified(&record.wasm)
             .ok_or_else(|| PullError::Failed("the pulled image is gone from the store".into()))?;
         let size = std::fs::metadata(&wasm).map_or(0, |m| m.len());
@@ -280,9 +294,8 @@ impl Images {
             .unwrap_or_else(|e| e.into_inner())
             .remove(name);
         let fetched = fetched?;
-        let wasm = self
-            .store
-            .put_blob(fetched.wasm_digest.as_deref(), &fetched.wasm)?;
+        let store = self.store()?;
+        let wasm = store.put_blob(fetched.wasm_digest.as_deref(), &fetched.wasm)?;
         let record = Record {
             reference: name.to_owned(),
             image_id: format!(
@@ -296,7 +309,7 @@ impl Images {
             cmd: fetched.cmd,
             last_used: now_secs(),
         };
-        self.store
+        store
             .put_record(&record)
             .map_err(|e| format!("cannot record the image: {e}"))?;
         Ok(record)
@@ -310,7 +323,10 @@ impl Images {
             .unwrap_or_else(|e| e.into_inner())
             .clone();
         let gc = self.gc;
-        let removed = self.store.collect(
+        let Ok(store) = self.store() else {
+            return Vec::new();
+        };
+        let removed = store.collect(
             gc.limit,
             (u64::from(gc.high_percent), u64::from(gc.low_percent)),
             |digest| in_use.contains_key(digest),

@@ -238,8 +238,9 @@ fn credentials(config: &Value, registry: &str) -> Option<(String, String)> {
 /// The file at `path` in a layer's tar, at most [`MAX_BLOB`] bytes.
 fn file_in_layer(bytes: &[u8], gzip: bool, path: &str) -> Result<Option<Vec<u8>>, String> {
     use std::io::Read;
+    // A layer is read at most to 4 GiB unpacked: a compressed bomb costs bounded time.
     let reader: Box<dyn Read> = if gzip {
-        Box::new(flate2::read::GzDecoder::new(bytes))
+        Box::new(flate2::read::GzDecoder::new(bytes).take(8 * MAX_BLOB))
     } else {
         Box::new(bytes)
     };
