@@ -19,6 +19,8 @@ use super::Counters;
 
 /// The most bytes of one layer or `.wasm` wasmpod takes from a registry.
 pub(crate) const MAX_BLOB: u64 = 512 << 20;
+/// The most bytes of an image config.
+const MAX_CONFIG: u64 = 4 << 20;
 
 const WASM_LAYERS: &[&str] = &[
     "application/wasm",
@@ -100,8 +102,8 @@ impl Puller {
     ) -> Result<Fetched, String> {
         let auth = self.auth(reference.resolve_registry(), secrets);
         let client = self.client();
-        let (manifest, manifest_digest, config) = client
-            .pull_manifest_and_config(reference, &auth)
+        let (manifest, manifest_digest) = client
+            .pull_image_manifest(reference, &auth)
             .await
             .map_err(|e| e.to_string())?;
         if let Some(want) = reference.digest()
@@ -127,7 +129,11 @@ impl Puller {
             });
         }
         // An ordinary image: the `.wasm` its entry point names, from the last layer that has it.
-        let config: Value = serde_json::from_str(&config).unwrap_or_default();
+        if u64::try_from(manifest.config.size).unwrap_or(u64::MAX) > MAX_CONFIG {
+            return Err("the image config is larger than 4 MiB".into());
+        }
+        let config = blob(&client, reference, &manifest.config, &Counters::default()).await?;
+        let config: Value = serde_json::from_slice(&config).unwrap_or_default();
         let list = |key: &str| -> Option<Vec<String>> {
             let v = config.pointer(&format!("/config/{key}"))?.as_array()?;
             Some(

@@ -143,6 +143,8 @@ pub(super) fn check(
             );
         }
         let rat = at.child("requiredDuringSchedulingIgnoredDuringExecution");
+        too_many(&rat, required.map_or(0, Vec::len), errors);
+        too_many(&pat, preferred.map_or(0, Vec::len), errors);
         required
             .into_iter()
             .flatten()
@@ -247,6 +249,20 @@ fn pod_term(
         namespaces,
         topology_key: term.topology_key.clone(),
     })
+}
+
+/// The most terms or constraints of one kind a pod may have: each is evaluated against every pod
+/// of the node whenever the node admits a pod, so their number is bounded (Kubernetes sets no
+/// bound; real manifests have a handful).
+const MAX_TERMS: usize = 64;
+
+fn too_many(at: &FieldPath, n: usize, errors: &mut Vec<FieldError>) {
+    if n > MAX_TERMS {
+        errors.push(FieldError::too_large(
+            at,
+            format!("Too many: {n}: must have at most {MAX_TERMS} items"),
+        ));
+    }
 }
 
 fn topology_key(key: &str, at: &FieldPath, errors: &mut Vec<FieldError>) {
@@ -398,6 +414,7 @@ fn spread_constraints(
     errors: &mut Vec<FieldError>,
 ) -> Vec<Spread> {
     let at = FieldPath::new("spec").child("topologySpreadConstraints");
+    too_many(&at, list.len(), errors);
     let mut kept = Vec::new();
     let mut seen: Vec<(&str, &str)> = Vec::new();
     for (i, c) in list.iter().enumerate() {
@@ -543,5 +560,22 @@ mod tests {
             ]
         );
         assert!(p.is_empty());
+    }
+
+    #[test]
+    fn the_number_of_terms_is_bounded() {
+        let term = "{ topologyKey: zone, labelSelector: { matchLabels: { app: web } } }, ";
+        let yaml = format!(
+            "containers: []\naffinity:\n  podAntiAffinity:\n    requiredDuringSchedulingIgnoredDuringExecution: [ {} ]\n",
+            term.repeat(65)
+        );
+        let spec: k8s::PodSpec = serde_yaml_ng::from_str(&yaml).unwrap();
+        let mut errors = Vec::new();
+        check(&spec, "default", &labels(&[]), &mut errors);
+        assert_eq!(
+            errors[0].path,
+            "spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+        );
+        assert!(errors[0].message.contains("at most 64"));
     }
 }
