@@ -676,9 +676,8 @@ fn corpus_manifests_through_kubectl() {
 fn registry_images_through_kubectl() {
     let registry = wasmpod_tests::registry::Registry::start(true);
     let wasm = std::fs::read(wasmpod_tests::guests::AGNHOST_P1).unwrap();
-    let digest = tokio::runtime::Runtime::new()
-        .unwrap()
-        .block_on(registry.push_wasm("private:1.0", &wasm));
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let digest = runtime.block_on(registry.push_wasm("private:1.0", &wasm));
     let tmp = tempfile::tempdir().unwrap();
     wasmpod_tests::warm_shared_cache();
     let agent = Agent::start_in(tmp.path(), &["--insecure-registry", &registry.host]);
@@ -731,6 +730,40 @@ fn registry_images_through_kubectl() {
         events.contains(&format!("Successfully pulled image \"{image}\"")),
         "{events}"
     );
+
+    // `kubectl set image` to another registry image: the container restarts with it, pulled;
+    // an ordinary image's entry point comes before the container's args.
+    let v2 = runtime.block_on(registry.push_image(
+        "private:2.0",
+        &[("app.wasm", &wasm)],
+        &["/app.wasm", "print", "v2"],
+        &[],
+    ));
+    let running = PodYaml::new("app")
+        .spec("imagePullSecrets: [ { name: regcred } ]")
+        .container(&format!(
+            "{{ name: main, image: \"{image}\", args: [print, started, sleep, \"600000\"] }}"
+        ))
+        .build();
+    agent.create(&running);
+    agent.until(&["get", "pods"], LIMIT, |t| {
+        status_of(t, "app") == "Running"
+    });
+    let v2_image = format!("{}/private:2.0", registry.host);
+    agent.ok(&["set", "image", "pod/app", &format!("main={v2_image}")]);
+    let id = agent.until(
+        &[
+            "get",
+            "pod",
+            "app",
+            "-o",
+            "jsonpath={.status.containerStatuses[0].imageID} {.status.containerStatuses[0].restartCount}",
+        ],
+        LIMIT,
+        |t| t.ends_with(" 1"),
+    );
+    assert_eq!(id, format!("{}/private@{v2} 1", registry.host));
+    agent.until(&["logs", "app"], LIMIT, |t| t == "v2\nstarted\n");
 }
 
 #[test]

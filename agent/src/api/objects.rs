@@ -503,7 +503,7 @@ impl Api {
             self.load_changed_images(&current, &next).await?
         } else {
             super::validate::check_object(&self.store, resource, name, &mut next)?;
-            Vec::new()
+            None
         };
         let before = rv(&current);
         let updated = self

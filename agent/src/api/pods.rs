@@ -227,13 +227,14 @@ impl Api {
         Ok(spec)
     }
 
-    /// The containers whose image an update changes, with their new modules' paths, loaded
-    /// (so a module that cannot be loaded refuses the update, naming its field).
+    /// The containers whose image an update changes, and the updated spec (validated, its new
+    /// `.wasm` files loaded, so a module that cannot be loaded refuses the update, naming its
+    /// field); `None` when no image changes.
     pub(super) async fn load_changed_images(
         &self,
         current: &Value,
         next: &Value,
-    ) -> Result<Vec<(String, std::path::PathBuf)>, ApiError> {
+    ) -> Result<Option<(wasmpod::PodSpec, Vec<String>)>, ApiError> {
         let name = next
             .pointer("/metadata/name")
             .and_then(Value::as_str)
@@ -262,54 +263,22 @@ impl Api {
             }
         }
         if changed.is_empty() {
-            return Ok(Vec::new());
+            return Ok(None);
         }
         let spec = self.validate_and_load(name, next).await?;
-        // The images in the spec's order: init containers (and sidecars), then regular ones.
-        let order: Vec<&str> = ["initContainers", "containers"]
-            .iter()
-            .flat_map(|l| {
-                next.pointer(&format!("/spec/{l}"))
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-            })
-            .filter_map(|c| c["name"].as_str())
-            .collect();
-        let paths: Vec<std::path::PathBuf> = spec.images().map(|(_, p)| p.to_owned()).collect();
-        // A registry image is pulled when its container starts; a running pod's containers
-        // are given new `.wasm` files only.
-        if let Some(c) = changed.iter().find(|c| {
-            order
-                .iter()
-                .position(|n| n == c)
-                .and_then(|at| paths.get(at))
-                .is_some_and(|p| p.as_os_str().is_empty())
-        }) {
-            return Err(ApiError::invalid(
-                "Pod",
-                name,
-                vec![Cause {
-                    reason: "FieldValueForbidden".into(),
-                    field: format!("spec.containers[{c}].image"),
-                    message: "Forbidden: not supported by wasmpod: a running pod's container \
-                              changes to a .wasm file only; to run a new registry image, \
-                              replace the pod"
-                        .into(),
-                }],
-            ));
-        }
-        Ok(changed
-            .into_iter()
-            .filter_map(|c| {
-                let at = order.iter().position(|n| *n == c)?;
-                Some((c, paths.get(at)?.clone()))
-            })
-            .collect())
+        Ok(Some((spec, changed)))
     }
 
-    /// Gives the running pod its containers' new images.
-    pub(super) async fn set_images(&self, pod: &Value, images: Vec<(String, std::path::PathBuf)>) {
+    /// Gives the running pod its containers' new images (files, or registry images pulled when
+    /// the containers start again).
+    pub(super) async fn set_images(
+        &self,
+        pod: &Value,
+        images: Option<(wasmpod::PodSpec, Vec<String>)>,
+    ) {
+        let Some((spec, changed)) = images else {
+            return;
+        };
         let uid = pod
             .pointer("/metadata/uid")
             .and_then(Value::as_str)
@@ -317,8 +286,8 @@ impl Api {
         let Some(handle) = self.kubelet.handle(uid) else {
             return;
         };
-        for (container, path) in images {
-            if let Err(e) = handle.set_image(&container, &path).await {
+        for container in changed {
+            if let Err(e) = handle.update_image(&spec, &container).await {
                 tracing::warn!(
                     pod = handle.name(),
                     container,

@@ -115,10 +115,38 @@ impl PodHandle {
     /// init container's new image is used when the pod starts again. Load the module first
     /// ([`crate::Node::load_images`] of the updated spec) so that a bad one is refused before.
     pub async fn set_image(&self, container: &str, image: &Path) -> Result<(), String> {
+        self.send_image(container, image.to_owned(), None, None)
+            .await
+    }
+
+    /// Changes `container`'s image to the one `spec` (the pod's updated spec) gives it, a
+    /// `.wasm` file or a registry image (pulled when the container starts again with it,
+    /// under its pull policy), as [`PodHandle::set_image`] does. Load the spec's files first
+    /// ([`crate::Node::load_images`]).
+    pub async fn update_image(&self, spec: &crate::PodSpec, container: &str) -> Result<(), String> {
+        let c = spec
+            .containers
+            .iter()
+            .find(|c| c.name == container)
+            .ok_or_else(|| format!("no container named {container:?} in the spec"))?;
+        let pull = c.pull.clone().map(Box::new);
+        self.send_image(container, c.image.clone(), pull, Some(c.argv.clone()))
+            .await
+    }
+
+    async fn send_image(
+        &self,
+        container: &str,
+        image: std::path::PathBuf,
+        pull: Option<Box<crate::spec::ImagePull>>,
+        argv: Option<Vec<String>>,
+    ) -> Result<(), String> {
         let (reply, answer) = oneshot::channel();
         let msg = Msg::SetImage {
             container: container.to_owned(),
-            image: image.to_owned(),
+            image,
+            pull,
+            argv,
             reply,
         };
         let gone = || format!("pod {} is gone", self.name());

@@ -34,8 +34,8 @@ pub(crate) use env::{PodInfo, resolve as resolve_env};
 pub use errors::{FieldError, FieldErrorKind, InvalidPod};
 pub use model::PodSpec;
 pub(crate) use model::{
-    ContainerSpec, Handler, HostCreate, HttpGet, Mount, Probe, Requests, RestartPolicy, Role,
-    TerminationMessage, VolumeSource,
+    ContainerSpec, Handler, HostCreate, HttpGet, ImagePull, Mount, Probe, Requests, RestartPolicy,
+    Role, TerminationMessage, VolumeSource,
 };
 pub(crate) use names::{MAX_DURATION, check_subdomain};
 pub(crate) use placement::{Placement, PodTerm};

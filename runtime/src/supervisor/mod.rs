@@ -131,7 +131,11 @@ pub(crate) enum Msg {
     /// The named container's image changed (a pod update): it restarts with the new module.
     SetImage {
         container: String,
+        /// The `.wasm` file, or an empty path and the registry image to pull.
         image: std::path::PathBuf,
+        pull: Option<Box<crate::spec::ImagePull>>,
+        /// The container's argv as its new spec has it (`None`: unchanged).
+        argv: Option<Vec<String>>,
         reply: oneshot::Sender<Result<(), String>>,
     },
     /// The sandbox of the named running container, to run a command in (`kubectl exec`).
@@ -440,9 +444,11 @@ impl PodTask {
             Msg::SetImage {
                 container,
                 image,
+                pull,
+                argv,
                 reply,
             } => {
-                let _ = reply.send(self.set_image(&container, image));
+                let _ = reply.send(self.set_image(&container, image, pull.map(|p| *p), argv));
             }
             Msg::Admit => self.admit(),
             Msg::Unschedulable { message, nominated } => {

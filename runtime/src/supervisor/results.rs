@@ -257,6 +257,8 @@ impl PodTask {
         &mut self,
         container: &str,
         image: std::path::PathBuf,
+        pull: Option<crate::spec::ImagePull>,
+        argv: Option<Vec<String>>,
     ) -> Result<(), String> {
         let index = self
             .containers
@@ -264,11 +266,17 @@ impl PodTask {
             .position(|c| &*c.name == container)
             .ok_or_else(|| format!("no container named {container:?}"))?;
         let c = &mut self.containers[index];
-        if c.spec.image == image {
+        let shown = |p: &Option<crate::spec::ImagePull>| p.as_ref().map(|p| p.shown.clone());
+        if c.spec.image == image && shown(&c.spec.pull) == shown(&pull) {
             return Ok(());
         }
         c.spec.image = image;
+        c.spec.pull = pull;
+        if let Some(argv) = argv {
+            c.spec.argv = argv;
+        }
         c.preloaded = None;
+        c.pulled = None;
         if c.role() == Role::Init || self.shutdown.is_some() {
             return Ok(());
         }
