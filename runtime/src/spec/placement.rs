@@ -56,13 +56,26 @@ pub(crate) enum Namespaces {
     Listed(Vec<String>),
     /// Every namespace (`namespaceSelector: {}`).
     All,
+    /// These, and those a `namespaceSelector` on the `kubernetes.io/metadata.name` label (which
+    /// every namespace has) selects.
+    Selected(Vec<String>, Selector),
 }
+
+/// The label Kubernetes gives every namespace: its name.
+const NAMESPACE_NAME: &str = "kubernetes.io/metadata.name";
 
 impl Namespaces {
     pub(crate) fn contains(&self, namespace: &str) -> bool {
         match self {
             Namespaces::Listed(list) => list.iter().any(|n| n == namespace),
             Namespaces::All => true,
+            Namespaces::Selected(list, selector) => {
+                list.iter().any(|n| n == namespace)
+                    || selector.matches(&BTreeMap::from([(
+                        NAMESPACE_NAME.to_owned(),
+                        namespace.to_owned(),
+                    )]))
+            }
         }
     }
 }
@@ -233,13 +246,27 @@ fn pod_term(
         {
             Namespaces::All
         }
-        Some(_) => {
-            errors.push(FieldError::not_supported(
-                at.child("namespaceSelector"),
-                "not supported by wasmpod: the node does not know namespaces' labels; list the \
-                 namespaces in `namespaces`, or use {} for every namespace",
-            ));
-            Namespaces::All
+        Some(s) => {
+            let sat = at.child("namespaceSelector");
+            let keys = s
+                .match_labels
+                .iter()
+                .flatten()
+                .map(|(k, _)| k)
+                .chain(s.match_expressions.iter().flatten().map(|e| &e.key));
+            for key in keys {
+                if key != NAMESPACE_NAME {
+                    errors.push(FieldError::not_supported(
+                        sat.clone(),
+                        format!(
+                            "not supported by wasmpod: {key:?}: the node knows a namespace by its \
+                             {NAMESPACE_NAME} label only; select on it, list the namespaces in \
+                             `namespaces`, or use {{}} for every namespace"
+                        ),
+                    ));
+                }
+            }
+            Namespaces::Selected(listed, self::selector(s, &sat, errors))
         }
         None if listed.is_empty() => Namespaces::Listed(vec![namespace.to_owned()]),
         None => Namespaces::Listed(listed),
@@ -577,5 +604,28 @@ mod tests {
             "spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution"
         );
         assert!(errors[0].message.contains("at most 64"));
+    }
+
+    #[test]
+    fn namespaces_are_selected_by_their_name_label() {
+        let (p, errors) = parse(
+            "containers: []\n\
+             affinity:\n  podAffinity:\n    requiredDuringSchedulingIgnoredDuringExecution:\n\
+             \x20   - topologyKey: zone\n      namespaces: [listed]\n\
+             \x20     labelSelector: { matchLabels: { app: web } }\n\
+             \x20     namespaceSelector:\n        matchExpressions:\n\
+             \x20       - { key: kubernetes.io/metadata.name, operator: In, values: [a, b] }\n",
+        );
+        assert!(errors.is_empty(), "{errors:?}");
+        let web = labels(&[("app", "web")]);
+        let term = &p.affinity[0];
+        for (ns, want) in [
+            ("a", true),
+            ("b", true),
+            ("listed", true),
+            ("default", false),
+        ] {
+            assert_eq!(term.matches(ns, &web), want, "{ns}");
+        }
     }
 }
