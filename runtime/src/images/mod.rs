@@ -212,17 +212,9 @@ impl Images {
         if fresh_enough && let Some((wasm, mut record)) = stored {
             record.last_used = now_secs();
             let _ = store.put_record(&record);
-            let lease = self.lease(&record.wasm);
-            let size = std::fs::metadata(&wasm).map_or(0, |m| m.len());
-            return Ok(Resolved {
-                wasm,
-                image_id: record.image_id,
-                entrypoint: record.entrypoint,
-                cmd: record.cmd,
-                // `Always` reports a pull, as the kubelet does, however little it fetched.
-                pulled: (policy == PullPolicy::Always).then(|| (started.elapsed(), size)),
-                _lease: lease,
-            });
+            // `Always` reports a pull, as the kubelet does, however little it fetched.
+            let pulled = policy == PullPolicy::Always;
+            return Ok(self.resolved(record, wasm, pulled.then(|| started.elapsed())));
         }
         let flight: Flight = self
             .inflight
@@ -240,20 +232,24 @@ impl Images {
             .unwrap_or_else(|e| e.into_inner())
             .remove(&name);
         let record = record.map_err(PullError::Failed)?;
+        // Its digest was checked when the pull wrote it, a moment ago.
         let wasm = store
-            .verified(&record.wasm)
+            .existing(&record.wasm)
             .ok_or_else(|| PullError::Failed("the pulled image is gone from the store".into()))?;
+        Ok(self.resolved(record, wasm, Some(started.elapsed())))
+    }
+
+    /// The image of `record`, held (leased) for a container; `pulled`: how long its pull took.
+    fn resolved(&self, record: Record, wasm: PathBuf, pulled: Option<Duration>) -> Resolved {
         let size = std::fs::metadata(&wasm).map_or(0, |m| m.len());
-        let lease = self.lease(&record.wasm);
-        self.collect();
-        Ok(Resolved {
+        Resolved {
+            _lease: self.lease(&record.wasm),
             wasm,
             image_id: record.image_id,
             entrypoint: record.entrypoint,
             cmd: record.cmd,
-            pulled: Some((started.elapsed(), size)),
-            _lease: lease,
-        })
+            pulled: pulled.map(|took| (took, size)),
+        }
     }
 
     /// The pulls under way.
@@ -312,11 +308,13 @@ impl Images {
         store
             .put_record(&record)
             .map_err(|e| format!("cannot record the image: {e}"))?;
+        self.collect(&record.wasm);
         Ok(record)
     }
 
-    /// Runs the image garbage collection.
-    pub(crate) fn collect(&self) -> Vec<String> {
+    /// Runs the image garbage collection (once per download), keeping `pulled`, which no
+    /// container holds yet.
+    fn collect(&self, pulled: &str) -> Vec<String> {
         let in_use = self
             .in_use
             .lock()
@@ -329,7 +327,7 @@ impl Images {
         let removed = store.collect(
             gc.limit,
             (u64::from(gc.high_percent), u64::from(gc.low_percent)),
-            |digest| in_use.contains_key(digest),
+            |digest| digest == pulled || in_use.contains_key(digest),
         );
         for r in &removed {
             tracing::info!(image = %r, "image garbage-collected");

@@ -119,7 +119,7 @@ impl Puller {
             .find(|l| WASM_LAYERS.contains(&l.media_type.as_str()))
         {
             counters.layers.store(1, Relaxed);
-            let wasm = blob(&client, reference, layer, counters).await?;
+            let wasm = blob(&client, reference, layer, MAX_BLOB, counters).await?;
             return Ok(Fetched {
                 manifest_digest,
                 wasm,
@@ -129,10 +129,14 @@ impl Puller {
             });
         }
         // An ordinary image: the `.wasm` its entry point names, from the last layer that has it.
-        if u64::try_from(manifest.config.size).unwrap_or(u64::MAX) > MAX_CONFIG {
-            return Err("the image config is larger than 4 MiB".into());
-        }
-        let config = blob(&client, reference, &manifest.config, &Counters::default()).await?;
+        let config = blob(
+            &client,
+            reference,
+            &manifest.config,
+            MAX_CONFIG,
+            &Counters::default(),
+        )
+        .await?;
         let config: Value = serde_json::from_slice(&config).unwrap_or_default();
         let list = |key: &str| -> Option<Vec<String>> {
             let v = config.pointer(&format!("/config/{key}"))?.as_array()?;
@@ -164,7 +168,7 @@ impl Puller {
                 "application/vnd.oci.image.layer.v1.tar" => false,
                 other => return Err(format!("unsupported layer media type {other}")),
             };
-            let bytes = blob(&client, reference, layer, counters).await?;
+            let bytes = blob(&client, reference, layer, MAX_BLOB, counters).await?;
             if let Some(wasm) = file_in_layer(&bytes, gzip, wanted)? {
                 found = Some(wasm);
             }
@@ -180,23 +184,34 @@ impl Puller {
     }
 }
 
-/// One blob, at most [`MAX_BLOB`] bytes (`oci-client` checks its digest).
+/// One blob of at most `limit` bytes, and no more than its descriptor declares (`oci-client`
+/// checks its digest).
 async fn blob(
     client: &Client,
     reference: &Reference,
     layer: &oci_client::manifest::OciDescriptor,
+    limit: u64,
     counters: &Counters,
 ) -> Result<Vec<u8>, String> {
-    if u64::try_from(layer.size).unwrap_or(u64::MAX) > MAX_BLOB {
-        return Err(format!("layer {} is larger than 512 MiB", layer.digest));
+    let declared = u64::try_from(layer.size).unwrap_or(u64::MAX);
+    if declared > limit {
+        return Err(format!(
+            "blob {} is larger than {} MiB",
+            layer.digest,
+            limit >> 20
+        ));
     }
-    let mut out = Bounded(Vec::new(), counters);
+    let mut out = Bounded {
+        data: Vec::new(),
+        limit: declared,
+        counters,
+    };
     client
         .pull_blob(reference, layer, &mut out)
         .await
         .map_err(|e| e.to_string())?;
     counters.layers_done.fetch_add(1, Relaxed);
-    Ok(out.0)
+    Ok(out.data)
 }
 
 /// An image index's entry for wasm (`wasi`/`wasm` platforms), else the node's own platform.
@@ -282,9 +297,13 @@ fn file_in_layer(bytes: &[u8], gzip: bool, path: &str) -> Result<Option<Vec<u8>>
     Ok(found)
 }
 
-/// A `Vec` that refuses to grow past [`MAX_BLOB`] (a registry sending more than it said), and
+/// A `Vec` that refuses to grow past `limit` (a registry sending more than it declared), and
 /// counts what arrives.
-struct Bounded<'a>(Vec<u8>, &'a Counters);
+struct Bounded<'a> {
+    data: Vec<u8>,
+    limit: u64,
+    counters: &'a Counters,
+}
 
 impl AsyncWrite for Bounded<'_> {
     fn poll_write(
@@ -292,11 +311,13 @@ impl AsyncWrite for Bounded<'_> {
         _: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        if self.0.len() as u64 + buf.len() as u64 > MAX_BLOB {
-            return Poll::Ready(Err(std::io::Error::other("a blob larger than 512 MiB")));
+        if self.data.len() as u64 + buf.len() as u64 > self.limit {
+            return Poll::Ready(Err(std::io::Error::other(
+                "the registry sent more than the blob's declared size",
+            )));
         }
-        self.0.extend_from_slice(buf);
-        self.1.bytes.fetch_add(buf.len() as u64, Relaxed);
+        self.data.extend_from_slice(buf);
+        self.counters.bytes.fetch_add(buf.len() as u64, Relaxed);
         Poll::Ready(Ok(buf.len()))
     }
 

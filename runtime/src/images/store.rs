@@ -108,6 +108,11 @@ impl Store {
         Ok(digest)
     }
 
+    /// The blob's file, if it is there (its content not checked).
+    pub(crate) fn existing(&self, digest: &str) -> Option<PathBuf> {
+        self.blob(digest).filter(|p| p.is_file())
+    }
+
     /// The blob's file, after checking that its content is its digest (a corrupt blob is
     /// removed, so the image is pulled again).
     pub(crate) fn verified(&self, digest: &str) -> Option<PathBuf> {

@@ -17,7 +17,7 @@ impl PodTask {
     /// pull is begun (or under way) and the start waits for [`Msg::Pulled`].
     pub(super) fn image_ready(&mut self, index: usize) -> bool {
         let c = &mut self.containers[index];
-        let Some(pull) = c.spec.pull.clone() else {
+        let Some(pull) = &c.spec.pull else {
             return true;
         };
         // `Always` pulls again for every start of the container, as the kubelet does.
@@ -30,6 +30,7 @@ impl PodTask {
         if c.pulling {
             return false;
         }
+        let pull = pull.clone();
         c.pulling = true;
         c.pulled = None;
         if let State::Terminated(t) = std::mem::replace(
