@@ -9,6 +9,18 @@ use k8s_openapi::api::core::v1 as k8s;
 use super::errors::{FieldError, FieldPath};
 use super::names::check_subdomain;
 
+/// A label key's name part, or a non-empty label value: at most 63 alphanumerics, '-', '_' or
+/// '.', starting and ending alphanumeric.
+pub(super) fn is_name_part(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || b"-_.".contains(c))
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+}
+
 /// A label key: an optional DNS subdomain prefix and `/`, then a name of at most 63
 /// alphanumerics, '-', '_' or '.', starting and ending alphanumeric.
 pub(super) fn check_qualified_name(key: &str) -> Result<(), String> {
@@ -16,13 +28,7 @@ pub(super) fn check_qualified_name(key: &str) -> Result<(), String> {
         Some((p, n)) => (Some(p), n),
         None => (None, key),
     };
-    let name_ok = !name.is_empty()
-        && name.len() <= 63
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
-        && name.as_bytes()[0].is_ascii_alphanumeric()
-        && name.as_bytes()[name.len() - 1].is_ascii_alphanumeric();
+    let name_ok = !name.is_empty() && is_name_part(name);
     let prefix_ok = prefix.is_none_or(|p| !p.is_empty() && check_subdomain(p).is_ok());
     if name_ok && prefix_ok {
         Ok(())
@@ -91,6 +97,16 @@ fn check_requirement(
     }
 }
 
+/// A preferred term's `weight`: 1 to 100, as the API server requires.
+pub(super) fn check_weight(at: &FieldPath, weight: i32, errors: &mut Vec<FieldError>) {
+    if !(1..=100).contains(&weight) {
+        errors.push(FieldError::invalid(
+            at,
+            format!("Invalid value: {weight}: must be in the range 1-100"),
+        ));
+    }
+}
+
 fn check_term(term: &k8s::NodeSelectorTerm, at: &FieldPath, errors: &mut Vec<FieldError>) {
     for (j, r) in term.match_expressions.iter().flatten().enumerate() {
         check_requirement(r, &at.child("matchExpressions").index(j), false, errors);
@@ -116,12 +132,7 @@ pub(super) fn check_affinity(
         .flatten()
         .enumerate()
     {
-        if !(1..=100).contains(&p.weight) {
-            errors.push(FieldError::invalid(
-                preferred.index(i).child("weight"),
-                format!("Invalid value: {}: must be in the range 1-100", p.weight),
-            ));
-        }
+        check_weight(&preferred.index(i).child("weight"), p.weight, errors);
         check_term(
             &p.preference,
             &preferred.index(i).child("preference"),

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1 as k8s;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
-use super::affinity::check_qualified_name;
+use super::affinity::{check_qualified_name, check_weight, is_name_part};
 use super::errors::{FieldError, FieldPath};
 use super::names::check_label;
 
@@ -141,12 +141,7 @@ pub(super) fn check(
                  errors: &mut Vec<FieldError>| {
         let pat = at.child("preferredDuringSchedulingIgnoredDuringExecution");
         for (i, w) in preferred.into_iter().flatten().enumerate() {
-            if !(1..=100).contains(&w.weight) {
-                errors.push(FieldError::invalid(
-                    pat.index(i).child("weight"),
-                    format!("Invalid value: {}: must be in the range 1-100", w.weight),
-                ));
-            }
+            check_weight(&pat.index(i).child("weight"), w.weight, errors);
             pod_term(
                 &w.pod_affinity_term,
                 &pat.index(i).child("podAffinityTerm"),
@@ -364,14 +359,7 @@ fn selector(s: &LabelSelector, at: &FieldPath, errors: &mut Vec<FieldError>) -> 
 /// A label value: empty, or at most 63 alphanumerics, '-', '_' or '.', starting and ending
 /// alphanumeric.
 fn check_label_value(v: &str) -> Result<(), &'static str> {
-    let b = v.as_bytes();
-    if v.is_empty()
-        || (v.len() <= 63
-            && b.iter()
-                .all(|c| c.is_ascii_alphanumeric() || b"-_.".contains(c))
-            && b[0].is_ascii_alphanumeric()
-            && b[b.len() - 1].is_ascii_alphanumeric())
-    {
+    if v.is_empty() || is_name_part(v) {
         Ok(())
     } else {
         Err(

@@ -117,12 +117,7 @@ fn tolerations_are_validated_as_the_api_server_does() {
     let ok = "  tolerations: [ { key: a, operator: Equal, value: b, effect: NoSchedule }, { operator: Exists }, { key: c, operator: Exists, effect: NoExecute, tolerationSeconds: 30 } ]\n";
     parse(&pod_with("", ok, "")).unwrap_or_else(|e| panic!("{e}"));
     let bad = "  tolerations: [ { value: b }, { key: a, operator: Exists, value: b }, { key: a, operator: Near }, { key: a, effect: Sometimes }, { key: a, tolerationSeconds: 5 } ]\n";
-    let paths: Vec<String> = parse(&pod_with("", bad, ""))
-        .unwrap_err()
-        .errors
-        .into_iter()
-        .map(|e| e.path)
-        .collect();
+    let paths = error_paths(bad);
     assert_eq!(
         paths,
         [
@@ -156,12 +151,7 @@ fn node_affinity_is_validated_as_the_api_server_does() {
       preferredDuringSchedulingIgnoredDuringExecution:
       - { weight: 0, preference: { matchExpressions: [ { key: zone, operator: In, values: [a] } ] } }
 "#;
-    let paths: Vec<String> = parse(&pod_with("", bad, ""))
-        .unwrap_err()
-        .errors
-        .into_iter()
-        .map(|e| e.path)
-        .collect();
+    let paths = error_paths(bad);
     let preferred = "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution";
     let terms = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms";
     assert_eq!(
@@ -263,4 +253,14 @@ fn termination_message_paths_are_files_beside_no_mount() {
     let nested = "apiVersion: v1\nkind: Pod\nmetadata: { name: p }\nspec:\n  volumes: [ { name: data, emptyDir: {} } ]\n  containers:\n  - { name: c, image: a.wasm, volumeMounts: [ { name: data, mountPath: /run/app/data } ], terminationMessagePath: /run/app/message }\n";
     let err = parse(nested).unwrap_err();
     assert!(err.errors[0].message.contains("/run/app/data"), "{err}");
+}
+
+/// The paths of the errors of a pod whose spec has `spec_lines` (which it must have).
+fn error_paths(spec_lines: &str) -> Vec<String> {
+    parse(&pod_with("", spec_lines, ""))
+        .unwrap_err()
+        .errors
+        .into_iter()
+        .map(|e| e.path)
+        .collect()
 }
