@@ -103,21 +103,6 @@ fn main() {
         "warm_p50_ms": warm_p50,
         "warm_max_ms": warm_max,
     });
-    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/bench-baseline.json");
-    let base = std::fs::read_to_string(&file)
-        .ok()
-        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-        .and_then(|b| b.get("images").cloned());
-    match base {
-        Some(base) => {
-            println!("\nagainst the baseline in docs/bench-baseline.json (now / then):");
-            for key in ["cold_p50_ms", "warm_p50_ms"] {
-                if let (Some(now), Some(then)) = (report[key].as_f64(), base[key].as_f64()) {
-                    println!("  {key:<14} {now:>10.1} / {then:>10.1} = {:.2}", now / then);
-                }
-            }
-        }
-        None => println!("\n(no `images` entry in docs/bench-baseline.json yet)"),
-    }
+    wasmpod_tests::compare_bench("images", &report, &["cold_p50_ms", "warm_p50_ms"]);
     wasmpod_tests::save_bench("images", &report);
 }

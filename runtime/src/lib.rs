@@ -45,6 +45,7 @@ mod output;
 mod paths;
 mod spec;
 mod supervisor;
+pub mod task;
 mod volumes;
 
 pub use container::ExecOutput;

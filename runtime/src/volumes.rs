@@ -41,6 +41,16 @@ pub(crate) struct MountDir {
 }
 
 impl MountDir {
+    /// Opens the host directory at `path`.
+    pub(crate) fn open(path: &Path) -> Result<MountDir, String> {
+        let dir = Dir::open_ambient_dir(path, ambient_authority())
+            .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+        Ok(MountDir {
+            dir,
+            shown: path.to_owned(),
+        })
+    }
+
     /// A path that opens this very directory (not whatever is at its name now): its descriptor
     /// under `/proc/self/fd`, where the host has `/proc`.
     pub(crate) fn path(&self) -> PathBuf {

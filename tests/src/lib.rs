@@ -5,6 +5,7 @@
 //! `{term}` for the wasip1 `agnhost` that imports the termination interface, `{probed}` for the
 //! wasip2 component that imports `termination` and exports `probes` and `hooks`.
 
+pub mod containerd;
 pub mod registry;
 
 use std::path::{Path, PathBuf};
@@ -424,6 +425,26 @@ pub fn save_bench(name: &str, results: &serde_json::Value) {
         serde_json::to_string_pretty(results).unwrap(),
     )
     .unwrap();
+}
+
+/// Prints `keys` of a benchmark's results beside the `name` entry of `docs/bench-baseline.json`
+/// (now / then and their ratio).
+pub fn compare_bench(name: &str, results: &serde_json::Value, keys: &[&str]) {
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/bench-baseline.json");
+    let base = std::fs::read_to_string(&file)
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .and_then(|b| b.get(name).cloned());
+    let Some(base) = base else {
+        println!("\n(no `{name}` entry in docs/bench-baseline.json yet)");
+        return;
+    };
+    println!("\nagainst the baseline in docs/bench-baseline.json (now / then):");
+    for key in keys {
+        if let (Some(now), Some(then)) = (results[*key].as_f64(), base[*key].as_f64()) {
+            println!("  {key:<28} {now:>10.1} / {then:>10.1} = {:.2}", now / then);
+        }
+    }
 }
 
 /// The condition `kind` of a pod status: (status, reason, message).

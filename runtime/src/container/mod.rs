@@ -18,7 +18,6 @@ use crate::engine::{Activity, Image};
 use crate::host::{KillClock, Killed, MemoryLimiter, P1State, P2State, PodExport, TermSignal};
 use crate::memory::{Budget, Charge, PodMemory};
 use crate::network::PodNetwork;
-use crate::output::OutputSink;
 use crate::volumes::MountDir;
 
 /// Exit code of a container that could not be started (its sandbox could not be made).
@@ -56,6 +55,9 @@ pub(crate) struct Sandbox {
     pub(crate) kill: KillClock,
     /// The pod's network namespace (components reach it through `wasi:sockets`).
     pub(crate) net: Arc<PodNetwork>,
+    /// The components' `wasi:sockets` are the host's (the engine was made with
+    /// [`crate::host::GuestSockets::Host`]), not `net`.
+    pub(crate) host_sockets: bool,
     /// The engine's count of stores executing wasm (its epoch ticker runs fast while any does).
     pub(crate) activity: Arc<Activity>,
     /// Where the instances' memory is counted.
@@ -149,6 +151,9 @@ impl Sandbox {
         if let Some(dir) = &self.working_dir {
             b.initial_cwd(dir);
         }
+        if self.host_sockets {
+            b.inherit_network().allow_ip_name_lookup(true);
+        }
         Ok(b)
     }
 
@@ -196,7 +201,11 @@ impl Sandbox {
     }
 
     /// Runs the container's entry point to its end and reports how it ended.
-    pub(crate) async fn run(&self, stdout: OutputSink, stderr: OutputSink) -> Exit {
+    pub(crate) async fn run(
+        &self,
+        stdout: impl StdoutStream + 'static,
+        stderr: impl StdoutStream + 'static,
+    ) -> Exit {
         match self.wasi(&self.argv, stdout, stderr) {
             Ok(wasi) => self.run_entry(wasi).await,
             Err(e) => Exit {

@@ -14,7 +14,7 @@ use wasmtime::component::{Component, Linker as ComponentLinker};
 use wasmtime::{Config, InstancePre, Linker, Module};
 use wasmtime_wasi::p2::bindings::CommandPre;
 
-use crate::host::{Linkers, P1State, P2State};
+use crate::host::{GuestSockets, Linkers, P1State, P2State};
 pub(crate) use activity::Activity;
 use cache::CompileCache;
 
@@ -112,6 +112,51 @@ impl FileKey {
     }
 }
 
+/// The wasmtime configuration of every wasmpod engine (artefacts compiled by one load in any
+/// other).
+fn config() -> Config {
+    let mut config = Config::new();
+    config.epoch_interruption(true);
+    config.cranelift_opt_level(wasmtime::OptLevel::Speed);
+    // Each live instance costs memory mappings, and Linux caps a process at
+    // `vm.max_map_count` (65,530 by default): without a guard region before each linear
+    // memory an instance takes one mapping fewer, which is what lets 10,000 pods fit.
+    // The guard after the memory, which the bounds checks rely on, stays.
+    config.guard_before_linear_memory(false);
+    config
+}
+
+/// Compiles a module or component into an artefact [`Engine::load_precompiled`] takes, without
+/// starting an engine. Blocking.
+pub(crate) fn precompile(name: &Path, bytes: &[u8]) -> Result<Vec<u8>, LoadError> {
+    let engine = wasmtime::Engine::new(&config()).map_err(|e| LoadError::Compile {
+        path: name.to_owned(),
+        message: format!("{e:#}"),
+    })?;
+    let kind = Kind::of(bytes).ok_or_else(|| LoadError::NotWasm {
+        path: name.to_owned(),
+    })?;
+    match kind {
+        Kind::Module => engine.precompile_module(bytes),
+        Kind::Component => engine.precompile_component(bytes),
+    }
+    .map_err(|e| LoadError::Compile {
+        path: name.to_owned(),
+        message: format!("{e:#}"),
+    })
+}
+
+/// A hash that changes whenever artefacts of [`precompile`] stop loading (another wasmtime, or
+/// another configuration or CPU).
+pub(crate) fn precompile_key() -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    if let Ok(engine) = wasmtime::Engine::new(&config()) {
+        engine.precompile_compatibility_hash().hash(&mut h);
+    }
+    h.finish()
+}
+
 pub(crate) struct Engine {
     pub(crate) wasmtime: wasmtime::Engine,
     cache: CompileCache,
@@ -131,18 +176,13 @@ impl Drop for Engine {
 }
 
 impl Engine {
-    pub(crate) fn new(cache_dir: Option<PathBuf>) -> wasmtime::Result<Engine> {
-        let mut config = Config::new();
-        config.epoch_interruption(true);
-        config.cranelift_opt_level(wasmtime::OptLevel::Speed);
-        // Each live instance costs memory mappings, and Linux caps a process at
-        // `vm.max_map_count` (65,530 by default): without a guard region before each linear
-        // memory an instance takes one mapping fewer, which is what lets 10,000 pods fit.
-        // The guard after the memory, which the bounds checks rely on, stays.
-        config.guard_before_linear_memory(false);
-        let wasmtime = wasmtime::Engine::new(&config)?;
-
-        let Linkers { p1, p2 } = Linkers::new(&wasmtime)?;
+    /// An engine whose components reach the network through `sockets`.
+    pub(crate) fn new(
+        cache_dir: Option<PathBuf>,
+        sockets: GuestSockets,
+    ) -> wasmtime::Result<Engine> {
+        let wasmtime = wasmtime::Engine::new(&config())?;
+        let Linkers { p1, p2 } = Linkers::new(&wasmtime, sockets)?;
 
         let stop_ticker = Arc::new(AtomicBool::new(false));
         let activity = Arc::new(Activity::default());
@@ -214,10 +254,6 @@ impl Engine {
             path: path.to_owned(),
             message: format!("{e:#}"),
         };
-        let link_err = |e: wasmtime::Error| LoadError::Link {
-            path: path.to_owned(),
-            message: format!("{e:#}"),
-        };
         let cached = self.cache.path_for(bytes);
         let start = Instant::now();
         let artefact = cached.as_deref().and_then(CompileCache::read);
@@ -245,9 +281,57 @@ impl Engine {
         };
         // SAFETY: the artefact was produced by `precompile_*` of an engine with the same
         // compatibility hash (it is part of the cache key) and passed its checksum.
+        let image = unsafe { self.link(path, kind, &artefact) }?;
+        Ok((image, pull))
+    }
+
+    /// Loads a module or component from its bytes (`name` is for messages), compiling it.
+    /// Blocking.
+    pub(crate) fn load_bytes(&self, name: &Path, bytes: &[u8]) -> Result<Image, LoadError> {
+        self.compile(name, bytes).map(|(image, _)| image)
+    }
+
+    /// Loads an artefact of [`precompile`].
+    ///
+    /// # Safety
+    ///
+    /// `artefact` must come from [`precompile`] (wasmtime checks the version and configuration,
+    /// but runs the machine code it holds as it is).
+    pub(crate) unsafe fn load_precompiled(
+        &self,
+        name: &Path,
+        artefact: &[u8],
+    ) -> Result<Image, LoadError> {
+        let kind = match wasmtime::Engine::detect_precompiled(artefact) {
+            Some(wasmtime::Precompiled::Module) => Kind::Module,
+            Some(wasmtime::Precompiled::Component) => Kind::Component,
+            None => {
+                return Err(LoadError::NotWasm {
+                    path: name.to_owned(),
+                });
+            }
+        };
+        // SAFETY: as the caller promised.
+        unsafe { self.link(name, kind, artefact) }
+    }
+
+    /// Deserializes an artefact and links it.
+    ///
+    /// # Safety
+    ///
+    /// `artefact` must be a `precompile_*` output of an engine with this engine's configuration.
+    unsafe fn link(&self, path: &Path, kind: Kind, artefact: &[u8]) -> Result<Image, LoadError> {
+        let compile_err = |e: wasmtime::Error| LoadError::Compile {
+            path: path.to_owned(),
+            message: format!("{e:#}"),
+        };
+        let link_err = |e: wasmtime::Error| LoadError::Link {
+            path: path.to_owned(),
+            message: format!("{e:#}"),
+        };
         let image = match kind {
             Kind::Module => {
-                let module = unsafe { Module::deserialize(&self.wasmtime, &artefact) }
+                let module = unsafe { Module::deserialize(&self.wasmtime, artefact) }
                     .map_err(compile_err)?;
                 let handles_term = module
                     .imports()
@@ -262,7 +346,7 @@ impl Engine {
                 Image::Module { pre, handles_term }
             }
             Kind::Component => {
-                let component = unsafe { Component::deserialize(&self.wasmtime, &artefact) }
+                let component = unsafe { Component::deserialize(&self.wasmtime, artefact) }
                     .map_err(compile_err)?;
                 let ty = component.component_type();
                 let handles_term = ty
@@ -280,7 +364,7 @@ impl Engine {
                 }
             }
         };
-        Ok((image, pull))
+        Ok(image)
     }
 }
 

@@ -23,18 +23,33 @@ pub(crate) struct Linkers {
 }
 
 impl Linkers {
-    /// WASI preview1 and preview2 (wasmtime-wasi's), the pod network's `wasi:sockets` in place
-    /// of wasmtime-wasi's, and `wasmpod:pod/termination`.
-    pub(crate) fn new(engine: &wasmtime::Engine) -> wasmtime::Result<Linkers> {
+    /// WASI preview1 and preview2 (wasmtime-wasi's), with `wasi:sockets` as `sockets` says,
+    /// and `wasmpod:pod/termination`.
+    pub(crate) fn new(
+        engine: &wasmtime::Engine,
+        sockets: GuestSockets,
+    ) -> wasmtime::Result<Linkers> {
         let mut p1 = Linker::new(engine);
         wasmtime_wasi::p1::add_to_linker_async(&mut p1, |s: &mut P1State| &mut s.wasi)?;
         term::add_p1_termination(&mut p1)?;
         let mut p2 = ComponentLinker::new(engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut p2)?;
-        crate::network::wasi::add_to_linker(&mut p2)?;
+        if sockets == GuestSockets::Pod {
+            crate::network::wasi::add_to_linker(&mut p2)?;
+        }
         term::add_p2_termination(&mut p2)?;
         Ok(Linkers { p1, p2 })
     }
+}
+
+/// What `wasi:sockets` is for an engine's components.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum GuestSockets {
+    /// The pod network (wasmpod's in-process namespaces): what a node's pods use.
+    Pod,
+    /// The host's sockets (wasmtime-wasi's), in whatever network namespace the process is:
+    /// a task run by the containerd shim, whose namespace is the pod's.
+    Host,
 }
 
 pub(crate) struct P1State {

@@ -69,8 +69,8 @@ impl Node {
         let labels = Arc::new(options.all_labels());
         let taints: Arc<[_]> = options.taints.clone().into();
         crate::volumes::remove_orphans();
-        let engine =
-            Engine::new(options.cache_dir.clone()).map_err(|e| Error::Engine(format!("{e:#}")))?;
+        let engine = Engine::new(options.cache_dir.clone(), crate::host::GuestSockets::Pod)
+            .map_err(|e| Error::Engine(format!("{e:#}")))?;
         std::fs::create_dir_all(&options.state_dir).map_err(|source| Error::Io {
             path: options.state_dir.clone(),
             source,

@@ -183,6 +183,7 @@ impl PodTask {
             term: TermSignal(term_rx),
             kill: Default::default(),
             net: self.net.clone(),
+            host_sockets: false,
             activity: self.node.engine.activity().clone(),
             memory: self.memory.clone(),
         });

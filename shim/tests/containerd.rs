@@ -1,0 +1,258 @@
+//! The shim under a real containerd (Debian's, started by each test with its own root and
+//! socket), driven with `ctr run --runtime io.containerd.wasmpod.v1` on images built from the
+//! test guests: output, exit codes, TERM and KILL as the kubelet sends them through containerd,
+//! mounts, the memory limit, containers side by side.
+
+use std::time::{Duration, Instant};
+
+use wasmpod_tests::containerd::{Containerd, Run};
+use wasmpod_tests::guests;
+
+const SHIM: &str = env!("CARGO_BIN_EXE_containerd-shim-wasmpod-v1");
+
+fn containerd() -> Containerd {
+    Containerd::start(SHIM.as_ref())
+}
+
+fn assert_run(run: &Run, code: i32) {
+    assert_eq!(run.code, code, "{run:?}");
+}
+
+#[test]
+fn output_argv_env_and_exit_codes_of_modules_and_components() {
+    let ctd = containerd();
+    for (guest, wasm) in [("p1", guests::AGNHOST_P1), ("p2", guests::AGNHOST_P2)] {
+        let image = ctd.import(guest, wasm.as_ref());
+        let run = ctd.run(
+            &["--env", "GREETING=hi there"],
+            &image,
+            &format!("{guest}-ok"),
+            &[
+                "print",
+                "hello",
+                "args",
+                "env",
+                "GREETING",
+                "eprint",
+                "to stderr",
+            ],
+        );
+        assert_run(&run, 0);
+        assert_eq!(
+            run.stdout,
+            "hello\n/app.wasm print hello args env GREETING eprint to stderr\n\
+             GREETING=hi there\n",
+            "{guest}"
+        );
+        assert!(run.stderr.contains("to stderr"), "{run:?}");
+
+        assert_run(
+            &ctd.run(&[], &image, &format!("{guest}-1"), &["exit", "1"]),
+            1,
+        );
+        if guest == "p1" {
+            // The highest code WASI preview1 passes on (wasmtime traps `proc_exit` above 125).
+            assert_run(&ctd.run(&[], &image, "p1-125", &["exit", "125"]), 125);
+        }
+        let trap = ctd.run(
+            &[],
+            &image,
+            &format!("{guest}-trap"),
+            &["print", "before", "trap"],
+        );
+        assert_run(&trap, 134);
+        assert_eq!(trap.stdout, "before\n");
+        assert!(trap.stderr.contains("wasmpod: wasm trap"), "{trap:?}");
+    }
+}
+
+#[test]
+fn term_lets_a_guest_that_imports_termination_finish_its_work() {
+    let ctd = containerd();
+    let image = ctd.import("term", guests::AGNHOST_TERM_P1.as_ref());
+    let mut task = ctd.spawn(
+        &[],
+        &image,
+        "finisher",
+        &[
+            "print",
+            "started",
+            "on-term",
+            "0",
+            "300",
+            "sleep",
+            "600000",
+            "print",
+            "unreachable",
+        ],
+    );
+    task.wait_for_line("started");
+    let sent = Instant::now();
+    assert!(
+        ctd.ctr(&["task", "kill", "-s", "SIGTERM", "finisher"])
+            .status
+            .success()
+    );
+    let run = task.finish();
+    let took = sent.elapsed();
+    assert_run(&run, 0);
+    assert_eq!(run.stdout, "started\ngot TERM, exiting with 0 in 300 ms\n");
+    // It finished its 300 ms of work after TERM, and did not wait for its 10 minute sleep.
+    assert!(took >= Duration::from_millis(300), "{took:?}");
+    assert!(took < Duration::from_secs(30), "{took:?}");
+}
+
+#[test]
+fn term_stops_a_guest_without_the_import_at_once_with_143() {
+    let ctd = containerd();
+    for (guest, wasm) in [("p1", guests::AGNHOST_P1), ("p2", guests::AGNHOST_P2)] {
+        let image = ctd.import(guest, wasm.as_ref());
+        for (id, script) in [
+            ("sleeper", &["sleep", "600000"][..]),
+            ("spinner", &["loop"]),
+        ] {
+            let id = format!("{guest}-{id}");
+            let script = [&["print", "started"][..], script].concat();
+            let mut task = ctd.spawn(&[], &image, &id, &script);
+            task.wait_for_line("started");
+            assert!(
+                ctd.ctr(&["task", "kill", "-s", "SIGTERM", &id])
+                    .status
+                    .success()
+            );
+            assert_run(&task.finish(), 143);
+        }
+        // TERM that comes before the guest runs (while it compiles) is not lost.
+        let id = format!("{guest}-early");
+        let task = ctd.spawn(&[], &image, &id, &["sleep", "600000"]);
+        ctd.wait_running(&id);
+        assert!(
+            ctd.ctr(&["task", "kill", "-s", "SIGTERM", &id])
+                .status
+                .success()
+        );
+        assert_run(&task.finish(), 143);
+    }
+}
+
+#[test]
+fn kill_ends_a_guest_that_ignores_term_with_137() {
+    let ctd = containerd();
+    let image = ctd.import("term", guests::AGNHOST_TERM_P1.as_ref());
+    // A guest that imports the termination interface but never looks at it: computing, and
+    // blocked in a host call.
+    for (id, script) in [
+        ("computing", &["print", "started", "loop"][..]),
+        ("blocked", &["print", "started", "sleep", "600000"]),
+    ] {
+        let mut task = ctd.spawn(&[], &image, id, script);
+        task.wait_for_line("started");
+        assert!(
+            ctd.ctr(&["task", "kill", "-s", "SIGTERM", id])
+                .status
+                .success()
+        );
+        // TERM was delivered and the guest goes on: it is still running when KILL comes.
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(ctd.task_status(id).as_deref(), Some("RUNNING"), "{id}");
+        assert!(
+            ctd.ctr(&["task", "kill", "-s", "SIGKILL", id])
+                .status
+                .success()
+        );
+        let run = task.finish();
+        assert_run(&run, 137);
+        assert_eq!(run.stdout, "started\n");
+    }
+}
+
+#[test]
+fn bind_mounts_are_the_guests_directories_read_only_ones_stay_read_only() {
+    let ctd = containerd();
+    let image = ctd.import("p1", guests::AGNHOST_P1.as_ref());
+    let host = tempfile::tempdir().unwrap();
+    let (ro, rw) = (host.path().join("ro"), host.path().join("rw"));
+    std::fs::create_dir(&ro).unwrap();
+    std::fs::create_dir(&rw).unwrap();
+    std::fs::write(ro.join("config"), "from the host\n").unwrap();
+    let mount = |dir: &std::path::Path, at: &str, mode: &str| {
+        format!(
+            "type=bind,src={},dst={at},options=rbind:{mode}",
+            dir.display()
+        )
+    };
+    let (ro_mount, rw_mount) = (mount(&ro, "/config", "ro"), mount(&rw, "/out", "rw"));
+    let run = ctd.run(
+        &["--mount", &ro_mount, "--mount", &rw_mount],
+        &image,
+        "mounts",
+        &[
+            "cat",
+            "/config/config",
+            "write",
+            "/out/result",
+            "written",
+            "write",
+            "/config/config",
+            "changed",
+        ],
+    );
+    assert_eq!(run.stdout, "from the host\n", "{run:?}");
+    assert_ne!(run.code, 0, "the read-only mount was written: {run:?}");
+    assert!(run.stderr.contains("write /config/config"), "{run:?}");
+    assert_eq!(
+        std::fs::read_to_string(rw.join("result")).unwrap(),
+        "written\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ro.join("config")).unwrap(),
+        "from the host\n"
+    );
+}
+
+#[test]
+fn a_guest_past_its_memory_limit_ends_with_137() {
+    let ctd = containerd();
+    let image = ctd.import("p1", guests::AGNHOST_P1.as_ref());
+    let limit = ["--memory-limit", "67108864"];
+    let within = ctd.run(&limit, &image, "within", &["alloc", "8"]);
+    assert_run(&within, 0);
+    assert_eq!(within.stdout, "allocated 8 MiB\n");
+    let past = ctd.run(
+        &limit,
+        &image,
+        "past",
+        &["alloc", "256", "print", "unreachable"],
+    );
+    assert_run(&past, 137);
+    assert!(!past.stdout.contains("unreachable"), "{past:?}");
+}
+
+#[test]
+fn two_containers_run_at_once_each_with_its_own_exit() {
+    let ctd = containerd();
+    let p1 = ctd.import("p1", guests::AGNHOST_P1.as_ref());
+    let p2 = ctd.import("p2", guests::AGNHOST_P2.as_ref());
+    let mut a = ctd.spawn(&[], &p1, "a", &["print", "a", "sleep", "600000"]);
+    let mut b = ctd.spawn(&[], &p2, "b", &["print", "b", "sleep", "600000"]);
+    a.wait_for_line("a");
+    b.wait_for_line("b");
+    // Both run side by side, in processes of their own.
+    assert_ne!(ctd.task_pid("a"), ctd.task_pid("b"));
+    assert!(
+        ctd.ctr(&["task", "kill", "-s", "SIGKILL", "a"])
+            .status
+            .success()
+    );
+    let a = a.finish();
+    assert_run(&a, 137);
+    assert_eq!(ctd.task_status("b").as_deref(), Some("RUNNING"));
+    assert!(
+        ctd.ctr(&["task", "kill", "-s", "SIGTERM", "b"])
+            .status
+            .success()
+    );
+    let b = b.finish();
+    assert_run(&b, 143);
+    assert_eq!((a.stdout.as_str(), b.stdout.as_str()), ("a\n", "b\n"));
+}

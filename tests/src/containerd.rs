@@ -1,0 +1,355 @@
+//! A real containerd for the shim's tests: Debian's `containerd`, started with its own root,
+//! state dir and socket (no CRI), with the wasmpod shim on its `PATH`, images imported from OCI
+//! layouts the test builds from the test guests, and `ctr` to drive it. Each instance works in a
+//! containerd namespace of its own, so its containers' cgroups (`/<namespace>/<id>`) never meet
+//! another test's.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+
+/// The runtime name containerd knows the shim by.
+pub const RUNTIME: &str = "io.containerd.wasmpod.v1";
+
+/// A running containerd; its tasks are killed and it is stopped when dropped.
+#[derive(Debug)]
+pub struct Containerd {
+    child: Child,
+    socket: PathBuf,
+    namespace: String,
+    dir: tempfile::TempDir,
+}
+
+impl Drop for Containerd {
+    fn drop(&mut self) {
+        // Tasks (and their shims) outlive containerd: end them first.
+        for id in self.task_ids() {
+            let _ = self.ctr(&["task", "kill", "-s", "SIGKILL", &id]);
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !self.task_ids().is_empty() && Instant::now() < deadline {
+            for id in self.task_ids() {
+                let _ = self.ctr(&["task", "delete", &id]);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        for id in self.lines(&["container", "ls", "-q"]) {
+            let _ = self.ctr(&["container", "delete", &id]);
+        }
+        // SAFETY: signalling our own child process, which has not been waited for.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let _ = self.child.wait();
+        // The containers' cgroups are gone with them; their namespace's parent cgroups stay.
+        if let Ok(hierarchies) = std::fs::read_dir("/sys/fs/cgroup") {
+            for h in hierarchies.flatten() {
+                let _ = std::fs::remove_dir(h.path().join(&self.namespace));
+            }
+        }
+        let _ = std::fs::remove_dir(Path::new("/sys/fs/cgroup").join(&self.namespace));
+    }
+}
+
+impl Containerd {
+    /// Starts containerd with `shim` (the `containerd-shim-wasmpod-v1` binary) on its `PATH`.
+    pub fn start(shim: &Path) -> Containerd {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let dir = tempfile::Builder::new().prefix("ctd").tempdir().unwrap();
+        let bin = dir.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        std::os::unix::fs::symlink(shim, bin.join("containerd-shim-wasmpod-v1")).unwrap();
+        let socket = dir.path().join("c.sock");
+        let config = dir.path().join("config.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "version = 2\nroot = \"{root}\"\nstate = \"{state}\"\n\
+                 disabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n\
+                 [grpc]\n  address = \"{sock}\"\n[ttrpc]\n  address = \"{sock}.ttrpc\"\n",
+                root = dir.path().join("root").display(),
+                state = dir.path().join("state").display(),
+                sock = socket.display(),
+            ),
+        )
+        .unwrap();
+        let log = std::fs::File::create(dir.path().join("containerd.log")).unwrap();
+        let path = format!(
+            "{}:{}",
+            bin.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let child = Command::new("containerd")
+            .arg("--config")
+            .arg(&config)
+            .env("PATH", path)
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("containerd (Debian's package `containerd`) must be installed");
+        let namespace = format!(
+            "wasmpod-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        );
+        let containerd = Containerd {
+            child,
+            socket,
+            namespace,
+            dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !containerd.ctr(&["version"]).status.success() {
+            assert!(
+                Instant::now() < deadline,
+                "containerd did not start: {}",
+                containerd.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        containerd
+    }
+
+    /// What containerd (and the shims, which log through it) logged.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("containerd.log")).unwrap_or_default()
+    }
+
+    /// A `ctr` command for this containerd and namespace.
+    pub fn command(&self) -> Command {
+        let mut c = Command::new("ctr");
+        c.arg("--address")
+            .arg(&self.socket)
+            .arg("--namespace")
+            .arg(&self.namespace);
+        c
+    }
+
+    /// Runs `ctr ARGS`.
+    pub fn ctr(&self, args: &[&str]) -> Output {
+        self.command().args(args).output().unwrap()
+    }
+
+    fn lines(&self, args: &[&str]) -> Vec<String> {
+        String::from_utf8_lossy(&self.ctr(args).stdout)
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// The ids of the tasks that exist (running or stopped).
+    pub fn task_ids(&self) -> Vec<String> {
+        self.lines(&["task", "ls", "-q"])
+    }
+
+    /// The status column of `ctr task ls` for task `id` (`RUNNING`, `STOPPED`, ...).
+    pub fn task_status(&self, id: &str) -> Option<String> {
+        self.lines(&["task", "ls"]).iter().find_map(|line| {
+            let mut cols = line.split_whitespace();
+            (cols.next() == Some(id)).then(|| cols.nth(1).unwrap_or_default().to_owned())
+        })
+    }
+
+    /// The host pid of task `id`'s process.
+    pub fn task_pid(&self, id: &str) -> Option<u32> {
+        self.lines(&["task", "ls"]).iter().find_map(|line| {
+            let mut cols = line.split_whitespace();
+            (cols.next() == Some(id)).then(|| cols.next()?.parse().ok())?
+        })
+    }
+
+    /// Waits until task `id` is running.
+    pub fn wait_running(&self, id: &str) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.task_status(id).as_deref() != Some("RUNNING") {
+            assert!(
+                Instant::now() < deadline,
+                "task {id} did not start: {}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Imports `wasm` as image `name` (`docker.io/wasmpod/NAME:latest`): an ordinary image whose
+    /// one layer holds `/app.wasm` (and an empty `/data`), named by its entry point.
+    pub fn import(&self, name: &str, wasm: &Path) -> String {
+        let reference = format!("docker.io/wasmpod/{name}:latest");
+        let tar = self.dir.path().join(format!("{name}.tar"));
+        std::fs::write(
+            &tar,
+            image_layout(&reference, &std::fs::read(wasm).unwrap()),
+        )
+        .unwrap();
+        let out = self.ctr(&["images", "import", tar.to_str().unwrap()]);
+        assert!(
+            out.status.success(),
+            "import: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        reference
+    }
+
+    /// `ctr run --rm --runtime io.containerd.wasmpod.v1 FLAGS IMAGE ID /app.wasm ARGS`, started.
+    pub fn spawn(&self, flags: &[&str], image: &str, id: &str, args: &[&str]) -> Running {
+        let mut child = self
+            .command()
+            .args(["run", "--rm", "--runtime", RUNTIME])
+            .args(flags)
+            .args([image, id, "/app.wasm"])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        Running {
+            child,
+            stdout,
+            seen: String::new(),
+        }
+    }
+
+    /// Runs a container to its end: what it printed and its exit code.
+    pub fn run(&self, flags: &[&str], image: &str, id: &str, args: &[&str]) -> Run {
+        self.spawn(flags, image, id, args).finish()
+    }
+}
+
+/// A `ctr run` going on: its container's stdout read as it comes.
+#[derive(Debug)]
+pub struct Running {
+    child: Child,
+    stdout: BufReader<ChildStdout>,
+    seen: String,
+}
+
+impl Running {
+    /// Reads the container's stdout until it printed `line` (panics if it ends first).
+    pub fn wait_for_line(&mut self, line: &str) {
+        loop {
+            let mut next = String::new();
+            let n = self.stdout.read_line(&mut next).unwrap();
+            assert!(
+                n > 0,
+                "the container ended without printing {line:?}: {:?}",
+                self.seen
+            );
+            self.seen.push_str(&next);
+            if next.trim_end_matches('\n') == line {
+                return;
+            }
+        }
+    }
+
+    /// Waits for the container's end: all it printed and its exit code.
+    pub fn finish(mut self) -> Run {
+        let mut rest = String::new();
+        self.stdout.read_to_string(&mut rest).unwrap();
+        self.seen.push_str(&rest);
+        let mut stderr = String::new();
+        if let Some(mut e) = self.child.stderr.take() {
+            e.read_to_string(&mut stderr).unwrap();
+        }
+        let status = self.child.wait().unwrap();
+        Run {
+            code: status.code().unwrap_or(-1),
+            stdout: self.seen,
+            stderr,
+        }
+    }
+}
+
+/// What `ctr run` of a container printed, and its exit code (the container's).
+#[derive(Debug, Clone)]
+pub struct Run {
+    /// The container's exit code.
+    pub code: i32,
+    /// Its stdout.
+    pub stdout: String,
+    /// Its stderr (and ctr's).
+    pub stderr: String,
+}
+
+/// An OCI image layout (as a tar, what `ctr images import` takes) of one image: a layer with
+/// `app.wasm` and a `data` directory, a config whose entry point is `/app.wasm`.
+fn image_layout(reference: &str, wasm: &[u8]) -> Vec<u8> {
+    let mut layer = tar::Builder::new(Vec::new());
+    let mut header = tar::Header::new_gnu();
+    header.set_size(wasm.len() as u64);
+    header.set_mode(0o755);
+    layer.append_data(&mut header, "app.wasm", wasm).unwrap();
+    let mut dir = tar::Header::new_gnu();
+    dir.set_entry_type(tar::EntryType::Directory);
+    dir.set_mode(0o755);
+    dir.set_size(0);
+    layer
+        .append_data(&mut dir, "data/", std::io::empty())
+        .unwrap();
+    let layer = layer.into_inner().unwrap();
+
+    let mut out = tar::Builder::new(Vec::new());
+    let mut blob = |data: &[u8]| {
+        let digest = format!("sha256:{:x}", Sha256::digest(data));
+        let mut h = tar::Header::new_gnu();
+        h.set_size(data.len() as u64);
+        h.set_mode(0o644);
+        let path = format!("blobs/sha256/{}", &digest[7..]);
+        out.append_data(&mut h, path, data).unwrap();
+        (digest, data.len())
+    };
+    let (layer_digest, layer_size) = blob(&layer);
+    let config = serde_json::json!({
+        "architecture": "amd64", "os": "linux",
+        "config": {"Entrypoint": ["/app.wasm"]},
+        "rootfs": {"type": "layers", "diff_ids": [layer_digest]},
+    })
+    .to_string();
+    let (config_digest, config_size) = blob(config.as_bytes());
+    let manifest = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                   "digest": config_digest, "size": config_size},
+        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar",
+                    "digest": layer_digest, "size": layer_size}],
+    })
+    .to_string();
+    let (manifest_digest, manifest_size) = blob(manifest.as_bytes());
+    let index = serde_json::json!({
+        "schemaVersion": 2,
+        "manifests": [{"mediaType": "application/vnd.oci.image.manifest.v1+json",
+                       "digest": manifest_digest, "size": manifest_size,
+                       "annotations": {"io.containerd.image.name": reference}}],
+    })
+    .to_string();
+    for (name, data) in [
+        ("index.json", index.as_bytes()),
+        (
+            "oci-layout",
+            br#"{"imageLayoutVersion":"1.0.0"}"#.as_slice(),
+        ),
+    ] {
+        let mut h = tar::Header::new_gnu();
+        h.set_size(data.len() as u64);
+        h.set_mode(0o644);
+        out.append_data(&mut h, name, data).unwrap();
+    }
+    out.into_inner().unwrap()
+}
+
+/// The resident memory of process `pid` (`VmRSS`), in KiB.
+pub fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()
+}

@@ -1,0 +1,113 @@
+//! `wasmpod::task`: one container run as a process of its own (what the containerd shim runs),
+//! through the library: exit codes, TERM, the memory limit, mounts, precompiled artefacts.
+
+use std::time::Duration;
+
+use wasmpod::task::{Task, TaskOptions, precompile};
+use wasmpod_tests::guests;
+
+fn task(wasm: &str, args: &[&str], options: impl FnOnce(TaskOptions) -> TaskOptions) -> Task {
+    let argv = std::iter::once("app.wasm").chain(args.iter().copied());
+    let bytes = std::fs::read(wasm).unwrap();
+    Task::new("app.wasm".as_ref(), &bytes, options(TaskOptions::new(argv))).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn exit_codes_and_traps() {
+    for wasm in [guests::AGNHOST_P1, guests::AGNHOST_P2] {
+        let exit = task(wasm, &["exit", "3"], |o| o).run().await;
+        assert_eq!(
+            (exit.code, exit.oom),
+            (if wasm == guests::AGNHOST_P1 { 3 } else { 1 }, false)
+        );
+        let exit = task(wasm, &["trap"], |o| o).run().await;
+        assert_eq!(exit.code, 134);
+        assert!(exit.message.unwrap().contains("unreachable"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mounts_env_and_read_only_directories() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ro, rw) = (dir.path().join("ro"), dir.path().join("rw"));
+    std::fs::create_dir(&ro).unwrap();
+    std::fs::create_dir(&rw).unwrap();
+    let exit = task(
+        guests::AGNHOST_P2,
+        &[
+            "env", "WHO", "write", "/out/ok", "written", "write", "/in/no", "x",
+        ],
+        |o| {
+            o.envs([("WHO", "me")])
+                .mount(&ro, "/in", true)
+                .mount(&rw, "/out", false)
+        },
+    )
+    .run()
+    .await;
+    assert_ne!(exit.code, 0, "wrote into the read-only mount");
+    assert_eq!(std::fs::read_to_string(rw.join("ok")).unwrap(), "written\n");
+    assert!(!ro.join("no").exists());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_guest_past_its_memory_limit_ends_with_137_out_of_memory() {
+    let within = task(guests::AGNHOST_P1, &["alloc", "4"], |o| {
+        o.memory_limit(32 << 20)
+    });
+    assert_eq!(within.run().await.code, 0);
+    let past = task(guests::AGNHOST_P1, &["alloc", "64"], |o| {
+        o.memory_limit(32 << 20)
+    });
+    let exit = past.run().await;
+    assert_eq!((exit.code, exit.oom), (137, true), "{exit:?}");
+    assert!(exit.message.unwrap().contains("memory limit"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn term_is_delivered_to_a_guest_that_imports_it_else_ends_it_with_143() {
+    let dir = tempfile::tempdir().unwrap();
+    let aware = task(
+        guests::AGNHOST_TERM_P1,
+        &[
+            "write",
+            "/out/started",
+            "y",
+            "on-term",
+            "7",
+            "50",
+            "sleep",
+            "600000",
+        ],
+        |o| o.mount(dir.path(), "/out", false),
+    );
+    assert!(aware.handles_term());
+    let terminator = aware.terminator();
+    let run = tokio::spawn(aware.run());
+    while !dir.path().join("started").exists() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    terminator.terminate();
+    assert_eq!(run.await.unwrap().code, 7);
+
+    let unaware = task(guests::AGNHOST_P2, &["loop"], |o| o);
+    assert!(!unaware.handles_term());
+    let terminator = unaware.terminator();
+    let run = tokio::spawn(unaware.run());
+    terminator.terminate();
+    assert_eq!(run.await.unwrap().code, 143);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_precompiled_artefact_runs_and_anything_else_is_refused() {
+    let wasm = std::fs::read(guests::AGNHOST_P2).unwrap();
+    let artefact = precompile("app.wasm".as_ref(), &wasm).unwrap();
+    let options = TaskOptions::new(["app.wasm", "exit", "0"]);
+    // SAFETY: the artefact is `precompile`'s.
+    let task = unsafe { Task::from_precompiled("app.wasm".as_ref(), &artefact, options.clone()) };
+    assert_eq!(task.unwrap().run().await.code, 0);
+    // SAFETY: wasm that is not an artefact is recognised as such and refused.
+    let refused = unsafe { Task::from_precompiled("app.wasm".as_ref(), &wasm, options) };
+    assert!(refused.is_err());
+    assert!(precompile("x".as_ref(), b"not wasm").is_err());
+}
