@@ -4,8 +4,10 @@
 //! - `SIGTERM` (and `SIGINT`) is TERM: a guest that imports `wasmpod:pod/termination` learns it
 //!   and may finish its work; any other ends at once with 143. containerd's `SIGKILL` ends the
 //!   process, 137, whatever the guest does.
-//! - The root filesystem is preopened at `/` and every other mount (a volume) at its path,
-//!   read-only where it is mounted read-only.
+//! - Each top-level directory of the root filesystem is preopened at its path, and every deeper
+//!   mount (a volume) at its own, read-only where it is mounted read-only. `/proc`, `/sys` and
+//!   `/dev` are not shown (through `/proc/self/mem` a guest would reach the runtime's memory),
+//!   and neither is `/` itself, so files at the very top of the image are not either.
 //! - Components' sockets are the host's: the container's network namespace is the pod's.
 
 use std::path::Path;
@@ -128,7 +130,12 @@ fn options(ctx: &impl RuntimeContext) -> anyhow::Result<TaskOptions> {
     let mut options = TaskOptions::new(ctx.args()).envs(env);
     let mountinfo =
         std::fs::read_to_string("/proc/self/mountinfo").context("cannot read the mounts")?;
-    for mount in spec::mounts(&mountinfo) {
+    let top: Vec<_> = std::fs::read_dir("/")
+        .context("cannot list the root filesystem")?
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    for mount in spec::guest_dirs(&spec::mounts(&mountinfo), &top) {
         if mount.path.is_dir() {
             let guest = mount.path.to_string_lossy().into_owned();
             options = options.mount(mount.path, guest, mount.read_only);

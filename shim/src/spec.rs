@@ -38,6 +38,34 @@ pub(crate) fn mounts(mountinfo: &str) -> Vec<Mount> {
     mounts
 }
 
+/// The directories the guest is given: each top-level directory of the root filesystem (`top`,
+/// without `/proc`, `/sys` and `/dev`), read-only when the mount it is on is, and every deeper
+/// mount at its path. The root itself is not preopened: through it the guest would reach
+/// `/proc/self/mem`, the runtime's own memory.
+pub(crate) fn guest_dirs(mounts: &[Mount], top: &[PathBuf]) -> Vec<Mount> {
+    let mode = |path: &Path| {
+        mounts
+            .iter()
+            .filter(|m| path.starts_with(&m.path))
+            .max_by_key(|m| m.path.components().count())
+            .is_some_and(|m| m.read_only)
+    };
+    let mut dirs: Vec<Mount> = top
+        .iter()
+        .filter(|p| !SYSTEM.iter().any(|s| p.starts_with(s)))
+        .map(|p| Mount {
+            path: p.clone(),
+            read_only: mode(p),
+        })
+        .collect();
+    for m in mounts {
+        if m.path.components().count() > 2 {
+            dirs.push(m.clone());
+        }
+    }
+    dirs
+}
+
 /// Undoes mountinfo's octal escapes (`\040` for a space, ...).
 fn unescape(field: &str) -> String {
     let bytes = field.as_bytes();
@@ -123,6 +151,49 @@ mod tests {
                 Mount {
                     path: "/data".into(),
                     read_only: false
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn top_level_directories_and_deeper_mounts_without_the_kernels() {
+        let mounts = [
+            Mount {
+                path: "/".into(),
+                read_only: false,
+            },
+            Mount {
+                path: "/config".into(),
+                read_only: true,
+            },
+            Mount {
+                path: "/var/data".into(),
+                read_only: true,
+            },
+        ];
+        let top: Vec<PathBuf> = ["/config", "/proc", "/sys", "/dev", "/var", "/etc"]
+            .iter()
+            .map(PathBuf::from)
+            .collect();
+        assert_eq!(
+            guest_dirs(&mounts, &top),
+            vec![
+                Mount {
+                    path: "/config".into(),
+                    read_only: true
+                },
+                Mount {
+                    path: "/var".into(),
+                    read_only: false
+                },
+                Mount {
+                    path: "/etc".into(),
+                    read_only: false
+                },
+                Mount {
+                    path: "/var/data".into(),
+                    read_only: true
                 },
             ]
         );
