@@ -256,3 +256,36 @@ fn two_containers_run_at_once_each_with_its_own_exit() {
     assert_run(&b, 143);
     assert_eq!((a.stdout.as_str(), b.stdout.as_str()), ("a\n", "b\n"));
 }
+
+#[test]
+fn containers_sharing_a_network_namespace_meet_on_localhost_through_host_sockets() {
+    let ctd = containerd();
+    let image = ctd.import("p2", guests::AGNHOST_P2.as_ref());
+    // A pod as the CRI makes it: the first container gets a network namespace, whose loopback
+    // the CNI's loopback plugin brings up, and the next joins it.
+    let mut server = ctd.spawn(&[], &image, "server", &["echo-server", "127.0.0.1:8080"]);
+    server.wait_for_line("listening 127.0.0.1:8080");
+    let pid = ctd.task_pid("server").unwrap();
+    let netns = format!("/proc/{pid}/ns/net");
+    let up = std::process::Command::new("nsenter")
+        .args([&format!("--net={netns}"), "ip", "link", "set", "lo", "up"])
+        .status()
+        .unwrap();
+    assert!(up.success());
+    let client = ctd.run(
+        &["--with-ns", &format!("network:{netns}")],
+        &image,
+        "client",
+        &["ping", "127.0.0.1:8080", "3"],
+    );
+    assert_run(&client, 0);
+    assert!(client.stdout.starts_with("ping p50 "), "{client:?}");
+    // The listener is a kernel socket of that namespace, not of the host's.
+    assert!(std::net::TcpStream::connect("127.0.0.1:8080").is_err());
+    assert!(
+        ctd.ctr(&["task", "kill", "-s", "SIGKILL", "server"])
+            .status
+            .success()
+    );
+    assert_run(&server.finish(), 137);
+}

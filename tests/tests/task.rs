@@ -111,3 +111,28 @@ async fn a_precompiled_artefact_runs_and_anything_else_is_refused() {
     assert!(refused.is_err());
     assert!(precompile("x".as_ref(), b"not wasm").is_err());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_components_sockets_are_the_hosts() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    // An echo server on the host: the guest's `ping` connects twice, once to wait for it and
+    // once to send a byte and read it back.
+    let server = std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        let mut got = Vec::new();
+        for _ in 0..2 {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut buf = Vec::new();
+            s.read_to_end(&mut buf).unwrap();
+            s.write_all(&buf).unwrap();
+            got.extend(buf);
+        }
+        got
+    });
+    let exit = task(guests::AGNHOST_P2, &["ping", &addr, "1"], |o| o)
+        .run()
+        .await;
+    assert_eq!(exit.code, 0, "{exit:?}");
+    assert_eq!(server.join().unwrap(), b"x");
+}

@@ -152,7 +152,10 @@ impl Sandbox {
             b.initial_cwd(dir);
         }
         if self.host_sockets {
-            b.inherit_network().allow_ip_name_lookup(true);
+            b.inherit_network()
+                .allow_tcp(true)
+                .allow_udp(true)
+                .allow_ip_name_lookup(true);
         }
         Ok(b)
     }
