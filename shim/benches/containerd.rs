@@ -12,7 +12,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use wasmpod_tests::containerd::{Containerd, rss_kib};
+use wasmpod_tests::containerd::{Containerd, pss_kib, rss_kib};
 use wasmpod_tests::guests;
 
 const SHIM: &str = env!("CARGO_BIN_EXE_containerd-shim-wasmpod-v1");
@@ -62,18 +62,6 @@ fn processes_of(id: &str) -> Vec<u32> {
         }
     }
     pids
-}
-
-fn pss_kib(pid: u32) -> Option<u64> {
-    let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
-    rollup
-        .lines()
-        .find_map(|l| l.strip_prefix("Pss:"))?
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .ok()
 }
 
 /// How long compiling the guest takes (in this process, p50 of 5): the part of a start that a

@@ -88,11 +88,7 @@ fn term_lets_a_guest_that_imports_termination_finish_its_work() {
     );
     task.wait_for_line("started");
     let sent = Instant::now();
-    assert!(
-        ctd.ctr(&["task", "kill", "-s", "SIGTERM", "finisher"])
-            .status
-            .success()
-    );
+    ctd.kill("finisher", "SIGTERM");
     let run = task.finish();
     let took = sent.elapsed();
     assert_run(&run, 0);
@@ -115,22 +111,14 @@ fn term_stops_a_guest_without_the_import_at_once_with_143() {
             let script = [&["print", "started"][..], script].concat();
             let mut task = ctd.spawn(&[], &image, &id, &script);
             task.wait_for_line("started");
-            assert!(
-                ctd.ctr(&["task", "kill", "-s", "SIGTERM", &id])
-                    .status
-                    .success()
-            );
+            ctd.kill(&id, "SIGTERM");
             assert_run(&task.finish(), 143);
         }
         // TERM that comes before the guest runs (while it compiles) is not lost.
         let id = format!("{guest}-early");
         let task = ctd.spawn(&[], &image, &id, &["sleep", "600000"]);
         ctd.wait_running(&id);
-        assert!(
-            ctd.ctr(&["task", "kill", "-s", "SIGTERM", &id])
-                .status
-                .success()
-        );
+        ctd.kill(&id, "SIGTERM");
         assert_run(&task.finish(), 143);
     }
 }
@@ -147,19 +135,11 @@ fn kill_ends_a_guest_that_ignores_term_with_137() {
     ] {
         let mut task = ctd.spawn(&[], &image, id, script);
         task.wait_for_line("started");
-        assert!(
-            ctd.ctr(&["task", "kill", "-s", "SIGTERM", id])
-                .status
-                .success()
-        );
+        ctd.kill(id, "SIGTERM");
         // TERM was delivered and the guest goes on: it is still running when KILL comes.
         std::thread::sleep(Duration::from_millis(300));
         assert_eq!(ctd.task_status(id).as_deref(), Some("RUNNING"), "{id}");
-        assert!(
-            ctd.ctr(&["task", "kill", "-s", "SIGKILL", id])
-                .status
-                .success()
-        );
+        ctd.kill(id, "SIGKILL");
         let run = task.finish();
         assert_run(&run, 137);
         assert_eq!(run.stdout, "started\n");
@@ -239,19 +219,11 @@ fn two_containers_run_at_once_each_with_its_own_exit() {
     b.wait_for_line("b");
     // Both run side by side, in processes of their own.
     assert_ne!(ctd.task_pid("a"), ctd.task_pid("b"));
-    assert!(
-        ctd.ctr(&["task", "kill", "-s", "SIGKILL", "a"])
-            .status
-            .success()
-    );
+    ctd.kill("a", "SIGKILL");
     let a = a.finish();
     assert_run(&a, 137);
     assert_eq!(ctd.task_status("b").as_deref(), Some("RUNNING"));
-    assert!(
-        ctd.ctr(&["task", "kill", "-s", "SIGTERM", "b"])
-            .status
-            .success()
-    );
+    ctd.kill("b", "SIGTERM");
     let b = b.finish();
     assert_run(&b, 143);
     assert_eq!((a.stdout.as_str(), b.stdout.as_str()), ("a\n", "b\n"));
@@ -282,10 +254,6 @@ fn containers_sharing_a_network_namespace_meet_on_localhost_through_host_sockets
     assert!(client.stdout.starts_with("ping p50 "), "{client:?}");
     // The listener is a kernel socket of that namespace, not of the host's.
     assert!(std::net::TcpStream::connect("127.0.0.1:8080").is_err());
-    assert!(
-        ctd.ctr(&["task", "kill", "-s", "SIGKILL", "server"])
-            .status
-            .success()
-    );
+    ctd.kill("server", "SIGKILL");
     assert_run(&server.finish(), 137);
 }

@@ -139,6 +139,16 @@ impl Containerd {
             .collect()
     }
 
+    /// `ctr task kill -s SIGNAL ID`: sends `signal` (`SIGTERM`, `SIGKILL`, ...) to task `id`.
+    pub fn kill(&self, id: &str, signal: &str) {
+        let out = self.ctr(&["task", "kill", "-s", signal, id]);
+        assert!(
+            out.status.success(),
+            "kill {id}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     /// The ids of the tasks that exist (running or stopped).
     pub fn task_ids(&self) -> Vec<String> {
         self.lines(&["task", "ls", "-q"])
@@ -343,10 +353,19 @@ fn image_layout(reference: &str, wasm: &[u8]) -> Vec<u8> {
 
 /// The resident memory of process `pid` (`VmRSS`), in KiB.
 pub fn rss_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))?
+    kib_field(&format!("/proc/{pid}/status"), "VmRSS:")
+}
+
+/// The proportional set size of process `pid` (its share of the pages it maps), in KiB.
+pub fn pss_kib(pid: u32) -> Option<u64> {
+    kib_field(&format!("/proc/{pid}/smaps_rollup"), "Pss:")
+}
+
+/// The `KEY: N kB` line of a `/proc` file.
+fn kib_field(file: &str, key: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(file).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(key))?
         .trim()
         .trim_end_matches("kB")
         .trim()

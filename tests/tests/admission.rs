@@ -142,6 +142,48 @@ async fn pods_that_do_not_fit_wait_pending() {
     }
 }
 
+/// Containers running at once count against the node's instances: room for 10 pods but 3
+/// containers lets a pod of two containers and a sidecar run, and a one-container pod waits
+/// until it is gone.
+#[tokio::test]
+async fn containers_count_against_the_nodes_instances_not_only_pods() {
+    let node = TestNode::with(|o: NodeOptions| {
+        o.allocatable(Allocatable::from_machine().pods(10).containers(3))
+    });
+    let three = PodYaml::new("three")
+        .never()
+        .init(r#"{ name: side, image: "{p1}", restartPolicy: Always, args: [sleep, "600000"] }"#)
+        .container(r#"{ name: a, image: "{p1}", args: [sleep, "600000"] }"#)
+        .container(r#"{ name: c, image: "{p1}", args: [sleep, "600000"] }"#)
+        .build();
+    let three = node.start(&three).await;
+    running(&three).await;
+    let one = node.start(&pod("one", "", "0", SLEEPS)).await;
+    let message = unschedulable(&one, LIMIT).await;
+    assert!(
+        message.contains("1 Insufficient wasmpod.dev/containers"),
+        "{message}"
+    );
+    three.delete(Some(Duration::ZERO));
+    running(&one).await;
+    one.delete(Some(Duration::ZERO));
+    one.deleted().await;
+}
+
+/// The default container count leaves the process within its memory-mapping limit.
+#[test]
+fn the_default_container_count_fits_the_mapping_limit() {
+    let a = Allocatable::from_machine();
+    let max_map_count: u64 = std::fs::read_to_string("/proc/sys/vm/max_map_count")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // Six mappings per live instance, and a reserve for the runtime, probes and hooks.
+    assert!(a.containers * 6 + 4096 <= max_map_count, "{a:?}");
+    assert!(a.pods <= a.containers, "{a:?}");
+}
+
 /// Pending pods are admitted highest priority first, whatever their order of creation.
 #[tokio::test]
 async fn pending_pods_start_in_priority_order() {

@@ -19,6 +19,9 @@ impl Api {
             "cpu": format!("{}m", a.cpu_milli),
             "memory": format!("{}Ki", a.memory / 1024),
             "pods": a.pods.to_string(),
+            // An extended resource: what the scheduler's "Insufficient wasmpod.dev/containers"
+            // refers to.
+            "wasmpod.dev/containers": a.containers.to_string(),
         });
         let since = k.started();
         let condition = |kind: &str, status: &str, reason: &str, message: &str| {

@@ -69,9 +69,14 @@ pub struct Allocatable {
     pub memory: u64,
     /// Thousandths of a core; default 1000 per core the process may use.
     pub cpu_milli: u64,
-    /// Pods at once (not counting terminated ones); default what the process's memory-mapping
-    /// limit (`vm.max_map_count`) holds at six mappings per instance.
+    /// Pods at once (not counting terminated ones); default as many as [`Allocatable::containers`].
     pub pods: u64,
+    /// Containers running at once, over all pods (a pod counts its regular containers and
+    /// sidecars, or while it initialises its sidecars and one init container, whichever is
+    /// more); default what the process's memory-mapping limit (`vm.max_map_count`) holds at six
+    /// mappings per instance, less a reserve for probes, hooks and the runtime: a node never
+    /// starts more instances than the kernel lets the process map, which would abort it.
+    pub containers: u64,
 }
 
 impl Allocatable {
@@ -90,10 +95,12 @@ impl Allocatable {
             .ok()
             .and_then(|s| s.trim().parse::<u64>().ok())
             .unwrap_or(65_530);
+        let containers = (max_map_count.saturating_sub(4096) / 6).max(1);
         Allocatable {
             memory,
             cpu_milli: cores * 1000,
-            pods: (max_map_count.saturating_sub(4096) / 6).max(1),
+            pods: containers,
+            containers,
         }
     }
 
@@ -112,6 +119,12 @@ impl Allocatable {
     /// Sets [`Allocatable::pods`].
     pub fn pods(mut self, pods: u64) -> Self {
         self.pods = pods;
+        self
+    }
+
+    /// Sets [`Allocatable::containers`].
+    pub fn containers(mut self, containers: u64) -> Self {
+        self.containers = containers;
         self
     }
 }

@@ -66,6 +66,7 @@ struct Usage {
     memory: u64,
     cpu_milli: u64,
     pods: u64,
+    containers: u64,
 }
 
 impl Usage {
@@ -74,6 +75,7 @@ impl Usage {
             memory: self.memory.saturating_add(r.memory),
             cpu_milli: self.cpu_milli.saturating_add(r.cpu_milli),
             pods: self.pods + 1,
+            containers: self.containers.saturating_add(r.containers),
         }
     }
 
@@ -82,6 +84,7 @@ impl Usage {
             memory: self.memory.saturating_add(other.memory),
             cpu_milli: self.cpu_milli.saturating_add(other.cpu_milli),
             pods: self.pods + other.pods,
+            containers: self.containers.saturating_add(other.containers),
         }
     }
 
@@ -90,6 +93,7 @@ impl Usage {
             memory: self.memory.saturating_sub(r.memory),
             cpu_milli: self.cpu_milli.saturating_sub(r.cpu_milli),
             pods: self.pods.saturating_sub(1),
+            containers: self.containers.saturating_sub(r.containers),
         }
     }
 }
@@ -261,6 +265,10 @@ impl Scheduler {
         }
         if after.pods > a.pods {
             lacking.push("Too many pods");
+        }
+        // An extended resource of wasmpod's, in the scheduler's words for those.
+        if after.containers > a.containers && requests.containers > 0 {
+            lacking.push("Insufficient wasmpod.dev/containers");
         }
         lacking
     }

@@ -84,11 +84,14 @@ pub(crate) struct TerminationMessage {
     pub fallback_to_logs: bool,
 }
 
-/// What a pod asks of its node: memory in bytes and CPU in thousandths of a core.
+/// What a pod asks of its node: memory in bytes, CPU in thousandths of a core, and containers
+/// running at once (each one a live instance, whose memory mappings count against the process's
+/// `vm.max_map_count`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Requests {
     pub memory: u64,
     pub cpu_milli: u64,
+    pub containers: u64,
 }
 
 impl Requests {
@@ -96,6 +99,7 @@ impl Requests {
         Requests {
             memory: self.memory.saturating_add(other.memory),
             cpu_milli: self.cpu_milli.saturating_add(other.cpu_milli),
+            containers: self.containers.saturating_add(other.containers),
         }
     }
 
@@ -103,6 +107,7 @@ impl Requests {
         Requests {
             memory: self.memory.max(other.memory),
             cpu_milli: self.cpu_milli.max(other.cpu_milli),
+            containers: self.containers.max(other.containers),
         }
     }
 }
@@ -417,6 +422,7 @@ impl PodSpec {
             let r = Requests {
                 memory: c.resources.memory_request.unwrap_or(0),
                 cpu_milli: c.resources.cpu_request_milli.unwrap_or(0),
+                containers: 1,
             };
             match c.role {
                 Role::Regular => long_running = long_running.plus(r),

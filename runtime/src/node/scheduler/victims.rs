@@ -68,6 +68,7 @@ mod tests {
             requests: Requests {
                 memory,
                 cpu_milli: 0,
+                containers: 1,
             },
             leaving: false,
         }
