@@ -849,6 +849,7 @@ fn the_node_is_described() {
     let described = agent.ok(&["describe", "node", "edge-1"]);
     for part in [
         "Allocatable:",
+        "wasmpod.dev/containers:",
         "kubernetes.io/hostname=",
         "Container Runtime Version:  wasmpod://",
     ] {
