@@ -98,7 +98,12 @@ async fn main() {
     ];
     let mut results = serde_json::Map::new();
     println!("{:<36} {:>6} {:>12} {:>12}", "measure", "n", "p50", "p99");
+    // `BENCH_CASE=blocked` (any part of a name) runs only the matching cases, for profiling.
+    let only = std::env::var("BENCH_CASE").unwrap_or_default();
     for (name, yaml, offset) in cases {
+        if !name.contains(only.as_str()) {
+            continue;
+        }
         // busy guests share two cores: fewer of them at once
         let pods = std::env::var("BENCH_PODS")
             .ok()

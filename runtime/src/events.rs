@@ -77,9 +77,12 @@ pub struct Event {
 }
 
 pub(crate) fn now_micros() -> String {
-    jiff::Timestamp::now()
-        .strftime("%Y-%m-%dT%H:%M:%S%.6fZ")
-        .to_string()
+    micros(jiff::Timestamp::now())
+}
+
+/// An event's time: RFC 3339 in UTC with microseconds.
+pub(crate) fn micros(t: jiff::Timestamp) -> String {
+    t.strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
 }
 
 /// The first events of a pod, always kept (how it started).

@@ -77,10 +77,12 @@ pub(crate) struct Snapshot {
 }
 
 pub(crate) enum Msg {
+    /// An instance ended, `at` that time.
     Exited {
         index: usize,
         id: u64,
         exit: Exit,
+        at: jiff::Timestamp,
     },
     Delete {
         grace: Option<Duration>,
@@ -420,7 +422,12 @@ impl PodTask {
 
     fn handle(&mut self, msg: Msg) {
         match msg {
-            Msg::Exited { index, id, exit } => self.exited(index, id, exit),
+            Msg::Exited {
+                index,
+                id,
+                exit,
+                at,
+            } => self.exited(index, id, exit, at),
             Msg::Delete { grace } => self.delete(grace),
             Msg::Hook {
                 index,

@@ -201,9 +201,23 @@ impl PodTask {
         message: String,
         exit_code: Option<i32>,
     ) {
+        let now = jiff::Timestamp::now();
+        self.container_event_at(index, kind, reason, message, exit_code, now);
+    }
+
+    /// A container's event of what happened `at` (an exit, stamped when the instance stopped).
+    pub(super) fn container_event_at(
+        &self,
+        index: usize,
+        kind: EventType,
+        reason: Reason,
+        message: String,
+        exit_code: Option<i32>,
+        at: jiff::Timestamp,
+    ) {
         let c = &self.containers[index];
         self.journal.push(Event {
-            time: now_micros(),
+            time: crate::events::micros(at),
             pod: self.spec.name.clone(),
             container: Some(c.name.to_string()),
             role: Some(c.role().as_str()),

@@ -13,7 +13,8 @@ use crate::events::{EventType, Reason};
 use crate::spec::Role;
 
 impl PodTask {
-    pub(super) fn exited(&mut self, index: usize, id: u64, exit: Exit) {
+    /// Container `index`'s instance `id` ended `at`.
+    pub(super) fn exited(&mut self, index: usize, id: u64, exit: Exit, at: Timestamp) {
         if self.instance(index, id).is_none() {
             return;
         }
@@ -50,7 +51,7 @@ impl PodTask {
         c.state = State::Terminated(Terminated {
             exit,
             started_at,
-            finished_at: Timestamp::now(),
+            finished_at: at,
             finished: Instant::now(),
         });
         c.ready = false;
@@ -63,7 +64,7 @@ impl PodTask {
         } else {
             EventType::Warning
         };
-        self.container_event(index, kind, Reason::Exited, message, Some(code));
+        self.container_event_at(index, kind, Reason::Exited, message, Some(code), at);
     }
 
     /// `FallbackToLogsOnError` with an empty termination-message file: the last 80 lines (at

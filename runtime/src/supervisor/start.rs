@@ -222,7 +222,14 @@ impl PodTask {
                 exit = main.run(stdout, stderr) => exit,
                 code = kill_rx => Exit::code(code.unwrap_or(EXIT_KILLED)),
             };
-            let _ = tx.send(Msg::Exited { index, id, exit });
+            // When it stopped, not when the supervisor gets to it (busy with other pods).
+            let at = jiff::Timestamp::now();
+            let _ = tx.send(Msg::Exited {
+                index,
+                id,
+                exit,
+                at,
+            });
         });
         match post_start {
             // The container is not Running until its postStart hook returns.

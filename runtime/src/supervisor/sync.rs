@@ -14,16 +14,25 @@ impl PodTask {
     /// Decides and applies what should happen now, like the kubelet's `computePodActions`.
     pub(super) async fn sync(&mut self) {
         let now = Instant::now();
+        let mut killed = false;
         for index in 0..self.containers.len() {
             let Some(i) = &mut self.containers[index].instance else {
                 continue;
             };
             if i.stop.kill_at().is_some_and(|t| t <= now) {
                 i.kill(EXIT_KILLED);
+                killed = true;
             } else if i.stop.term_due().is_some_and(|d| d <= now) {
                 // a preStop hook that outlived the grace period: TERM now, KILL 2 s later
                 self.send_term(index);
             }
+        }
+        if killed {
+            // The instance killed at its deadline was woken by its kill: let it stop (drop its
+            // store, report its exit) before this pod's status is worked out. Deadlines of pods
+            // deleted together come together, and then the guests stop first and the
+            // bookkeeping follows, instead of each kill waiting behind every other pod's status.
+            tokio::task::yield_now().await;
         }
         if self.shutdown.is_none() && self.volume_check.is_some_and(|t| now >= t) {
             self.volume_check = Some(now + VOLUME_CHECK);
