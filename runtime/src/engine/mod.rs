@@ -150,11 +150,15 @@ pub(crate) fn precompile(name: &Path, bytes: &[u8]) -> Result<Vec<u8>, LoadError
 /// another configuration or CPU).
 pub(crate) fn precompile_key() -> u64 {
     use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    if let Ok(engine) = wasmtime::Engine::new(&config()) {
-        engine.precompile_compatibility_hash().hash(&mut h);
-    }
-    h.finish()
+    // Making an engine to ask costs milliseconds; the answer never changes in a process.
+    static KEY: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *KEY.get_or_init(|| {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        if let Ok(engine) = wasmtime::Engine::new(&config()) {
+            engine.precompile_compatibility_hash().hash(&mut h);
+        }
+        h.finish()
+    })
 }
 
 pub(crate) struct Engine {
