@@ -136,35 +136,17 @@ fn main() {
         "get_pods_max_ms": get_max.as_secs_f64() * 1e3,
         "kubectl_version_p50_ms": version_p50.as_secs_f64() * 1e3,
     });
-    compare_with_baseline(&report);
-    let out = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/wasmpod-bench");
-    let _ = std::fs::create_dir_all(&out);
-    let _ = std::fs::write(
-        out.join("agent.json"),
-        serde_json::to_string_pretty(&report).unwrap(),
+    wasmpod_tests::compare_bench(
+        "agent",
+        &report,
+        &[
+            "pods_created_per_second",
+            "all_running_seconds",
+            "rss_per_pod_kib",
+            "get_pods_p50_ms",
+            "kubectl_version_p50_ms",
+        ],
     );
+    wasmpod_tests::save_bench("agent", &report);
     runtime.block_on(agent.stop());
-}
-
-/// Prints each figure beside the baseline's (`docs/bench-baseline.json`, `agent`).
-fn compare_with_baseline(report: &serde_json::Value) {
-    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/bench-baseline.json");
-    let baseline = std::fs::read_to_string(&file)
-        .ok()
-        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok());
-    let Some(base) = baseline.as_ref().and_then(|b| b.get("agent")) else {
-        return;
-    };
-    println!("\nagainst the baseline in docs/bench-baseline.json (now / then):");
-    for key in [
-        "pods_created_per_second",
-        "all_running_seconds",
-        "rss_per_pod_kib",
-        "get_pods_p50_ms",
-        "kubectl_version_p50_ms",
-    ] {
-        if let (Some(now), Some(then)) = (report[key].as_f64(), base[key].as_f64()) {
-            println!("  {key:<28} {now:>10.1} / {then:>10.1} = {:.2}", now / then);
-        }
-    }
 }

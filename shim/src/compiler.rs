@@ -10,6 +10,10 @@ use std::path::Path;
 use containerd_shim_wasm::sandbox::context::WasmLayer;
 use containerd_shim_wasm::shim::Compiler;
 
+/// The largest layer compiled in the shim's process, which no container's limits bound (a larger
+/// one is compiled in the container's process, under its cgroup).
+const MAX_PRECOMPILED: usize = 64 << 20;
+
 /// Precompiles wasm layers with wasmpod's engine configuration.
 pub(crate) struct WasmpodCompiler;
 
@@ -24,8 +28,12 @@ impl Compiler for WasmpodCompiler {
             layers
                 .iter()
                 .map(|layer| {
-                    // Already an artefact, or not wasm (runwasi passes every layer it supports).
-                    if layer.precompiled || !layer.layer.starts_with(b"\0asm") {
+                    // Already an artefact, not wasm (runwasi passes every layer it supports), or
+                    // too large to compile outside a container.
+                    if layer.precompiled
+                        || !layer.layer.starts_with(b"\0asm")
+                        || layer.layer.len() > MAX_PRECOMPILED
+                    {
                         return Ok(None);
                     }
                     let name = Path::new(layer.config.digest().as_ref());

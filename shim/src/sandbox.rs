@@ -10,6 +10,8 @@
 //!   and neither is `/` itself, so files at the very top of the image are not either.
 //! - Components' sockets are the host's: the container's network namespace is the pod's.
 
+use std::fs::File;
+use std::io::Read;
 use std::path::Path;
 use std::sync::Mutex;
 
@@ -109,9 +111,16 @@ impl Sandbox for WasmpodSandbox {
         // Called in the container's process when it is created, before it starts.
         *self.term.lock().unwrap_or_else(|e| e.into_inner()) = Some(TermSignals::listen()?);
         let source = ctx.entrypoint().source;
-        if let Source::File(_) = source {
-            let bytes = source.as_bytes()?;
-            if !bytes.starts_with(b"\0asm") {
+        if let Source::File(path) = &source {
+            // The magic number is enough; a path that does not open as given is looked up as
+            // runwasi looks it up (its PATH), reading it whole.
+            let mut magic = [0u8; 4];
+            let opened = File::open(path).and_then(|mut f| f.read_exact(&mut magic));
+            let wasm = match opened {
+                Ok(()) => &magic == b"\0asm",
+                Err(_) => source.as_bytes()?.starts_with(b"\0asm"),
+            };
+            if !wasm {
                 bail!("the entry point is not a WebAssembly module or component");
             }
         }

@@ -15,9 +15,8 @@ pub(crate) struct Mount {
 /// The kernel's file systems, which a guest has no use for.
 const SYSTEM: [&str; 3] = ["/proc", "/sys", "/dev"];
 
-/// The root and every mount the guest may see, from `/proc/self/mountinfo`'s text: the
-/// root first, then each mount point outside `/proc`, `/sys` and `/dev` (a later mount at the
-/// same point hides an earlier one, as in the kernel).
+/// The root and every mount outside `/proc`, `/sys` and `/dev`, from `/proc/self/mountinfo`'s
+/// text (a later mount at the same point hides an earlier one, as in the kernel).
 pub(crate) fn mounts(mountinfo: &str) -> Vec<Mount> {
     let mut mounts: Vec<Mount> = Vec::new();
     for line in mountinfo.lines() {
@@ -34,7 +33,6 @@ pub(crate) fn mounts(mountinfo: &str) -> Vec<Mount> {
         mounts.retain(|m| m.path != path);
         mounts.push(Mount { path, read_only });
     }
-    mounts.sort_by_key(|m| m.path != Path::new("/"));
     mounts
 }
 

@@ -353,22 +353,10 @@ fn image_layout(reference: &str, wasm: &[u8]) -> Vec<u8> {
 
 /// The resident memory of process `pid` (`VmRSS`), in KiB.
 pub fn rss_kib(pid: u32) -> Option<u64> {
-    kib_field(&format!("/proc/{pid}/status"), "VmRSS:")
+    crate::proc_kib(&format!("/proc/{pid}/status"), "VmRSS:")
 }
 
 /// The proportional set size of process `pid` (its share of the pages it maps), in KiB.
 pub fn pss_kib(pid: u32) -> Option<u64> {
-    kib_field(&format!("/proc/{pid}/smaps_rollup"), "Pss:")
-}
-
-/// The `KEY: N kB` line of a `/proc` file.
-fn kib_field(file: &str, key: &str) -> Option<u64> {
-    let text = std::fs::read_to_string(file).ok()?;
-    text.lines()
-        .find_map(|l| l.strip_prefix(key))?
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .ok()
+    crate::proc_kib(&format!("/proc/{pid}/smaps_rollup"), "Pss:")
 }

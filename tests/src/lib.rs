@@ -553,10 +553,17 @@ pub fn warm_shared_cache() {
 
 /// This process's resident memory in bytes (`VmRSS`), for the benches; 0 where `/proc` is not.
 pub fn rss_bytes() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map_or(0, |kb| kb * 1024)
+    proc_kib("/proc/self/status", "VmRSS:").map_or(0, |kib| kib * 1024)
+}
+
+/// The `KEY: N kB` line of a `/proc` file (`/proc/PID/status`, `smaps_rollup`), in KiB.
+pub fn proc_kib(file: &str, key: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(file).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(key))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()
 }
