@@ -153,7 +153,7 @@ impl Terminator {
 
 /// One container's guest, ready to run as a process (see the [module docs](self)).
 pub struct Task {
-    sandbox: Sandbox,
+    sandbox: Arc<Sandbox>,
     term: Arc<watch::Sender<bool>>,
     // The engine's epoch ticker runs while the engine lives.
     _engine: Engine,
@@ -206,7 +206,7 @@ impl Task {
                 ndots: 1,
             },
         };
-        let sandbox = Sandbox {
+        let sandbox = Arc::new(Sandbox {
             image: Arc::new(image),
             argv: options.args,
             env: options.env,
@@ -226,9 +226,10 @@ impl Task {
             kill: Default::default(),
             net: NodeNetwork::new(Egress::Allow).create_pod(names),
             host_sockets: true,
+            http: None,
             activity: engine.activity().clone(),
             memory: PodMemory::new(node_memory),
-        };
+        });
         Task {
             sandbox,
             term: Arc::new(term),

@@ -10,6 +10,7 @@ const GUESTS: &[(&str, &[&str])] = &[
     ("agnhost_term", &["wasm32-wasip1"]),
     ("imports_missing", &["wasm32-wasip1"]),
     ("probed", &["wasm32-wasip2"]),
+    ("http_handler", &["wasm32-wasip2"]),
 ];
 
 fn main() {

@@ -14,8 +14,14 @@ use wasmtime_wasi::cli::StdoutStream;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{FsPerms, I32Exit, WasiCtxBuilder};
 
-use crate::engine::{Activity, Image};
-use crate::host::{KillClock, Killed, MemoryLimiter, P1State, P2State, PodExport, TermSignal};
+mod http;
+
+pub(crate) use http::{DEFAULT_PORT, HttpServe};
+
+use crate::engine::{Activity, Entry, Image};
+use crate::host::{
+    KillClock, Killed, MemoryLimiter, Outgoing, P1State, P2State, PodExport, TermSignal,
+};
 use crate::memory::{Budget, Charge, PodMemory};
 use crate::network::PodNetwork;
 use crate::volumes::MountDir;
@@ -58,6 +64,8 @@ pub(crate) struct Sandbox {
     /// The components' `wasi:sockets` are the host's (the engine was made with
     /// [`crate::host::GuestSockets::Host`]), not `net`.
     pub(crate) host_sockets: bool,
+    /// Where and how an HTTP handler component is served (`None`: not in a pod).
+    pub(crate) http: Option<HttpServe>,
     /// The engine's count of stores executing wasm (its epoch ticker runs fast while any does).
     pub(crate) activity: Arc<Activity>,
     /// Where the instances' memory is counted.
@@ -160,8 +168,8 @@ impl Sandbox {
         Ok(b)
     }
 
-    fn limiter(&self) -> MemoryLimiter {
-        MemoryLimiter::new(Charge::new(self.memory.clone(), self.budget.clone()))
+    fn limiter(&self, budget: Arc<Budget>) -> MemoryLimiter {
+        MemoryLimiter::new(Charge::new(self.memory.clone(), budget))
     }
 
     /// A fresh store for one instance of a preview1 module.
@@ -169,7 +177,7 @@ impl Sandbox {
         let state = P1State {
             wasi: wasi.build_p1(),
             term: self.term.clone(),
-            limiter: self.limiter(),
+            limiter: self.limiter(self.budget.clone()),
         };
         let mut store = Store::new(engine, state);
         prepare(
@@ -182,15 +190,26 @@ impl Sandbox {
         store
     }
 
-    /// A fresh store for one instance of a component.
-    fn p2_store(&self, engine: &wasmtime::Engine, wasi: &mut WasiCtxBuilder) -> Store<P2State> {
+    /// A fresh store for one instance of a component, its memory counted against `budget`.
+    fn p2_store(
+        &self,
+        engine: &wasmtime::Engine,
+        wasi: &mut WasiCtxBuilder,
+        budget: Arc<Budget>,
+    ) -> Store<P2State> {
         let state = P2State {
             ctx: wasi.build(),
             table: ResourceTable::new(),
             net: self.net.clone(),
-            budget: self.budget.clone(),
             term: self.term.clone(),
-            limiter: self.limiter(),
+            limiter: self.limiter(budget.clone()),
+            budget,
+            http: wasmtime_wasi_http::WasiHttpCtx::new(),
+            outgoing: if self.host_sockets {
+                Outgoing::Host
+            } else {
+                Outgoing::Pod(self.net.clone())
+            },
         };
         let mut store = Store::new(engine, state);
         prepare(
@@ -203,12 +222,20 @@ impl Sandbox {
         store
     }
 
-    /// Runs the container's entry point to its end and reports how it ended.
+    /// Runs the container's entry point to its end (serves an HTTP handler until TERM) and
+    /// reports how it ended.
     pub(crate) async fn run(
-        &self,
+        self: &Arc<Self>,
         stdout: impl StdoutStream + 'static,
         stderr: impl StdoutStream + 'static,
     ) -> Exit {
+        if let Image::Component {
+            entry: Entry::Http(pre),
+            ..
+        } = &*self.image
+        {
+            return self.serve(pre, stdout, stderr).await;
+        }
         match self.wasi(&self.argv, stdout, stderr) {
             Ok(wasi) => self.run_entry(wasi).await,
             Err(e) => Exit {
@@ -230,8 +257,11 @@ impl Sandbox {
                 .await;
                 exit_of(result.map(|()| 0), store.data().limiter.hit)
             }
-            Image::Component { pre, .. } => {
-                let mut store = self.p2_store(pre.engine(), &mut wasi);
+            Image::Component {
+                entry: Entry::Command(pre),
+                ..
+            } => {
+                let mut store = self.p2_store(pre.engine(), &mut wasi, self.budget.clone());
                 let result = async {
                     let command = pre.instantiate_async(&mut store).await?;
                     command.wasi_cli_run().call_run(&mut store).await
@@ -242,6 +272,14 @@ impl Sandbox {
                     store.data().limiter.hit,
                 )
             }
+            // An exec in a handler container names an export or nothing: there is no `main`.
+            Image::Component {
+                entry: Entry::Http(_),
+                ..
+            } => Exit {
+                message: Some("an HTTP handler component has no command to run".into()),
+                ..Exit::code(EXIT_START_ERROR)
+            },
         }
     }
 
@@ -322,7 +360,7 @@ impl Sandbox {
                 let Some(export) = PodExport::find(pre, name) else {
                     return self.exec_entry(wasi).await;
                 };
-                let mut store = self.p2_store(pre.engine(), &mut wasi);
+                let mut store = self.p2_store(pre.engine(), &mut wasi, self.budget.clone());
                 async {
                     let instance = pre.instantiate_async(&mut store).await?;
                     export.call(&mut store, &instance).await

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant, SystemTime};
 use wasmtime::component::{Component, Linker as ComponentLinker};
 use wasmtime::{Config, InstancePre, Linker, Module};
 use wasmtime_wasi::p2::bindings::CommandPre;
+use wasmtime_wasi_http::p2::bindings::ProxyPre;
 
 use crate::host::{GuestSockets, Linkers, P1State, P2State};
 pub(crate) use activity::Activity;
@@ -31,11 +32,20 @@ pub(crate) enum Image {
         handles_term: bool,
     },
     Component {
-        pre: CommandPre<P2State>,
-        /// The same component, for calling exports other than `wasi:cli/run`.
+        entry: Entry,
+        /// The same component, for calling exports other than its entry point.
         instance: wasmtime::component::InstancePre<P2State>,
         handles_term: bool,
     },
+}
+
+/// What running a component means.
+pub(crate) enum Entry {
+    /// A command: `wasi:cli/run`, once.
+    Command(CommandPre<P2State>),
+    /// An HTTP handler (`wasi:http/incoming-handler`, the `wasi:http/proxy` world): a fresh
+    /// instance for each request on the container's ports.
+    Http(ProxyPre<P2State>),
 }
 
 impl Image {
@@ -353,18 +363,29 @@ impl Engine {
                 let component = unsafe { Component::deserialize(&self.wasmtime, artefact) }
                     .map_err(compile_err)?;
                 let ty = component.component_type();
-                let handles_term = ty
+                let imports_term = ty
                     .imports(&self.wasmtime)
                     .any(|(name, _)| name.starts_with(crate::host::TERM_INTERFACE));
                 let instance = self.p2.instantiate_pre(&component).map_err(link_err)?;
-                let pre = CommandPre::new(instance.clone()).map_err(|e| LoadError::Link {
-                    path: path.to_owned(),
-                    message: format!("the component does not export `wasi:cli/run`: {e:#}"),
-                })?;
+                // A component exporting an HTTP handler is served (as `wasmtime serve` does),
+                // whether or not it also has a `main`.
+                let entry = match ProxyPre::new(instance.clone()) {
+                    Ok(proxy) => Entry::Http(proxy),
+                    Err(_) => Entry::Command(CommandPre::new(instance.clone()).map_err(|e| {
+                        LoadError::Link {
+                            path: path.to_owned(),
+                            message: format!(
+                                "the component exports neither `wasi:cli/run` nor \
+                                 `wasi:http/incoming-handler`: {e:#}"
+                            ),
+                        }
+                    })?),
+                };
                 Image::Component {
-                    pre,
+                    // A server stops taking requests at TERM and finishes those it has.
+                    handles_term: imports_term || matches!(entry, Entry::Http(_)),
+                    entry,
                     instance,
-                    handles_term,
                 }
             }
         };

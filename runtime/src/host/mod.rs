@@ -2,6 +2,7 @@
 //! signal, memory limiter) and the linkers that give guests their imports. The engine builds the
 //! linkers once; a container fills a fresh state for each instance.
 
+mod http;
 mod term;
 
 use std::sync::Arc;
@@ -10,10 +11,12 @@ use wasmtime::component::{Linker as ComponentLinker, ResourceTable};
 use wasmtime::{Linker, ResourceLimiter};
 use wasmtime_wasi::p1::WasiP1Ctx;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use crate::memory::{Budget, Charge};
 use crate::network::PodNetwork;
 use crate::network::wasi::{Sockets, SocketsView};
+pub(crate) use http::Outgoing;
 pub(crate) use term::{KillClock, Killed, PodExport, TERM_INTERFACE, TERM_MODULE, TermSignal};
 
 /// The linkers of an engine: what preview1 modules and components may import.
@@ -24,7 +27,7 @@ pub(crate) struct Linkers {
 
 impl Linkers {
     /// WASI preview1 and preview2 (wasmtime-wasi's), with `wasi:sockets` as `sockets` says,
-    /// and `wasmpod:pod/termination`.
+    /// `wasi:http` (wasmtime-wasi-http's) and `wasmpod:pod/termination`.
     pub(crate) fn new(
         engine: &wasmtime::Engine,
         sockets: GuestSockets,
@@ -37,6 +40,7 @@ impl Linkers {
         if sockets == GuestSockets::Pod {
             crate::network::wasi::add_to_linker(&mut p2)?;
         }
+        wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut p2)?;
         term::add_p2_termination(&mut p2)?;
         Ok(Linkers { p1, p2 })
     }
@@ -65,6 +69,18 @@ pub(crate) struct P2State {
     pub(crate) budget: Arc<Budget>,
     pub(crate) term: TermSignal,
     pub(crate) limiter: MemoryLimiter,
+    pub(crate) http: WasiHttpCtx,
+    pub(crate) outgoing: Outgoing,
+}
+
+impl WasiHttpView for P2State {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            ctx: &mut self.http,
+            table: &mut self.table,
+            hooks: &mut self.outgoing,
+        }
+    }
 }
 
 impl WasiView for P2State {

@@ -151,6 +151,46 @@ impl Listener {
     }
 }
 
+/// A pod port the host listens on (the server of an HTTP handler container): connections to it
+/// from the pod, the node's pods and published ports queue here, and it stops listening when
+/// dropped.
+pub(crate) struct HostListener {
+    pub(super) listener: Arc<Listener>,
+    pub(super) _port: super::PortGuard,
+}
+
+impl HostListener {
+    /// The next connection and where it comes from; `None` once the listener is closed.
+    pub(crate) async fn accept(&self) -> Option<(HostStream, SocketAddr)> {
+        poll_fn(|cx| {
+            if let Some(conn) = self.listener.try_accept() {
+                let remote = conn.remote;
+                let stream = HostStream {
+                    reader: conn.reader,
+                    writer: conn.writer,
+                };
+                return Poll::Ready(Some((stream, remote)));
+            }
+            match self.listener.poll_pending(cx) {
+                // Either a connection arrived (taken on the next poll) or the listener closed.
+                Poll::Ready(()) if self.listener.lock().closed => Poll::Ready(None),
+                Poll::Ready(()) => {
+                    cx.waker().wake_by_ref();
+                    Poll::Pending
+                }
+                Poll::Pending => Poll::Pending,
+            }
+        })
+        .await
+    }
+}
+
+impl Drop for HostListener {
+    fn drop(&mut self) {
+        self.listener.close();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

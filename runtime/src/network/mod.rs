@@ -11,6 +11,7 @@
 //! [`wasi`] maps `wasi:sockets` onto this model for components; preview1 modules have no sockets.
 
 pub(crate) mod client;
+pub(crate) mod http;
 mod listener;
 mod names;
 mod pipe;
@@ -25,7 +26,7 @@ pub(crate) use names::PodNames;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
-pub(crate) use listener::Listener;
+pub(crate) use listener::{HostListener, Listener};
 pub(crate) use pipe::HostStream;
 use udp::Inbox;
 use wasi::ErrorCode;
@@ -260,6 +261,46 @@ impl PodNetwork {
             .listener(to)
             .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::ConnectionRefused))?;
         listener.connect_host(from, to).await
+    }
+}
+
+impl PodNetwork {
+    /// Listens on `port` of every address of the pod for the host (an HTTP handler container's
+    /// server), as a guest binding `0.0.0.0:port` would.
+    pub(crate) fn listen_host(self: &Arc<Self>, port: u16) -> Result<HostListener, ErrorCode> {
+        let port = self.bind_tcp(SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), port))?;
+        let listener = Listener::new(listener::DEFAULT_BACKLOG);
+        if let Some(slot) = self.tcp().get_mut(port.addr()) {
+            *slot = Some(listener.clone());
+        }
+        Ok(HostListener {
+            listener,
+            _port: port,
+        })
+    }
+
+    /// Connects from this pod to `to` in this pod or another of the node (outgoing `wasi:http`
+    /// requests): `None` when `to` is outside the pod network.
+    pub(crate) async fn connect_within(
+        self: &Arc<Self>,
+        to: SocketAddr,
+    ) -> Option<std::io::Result<HostStream>> {
+        let refused = || std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        let pod = match self.route(to.ip()) {
+            Route::Outside => return None,
+            Route::Unreachable => {
+                return Some(Err(std::io::Error::from(
+                    std::io::ErrorKind::HostUnreachable,
+                )));
+            }
+            Route::Pod(pod) => pod,
+        };
+        let Some(listener) = pod.listener(to) else {
+            return Some(Err(refused()));
+        };
+        let port = self.ephemeral(&self.tcp()).unwrap_or(0);
+        let from = SocketAddr::new(self.source_for(to.ip()), port);
+        Some(listener.connect_host(from, to).await)
     }
 }
 

@@ -23,6 +23,7 @@ mod priority;
 mod quantity;
 mod resources;
 mod security;
+mod serving;
 mod shape;
 mod volumes;
 mod yaml;
@@ -40,6 +41,7 @@ pub(crate) use model::{
 pub(crate) use names::{MAX_DURATION, check_subdomain};
 pub(crate) use placement::{Placement, PodTerm};
 pub use priority::read_priority_classes;
+pub(crate) use serving::Serving;
 
 #[cfg(test)]
 mod tests;

@@ -367,6 +367,8 @@ pub struct PodSpec {
     pub(crate) runtime_class: Option<String>,
     /// Pod (anti-)affinity and topology spread: evaluated against the node's pods at admission.
     pub(crate) placement: super::Placement,
+    /// How its HTTP handler containers serve (`wasmpod.dev/http-*` annotations).
+    pub(crate) serving: super::Serving,
 }
 
 impl PodSpec {

@@ -360,7 +360,9 @@ pub(super) fn convert(
     }
 
     let labels = meta.labels.clone().unwrap_or_default();
+    let annotations = meta.annotations.clone().unwrap_or_default();
     Some(PodSpec {
+        serving: super::serving::check(&annotations, errors),
         node_selector: spec.node_selector.clone().unwrap_or_default(),
         node_affinity: super::affinity::check_affinity(spec.affinity.as_ref(), errors),
         runtime_class: spec.runtime_class_name.clone(),
@@ -374,7 +376,7 @@ pub(super) fn convert(
         priority_class,
         hostname,
         labels,
-        annotations: meta.annotations.clone().unwrap_or_default(),
+        annotations,
         name,
         namespace,
         uid: meta.uid.clone(),

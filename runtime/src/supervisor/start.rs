@@ -11,7 +11,7 @@ use super::container::{HookState, Instance, State};
 use super::probe::{self, HookKind, ProbeKind};
 use super::stopping::Stopping;
 use super::{MIN_GRACE, Msg, PodTask, after};
-use crate::container::{EXIT_KILLED, Exit, Preopen, Sandbox};
+use crate::container::{DEFAULT_PORT, EXIT_KILLED, Exit, HttpServe, Preopen, Sandbox};
 use crate::engine::{Image, LoadError, Pull};
 use crate::events::{EventType, Reason};
 use crate::host::TermSignal;
@@ -184,6 +184,23 @@ impl PodTask {
             kill: Default::default(),
             net: self.net.clone(),
             host_sockets: false,
+            http: Some(HttpServe {
+                ports: {
+                    let tcp: Vec<u16> = c
+                        .spec
+                        .ports
+                        .iter()
+                        .filter(|p| !p.udp)
+                        .map(|p| p.port)
+                        .collect();
+                    if tcp.is_empty() {
+                        vec![DEFAULT_PORT]
+                    } else {
+                        tcp
+                    }
+                },
+                serving: self.spec.serving,
+            }),
             activity: self.node.engine.activity().clone(),
             memory: self.memory.clone(),
         });

@@ -1,0 +1,367 @@
+//! HTTP handler containers: a component exporting `wasi:http/incoming-handler` is served on the
+//! container's TCP ports inside the pod network, each request in a fresh instance made from the
+//! pre-instantiated component (as `wasmtime serve` does).
+//!
+//! The container runs while it serves. Each instance has the container's env, volumes and
+//! memory limit (its own budget of that size) and CPU limit; at most
+//! [`Serving::concurrency`] requests run at once, the rest wait. A request that traps, runs past
+//! [`Serving::timeout`] or never answers is answered 500 (504 for the timeout), counted and
+//! logged on the container's stderr; the container keeps serving. TERM closes the ports (new
+//! connections are refused), lets the requests in flight finish and exits 0 when they have: the
+//! grace period's KILL cuts what is left.
+
+use std::convert::Infallible;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use tokio::io::AsyncWriteExt;
+use tokio::sync::{Semaphore, mpsc, oneshot, watch};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
+use wasmtime_wasi::p2::OutputStream;
+use wasmtime_wasi_http::WasiHttpView;
+use wasmtime_wasi_http::io::TokioIo;
+use wasmtime_wasi_http::p2::bindings::ProxyPre;
+use wasmtime_wasi_http::p2::bindings::http::types::Scheme;
+use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
+
+use super::{EXIT_START_ERROR, Exit, Sandbox, exit_of};
+use crate::host::P2State;
+use crate::memory::Budget;
+use crate::network::HostStream;
+use crate::spec::Serving;
+
+/// The port served when the container declares no TCP port (`wasmtime serve`'s).
+pub(crate) const DEFAULT_PORT: u16 = 8080;
+
+/// Where and how a handler container serves.
+pub(crate) struct HttpServe {
+    /// The container's TCP `containerPort`s, or [`DEFAULT_PORT`].
+    pub(crate) ports: Vec<u16>,
+    pub(crate) serving: Serving,
+}
+
+impl Sandbox {
+    /// Serves the handler until TERM, then drains. A handler whose first instance cannot be made
+    /// (a trap in its start, a memory limit too small) ends as a command that cannot start would,
+    /// so the restart policy applies.
+    pub(super) async fn serve(
+        self: &Arc<Self>,
+        pre: &ProxyPre<P2State>,
+        stdout: impl StdoutStream + 'static,
+        stderr: impl StdoutStream + 'static,
+    ) -> Exit {
+        let Some(http) = &self.http else {
+            return Exit {
+                message: Some("HTTP handler components are served only in pods".into()),
+                ..Exit::code(EXIT_START_ERROR)
+            };
+        };
+        let (stdout, stderr) = (Shared::new(stdout), Shared::new(stderr));
+        let mut wasi = match self.wasi(&self.argv, stdout.clone(), stderr.clone()) {
+            Ok(wasi) => wasi,
+            Err(e) => {
+                return Exit {
+                    message: Some(e.to_string()),
+                    ..Exit::code(EXIT_START_ERROR)
+                };
+            }
+        };
+        let mut store = self.p2_store(pre.engine(), &mut wasi, self.budget.clone());
+        if let Err(e) = pre.instantiate_async(&mut store).await {
+            return exit_of(Err(e), store.data().limiter.hit);
+        }
+        drop(store);
+
+        let (accepted_tx, mut accepted) = mpsc::channel::<HostStream>(1);
+        let mut acceptors = JoinSet::new();
+        for &port in &http.ports {
+            let listener = match self.net.listen_host(port) {
+                Ok(listener) => listener,
+                Err(e) => {
+                    return Exit {
+                        message: Some(format!("cannot listen on port {port}: {e}")),
+                        ..Exit::code(EXIT_START_ERROR)
+                    };
+                }
+            };
+            let accepted_tx = accepted_tx.clone();
+            acceptors.spawn(async move {
+                while let Some((stream, _)) = listener.accept().await {
+                    if accepted_tx.send(stream).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        drop(accepted_tx);
+
+        let server = Arc::new(Server {
+            sandbox: self.clone(),
+            pre: pre.clone(),
+            slots: Arc::new(Semaphore::new(http.serving.concurrency)),
+            concurrency: u32::try_from(http.serving.concurrency).unwrap_or(u32::MAX),
+            timeout: http.serving.timeout,
+            stderr,
+            stdout,
+            stop: CancellationToken::new(),
+            handled: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+        });
+        // When this future is dropped (KILL), every request still running is cut.
+        let _cut = server.stop.clone().drop_guard();
+        let (drain_tx, drain) = watch::channel(false);
+        let mut connections = JoinSet::new();
+        let mut term = self.term.0.clone();
+        loop {
+            tokio::select! {
+                _ = term.wait_for(|t| *t) => break,
+                Some(stream) = accepted.recv() => {
+                    connections.spawn(server.clone().connection(stream, drain.clone()));
+                }
+                Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            }
+        }
+        // Stop accepting (connections now are refused), then let each connection finish the
+        // request it has and close.
+        acceptors.shutdown().await;
+        drop(accepted);
+        let _ = drain_tx.send(true);
+        while connections.join_next().await.is_some() {}
+        // Every request has given back its slot once its instance is gone.
+        let _ = server.slots.acquire_many(server.concurrency).await;
+        Exit::code(0)
+    }
+}
+
+/// One handler container's server: what each connection and request needs.
+struct Server<O, E> {
+    sandbox: Arc<Sandbox>,
+    pre: ProxyPre<P2State>,
+    slots: Arc<Semaphore>,
+    concurrency: u32,
+    timeout: std::time::Duration,
+    stdout: Shared<O>,
+    stderr: Shared<E>,
+    /// Cancelled when the container is killed: every request task ends.
+    stop: CancellationToken,
+    handled: AtomicU64,
+    failed: AtomicU64,
+}
+
+/// Why a request got no (complete) response.
+enum Failure {
+    Trap(String),
+    Timeout,
+    NoResponse,
+    Killed,
+}
+
+impl<O, E> Server<O, E>
+where
+    O: StdoutStream + 'static,
+    E: StdoutStream + 'static,
+{
+    /// Serves one connection's requests (HTTP/1.1, keep-alive) until it closes or, once the
+    /// container drains, after the request it has.
+    async fn connection(self: Arc<Self>, stream: HostStream, mut drain: watch::Receiver<bool>) {
+        let server = self.clone();
+        let service = hyper::service::service_fn(move |request| {
+            let server = server.clone();
+            async move { Ok::<_, Infallible>(server.handle(request).await) }
+        });
+        let conn = hyper::server::conn::http1::Builder::new()
+            .keep_alive(true)
+            // A client may shut its sending side down after the request and still read.
+            .half_close(true)
+            .serve_connection(TokioIo::new(stream), service);
+        let mut conn = std::pin::pin!(conn);
+        tokio::select! {
+            _ = conn.as_mut() => return,
+            _ = drain.wait_for(|d| *d) => conn.as_mut().graceful_shutdown(),
+        }
+        let _ = conn.await;
+    }
+
+    /// Runs one request in a fresh instance and answers with what it set, or an error status.
+    async fn handle(
+        self: Arc<Self>,
+        request: hyper::Request<hyper::body::Incoming>,
+    ) -> hyper::Response<HyperOutgoingBody> {
+        let Ok(slot) = self.slots.clone().acquire_owned().await else {
+            return plain(503, "the container is stopping");
+        };
+        let line = format!("{} {}", request.method(), request.uri().path());
+        let task_line = line.clone();
+        let sandbox = &self.sandbox;
+        let mut wasi = match sandbox.wasi(&sandbox.argv, self.stdout.clone(), self.stderr.clone()) {
+            Ok(wasi) => wasi,
+            Err(e) => return plain(500, &e.to_string()),
+        };
+        let budget = Budget::new(sandbox.budget.limit());
+        let mut store = sandbox.p2_store(self.pre.engine(), &mut wasi, budget);
+        let (tx, rx) = oneshot::channel();
+        let mut http = store.data_mut().http();
+        let (Ok(request), Ok(out)) = (
+            http.new_incoming_request(Scheme::Http, request),
+            http.new_response_outparam(tx),
+        ) else {
+            return plain(500, "cannot pass the request to the guest");
+        };
+        let server = self.clone();
+        let started = Instant::now();
+        let cut = Arc::new(AtomicBool::new(false));
+        let cut_by_task = cut.clone();
+        let task = tokio::spawn(async move {
+            let _slot = slot;
+            let run = async {
+                let proxy = server.pre.instantiate_async(&mut store).await?;
+                proxy
+                    .wasi_http_incoming_handler()
+                    .call_handle(&mut store, request, out)
+                    .await
+            };
+            let result = tokio::select! {
+                ran = tokio::time::timeout(server.timeout, run) => match ran {
+                    Ok(Ok(())) => Ok(()),
+                    Ok(Err(e)) => {
+                        let exit = exit_of(Err(e), store.data().limiter.hit);
+                        Err(Failure::Trap(exit.message.unwrap_or_else(|| format!("exit {}", exit.code))))
+                    }
+                    Err(_) => Err(Failure::Timeout),
+                },
+                _ = server.stop.cancelled() => Err(Failure::Killed),
+            };
+            server.handled.fetch_add(1, Ordering::Relaxed);
+            // Before the store (and with it the body's sender) goes: a body it was still writing
+            // must end as an error, not as a complete response.
+            cut_by_task.store(result.is_err(), Ordering::Release);
+            if let Err(failure) = &result {
+                server.failed(&task_line, failure, started).await;
+            }
+            result
+        });
+        match rx.await {
+            Ok(Ok(response)) => response.map(|body| Cuttable { body, cut }.boxed_unsync()),
+            Ok(Err(code)) => plain(500, &format!("the handler failed: {code:?}")),
+            Err(_) => match task.await {
+                Ok(Err(Failure::Timeout)) => plain(504, "the request timed out"),
+                Ok(Err(Failure::Killed)) | Err(_) => plain(503, "the container was stopped"),
+                Ok(Err(Failure::Trap(_))) => plain(500, "the handler trapped"),
+                Ok(Ok(())) | Ok(Err(Failure::NoResponse)) => {
+                    self.failed(&line, &Failure::NoResponse, started).await;
+                    plain(500, "the handler set no response")
+                }
+            },
+        }
+    }
+
+    /// Counts a failed request and says why on the container's stderr.
+    async fn failed(&self, line: &str, failure: &Failure, started: Instant) {
+        if matches!(failure, Failure::Killed) {
+            return;
+        }
+        let failed = self.failed.fetch_add(1, Ordering::Relaxed) + 1;
+        let handled = self.handled.load(Ordering::Relaxed);
+        let why = match failure {
+            Failure::Trap(why) => format!("trapped: {why}"),
+            Failure::Timeout => format!("timed out after {:?}", self.timeout),
+            Failure::NoResponse => "returned without setting a response".to_owned(),
+            Failure::Killed => unreachable!(),
+        };
+        let mut message = String::new();
+        let _ = writeln!(
+            message,
+            "wasmpod: request {line} {why} ({:.1?}; {failed} of {handled} requests failed)",
+            started.elapsed()
+        );
+        tracing::debug!(target: "wasmpod::http", "{}", message.trim_end());
+        let mut stream = std::pin::Pin::from(self.stderr.async_stream());
+        let _ = stream.write_all(message.as_bytes()).await;
+        let _ = stream.flush().await;
+    }
+}
+
+/// A guest's response body that ends as an error (the connection is cut, the client never sees
+/// a complete response) when its request failed before finishing it.
+struct Cuttable {
+    body: HyperOutgoingBody,
+    cut: Arc<AtomicBool>,
+}
+
+impl http_body::Body for Cuttable {
+    type Data = Bytes;
+    type Error = wasmtime_wasi_http::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        match std::pin::Pin::new(&mut self.body).poll_frame(cx) {
+            std::task::Poll::Ready(None) if self.cut.load(Ordering::Acquire) => {
+                std::task::Poll::Ready(Some(Err(wasmtime_wasi_http::Error::HttpResponseIncomplete)))
+            }
+            other => other,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream() && !self.cut.load(Ordering::Acquire)
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// A response made by the host, with a short plain-text body.
+fn plain(status: u16, body: &str) -> hyper::Response<HyperOutgoingBody> {
+    let mut response = hyper::Response::new(
+        Full::new(Bytes::from(format!("{body}\n")))
+            .map_err(|never| match never {})
+            .boxed_unsync(),
+    );
+    *response.status_mut() =
+        http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
+    response
+}
+
+/// One stdout or stderr shared by every instance of a handler container.
+struct Shared<S>(Arc<Mutex<S>>);
+
+impl<S> Shared<S> {
+    fn new(stream: S) -> Shared<S> {
+        Shared(Arc::new(Mutex::new(stream)))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, S> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl<S> Clone for Shared<S> {
+    fn clone(&self) -> Self {
+        Shared(self.0.clone())
+    }
+}
+
+impl<S: StdoutStream> IsTerminal for Shared<S> {
+    fn is_terminal(&self) -> bool {
+        self.lock().is_terminal()
+    }
+}
+
+impl<S: StdoutStream + 'static> StdoutStream for Shared<S> {
+    fn async_stream(&self) -> Box<dyn tokio::io::AsyncWrite + Send + Sync> {
+        self.lock().async_stream()
+    }
+
+    fn p2_stream(&self) -> Box<dyn OutputStream> {
+        self.lock().p2_stream()
+    }
+}

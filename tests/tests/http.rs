@@ -1,0 +1,453 @@
+//! HTTP handler containers: a `wasi:http/proxy` component served on its container port, a fresh
+//! instance per request. The requests come from the host through published ports, from
+//! another pod through the pod network, and from the handler's own outgoing requests.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use wasmpod::Egress;
+use wasmpod::k8s_openapi::api::core::v1::PodStatus;
+use wasmpod_tests::{TestNode, container, is_running, read, wait_for};
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// What a GET answered: the status, and the body, or what the connection gave before it was cut.
+#[derive(Debug)]
+struct Reply {
+    status: u16,
+    body: String,
+    /// The connection ended before the whole body came.
+    cut: bool,
+}
+
+/// One GET over a fresh keep-alive connection (blocking), read until the response is complete
+/// or the connection ends.
+fn get_once(addr: SocketAddr, path: &str) -> std::io::Result<Reply> {
+    let mut s = TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(LIMIT))?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: test\r\n\r\n")?;
+    let mut raw = Vec::new();
+    let mut buf = [0; 4096];
+    loop {
+        if let Some(reply) = parse(&raw, false) {
+            return Ok(reply);
+        }
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) if !raw.is_empty() => {
+                return parse(&raw, true).ok_or_else(|| std::io::Error::other("no response head"));
+            }
+            Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => raw.extend_from_slice(&buf[..n]),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// The response in `raw` if it is complete, or (`ended`: the connection ended) as far as it came.
+fn parse(raw: &[u8], ended: bool) -> Option<Reply> {
+    let text = String::from_utf8_lossy(raw);
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    let status = head.split(' ').nth(1)?.parse().ok()?;
+    let lower = head.to_ascii_lowercase();
+    let length = lower
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse::<usize>().ok());
+    let (body, complete) = if lower.contains("transfer-encoding: chunked") {
+        dechunk(body)
+    } else if let Some(length) = length {
+        (body.to_owned(), body.len() >= length)
+    } else {
+        (body.to_owned(), ended)
+    };
+    (complete || ended).then_some(Reply {
+        status,
+        body,
+        cut: !complete,
+    })
+}
+
+/// A chunked body's data, and whether its last chunk came.
+fn dechunk(mut rest: &str) -> (String, bool) {
+    let mut body = String::new();
+    loop {
+        let Some((size, after)) = rest.split_once("\r\n") else {
+            return (body, false);
+        };
+        let Ok(size) = usize::from_str_radix(size.trim(), 16) else {
+            return (body, false);
+        };
+        if size == 0 {
+            return (body, true);
+        }
+        if after.len() < size {
+            body.push_str(after);
+            return (body, false);
+        }
+        body.push_str(&after[..size]);
+        rest = after[size..].trim_start_matches("\r\n");
+    }
+}
+
+/// GETs `path` until the server answers (it may still be starting).
+async fn get(addr: SocketAddr, path: &str) -> Reply {
+    let path = path.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let start = Instant::now();
+        loop {
+            match get_once(addr, &path) {
+                Ok(reply) => return reply,
+                Err(e) if start.elapsed() < LIMIT => {
+                    let _ = e;
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(e) => panic!("no answer from {addr}{path}: {e}"),
+            }
+        }
+    })
+    .await
+    .unwrap()
+}
+
+/// Waits until the handler's log has `line` (a request started).
+async fn started(pod: &wasmpod::PodHandle, line: &str) {
+    let file = pod.log_file("web", 0);
+    let start = Instant::now();
+    while !std::fs::read_to_string(&file)
+        .unwrap_or_default()
+        .contains(line)
+    {
+        assert!(start.elapsed() < LIMIT, "{line:?} never logged");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+fn ready(status: &PodStatus) -> bool {
+    status
+        .conditions
+        .iter()
+        .flatten()
+        .any(|c| c.type_ == "Ready" && c.status == "True")
+}
+
+fn handler_pod(name: &str, host_port: u16, annotations: &str, more: &str) -> String {
+    format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  annotations: {{ {annotations} }}
+spec:
+  terminationGracePeriodSeconds: 10
+  volumes: [ {{ name: data, emptyDir: {{}} }} ]
+  initContainers:
+  - {{ name: seed, image: "{{p2}}", args: [write, /data/motd, "from the volume"],
+      volumeMounts: [ {{ name: data, mountPath: /data }} ] }}
+  containers:
+  - name: web
+    image: "{{http}}"
+    env: [ {{ name: GREETING, value: bonjour }} ]
+    volumeMounts: [ {{ name: data, mountPath: /data }} ]
+    ports: [ {{ containerPort: 8080, hostPort: {host_port} }} ]
+    readinessProbe: {{ httpGet: {{ path: /, port: 8080 }}, periodSeconds: 1 }}
+{more}
+"#
+    )
+}
+
+/// A handler pod turns Ready through an `httpGet` probe on its port, answers each request from
+/// a fresh instance (the count the guest keeps is 1 every time) with the container's env and
+/// volumes, runs requests concurrently, and bounds how many run at once when asked.
+#[tokio::test]
+async fn a_handler_serves_concurrent_requests_each_in_a_fresh_instance() {
+    let node = TestNode::new();
+    let port = free_port();
+    let pod = node.start(&handler_pod("web", port, "", "")).await;
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    let status = wait_for(&pod, LIMIT, ready).await;
+    assert!(is_running(&status, "web"), "{status:#?}");
+
+    for _ in 0..20 {
+        let reply = get(addr, "/").await;
+        assert_eq!((reply.status, reply.body.as_str()), (200, "hello 1\n"));
+    }
+    assert_eq!(get(addr, "/env/GREETING").await.body, "bonjour\n");
+    assert_eq!(get(addr, "/read/data/motd").await.body, "from the volume\n");
+    assert_eq!(get(addr, "/nowhere").await.status, 404);
+
+    // Eight requests of 400 ms at once end well before 8 × 400 ms.
+    let start = Instant::now();
+    let all: Vec<_> = (0..8)
+        .map(|_| tokio::spawn(get(addr, "/sleep/400")))
+        .collect();
+    for reply in all {
+        assert_eq!(reply.await.unwrap().body, "slept\n");
+    }
+    let took = start.elapsed();
+    assert!(
+        took < Duration::from_millis(1600),
+        "8 requests took {took:?}"
+    );
+    let log = read(&pod.log_file("web", 0));
+    assert!(log.contains("handled /env/GREETING"), "{log}");
+    pod.delete(Some(Duration::ZERO));
+    pod.deleted().await;
+
+    // With two slots, four requests of 300 ms take at least two rounds.
+    let port = free_port();
+    let limited = node
+        .start(&handler_pod(
+            "limited",
+            port,
+            r#"wasmpod.dev/http-max-concurrency: "2""#,
+            "",
+        ))
+        .await;
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    wait_for(&limited, LIMIT, ready).await;
+    let start = Instant::now();
+    let all: Vec<_> = (0..4)
+        .map(|_| tokio::spawn(get(addr, "/sleep/300")))
+        .collect();
+    for reply in all {
+        assert_eq!(reply.await.unwrap().status, 200);
+    }
+    let took = start.elapsed();
+    assert!(
+        took >= Duration::from_millis(600),
+        "4 requests on 2 slots took {took:?}"
+    );
+    limited.delete(Some(Duration::ZERO));
+    limited.deleted().await;
+}
+
+/// A request that traps, runs out of memory or sets no response is answered 500 and logged with
+/// a count; the next request succeeds and the container never restarts.
+#[tokio::test]
+async fn a_failing_request_is_a_500_and_the_next_one_succeeds() {
+    let node = TestNode::new();
+    let port = free_port();
+    let yaml = handler_pod(
+        "failing",
+        port,
+        "",
+        "    resources: { limits: { memory: 32Mi } }",
+    );
+    let pod = node.start(&yaml).await;
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    wait_for(&pod, LIMIT, ready).await;
+
+    assert_eq!(get(addr, "/trap").await.status, 500);
+    assert_eq!(get(addr, "/").await.body, "hello 1\n");
+    assert_eq!(get(addr, "/alloc/64").await.status, 500);
+    assert_eq!(get(addr, "/alloc/8").await.body, "allocated 8\n");
+    assert_eq!(get(addr, "/no-response").await.status, 500);
+    assert_eq!(get(addr, "/").await.status, 200);
+
+    let log = read(&pod.log_file("web", 0));
+    for line in [
+        "wasmpod: request GET /trap trapped: ",
+        "wasmpod: request GET /alloc/64 trapped: memory limit reached",
+        "wasmpod: request GET /no-response returned without setting a response",
+        "3 of ",
+    ] {
+        assert!(log.contains(line), "{line:?} not in\n{log}");
+    }
+    let status = pod.status();
+    let web = container(&status, "web");
+    assert_eq!(web.restart_count, 0);
+    assert!(is_running(&status, "web"), "{status:#?}");
+    pod.delete(Some(Duration::ZERO));
+    pod.deleted().await;
+}
+
+/// A request past `wasmpod.dev/http-request-timeout` is cut: a spinning one is answered 504, one
+/// whose body is still streaming loses its connection; the next request is served.
+#[tokio::test]
+async fn a_request_past_its_timeout_is_cut() {
+    let node = TestNode::new();
+    let port = free_port();
+    let yaml = handler_pod(
+        "timeouts",
+        port,
+        "wasmpod.dev/http-request-timeout: 300ms",
+        "",
+    );
+    let pod = node.start(&yaml).await;
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    wait_for(&pod, LIMIT, ready).await;
+
+    let start = Instant::now();
+    let reply = get(addr, "/spin").await;
+    assert_eq!(reply.status, 504, "{reply:?}");
+    assert!(start.elapsed() < Duration::from_secs(5));
+
+    let reply = get(addr, "/headers-then-sleep/5000").await;
+    assert_eq!(reply.status, 200);
+    assert!(reply.cut, "{reply:?}");
+    assert!(reply.body.starts_with("first"), "{reply:?}");
+    assert!(!reply.body.contains("second"), "{reply:?}");
+
+    assert_eq!(get(addr, "/sleep/10").await.body, "slept\n");
+    let log = read(&pod.log_file("web", 0));
+    assert!(log.contains("GET /spin timed out after 300ms"), "{log}");
+    assert!(
+        log.contains("GET /headers-then-sleep/5000 timed out"),
+        "{log}"
+    );
+    pod.delete(Some(Duration::ZERO));
+    pod.deleted().await;
+}
+
+/// Deleting a handler pod closes its port and lets the request in flight finish within the
+/// grace period (the container exits 0); one running past the grace period is cut by KILL.
+#[tokio::test]
+async fn deletion_drains_in_flight_requests_within_the_grace_period() {
+    let node = TestNode::new();
+    let port = free_port();
+    let pod = node.start(&handler_pod("draining", port, "", "")).await;
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    wait_for(&pod, LIMIT, ready).await;
+
+    let in_flight = tokio::spawn(get(addr, "/sleep/700"));
+    started(&pod, "handling /sleep/700").await;
+    let deleted_at = Instant::now();
+    pod.delete(Some(Duration::from_secs(10)));
+    // New connections are refused once the pod stops listening, while the first one finishes.
+    let refused = tokio::task::spawn_blocking(move || {
+        let start = Instant::now();
+        while start.elapsed() < LIMIT {
+            if TcpStream::connect(addr).is_err() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        false
+    });
+    let reply = in_flight.await.unwrap();
+    assert_eq!((reply.status, reply.body.as_str()), (200, "slept\n"));
+    assert!(refused.await.unwrap(), "the port kept accepting");
+    let status = wait_for(&pod, LIMIT, |s| {
+        container(s, "web")
+            .state
+            .as_ref()
+            .is_some_and(|st| st.terminated.is_some())
+    })
+    .await;
+    let terminated = container(&status, "web")
+        .state
+        .clone()
+        .unwrap()
+        .terminated
+        .unwrap();
+    assert_eq!(terminated.exit_code, 0, "{terminated:?}");
+    assert!(deleted_at.elapsed() < Duration::from_secs(10));
+    pod.deleted().await;
+
+    // A request longer than the grace period is cut by KILL at the deadline.
+    let port = free_port();
+    let yaml = handler_pod("killed", port, "", "").replace(
+        "terminationGracePeriodSeconds: 10",
+        "terminationGracePeriodSeconds: 1",
+    );
+    let pod = node.start(&yaml).await;
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    wait_for(&pod, LIMIT, ready).await;
+    let in_flight = tokio::spawn(get(addr, "/headers-then-sleep/20000"));
+    started(&pod, "handling /headers-then-sleep/20000").await;
+    let deleted_at = Instant::now();
+    pod.delete(None);
+    let reply = in_flight.await.unwrap();
+    assert!(reply.cut && !reply.body.contains("second"), "{reply:?}");
+    let cut_after = deleted_at.elapsed();
+    assert!(
+        cut_after >= Duration::from_millis(900) && cut_after < Duration::from_secs(10),
+        "cut after {cut_after:?}"
+    );
+    let status = wait_for(&pod, LIMIT, |s| {
+        container(s, "web")
+            .state
+            .as_ref()
+            .is_some_and(|st| st.terminated.is_some())
+    })
+    .await;
+    let terminated = container(&status, "web")
+        .state
+        .clone()
+        .unwrap()
+        .terminated
+        .unwrap();
+    assert_eq!(terminated.exit_code, 137, "{terminated:?}");
+    pod.deleted().await;
+}
+
+/// Another pod reaches the handler by its pod IP through the pod network; a handler's own
+/// outgoing request reaches another pod the same way; with egress denied, a request to an
+/// address outside the node is refused.
+#[tokio::test]
+async fn handlers_talk_to_other_pods_over_the_pod_network() {
+    let node = TestNode::with(|o| o.egress(Egress::Deny));
+    let port = free_port();
+    let server = node.start(&handler_pod("server", port, "", "")).await;
+    wait_for(&server, LIMIT, ready).await;
+    let ip = server.status().pod_ip.unwrap();
+
+    let client = node
+        .start(&format!(
+            r#"
+apiVersion: v1
+kind: Pod
+metadata: {{ name: client }}
+spec:
+  restartPolicy: Never
+  containers:
+  - name: main
+    image: "{{p2}}"
+    args: [connect, "{ip}:8080", "GET /env/GREETING HTTP/1.1\r\nHost: server\r\nConnection: close\r\n\r\n"]
+"#
+        ))
+        .await;
+    let status = wait_for(&client, LIMIT, |s| s.phase.as_deref() == Some("Succeeded")).await;
+    assert_eq!(status.phase.as_deref(), Some("Succeeded"));
+    let log = read(&client.log_file("main", 0));
+    assert!(log.contains("HTTP/1.1 200 OK"), "{log}");
+    assert!(log.contains("bonjour"), "{log}");
+
+    // The second handler fetches from the first through the pod network.
+    let port2 = free_port();
+    let fetcher = node.start(&handler_pod("fetcher", port2, "", "")).await;
+    wait_for(&fetcher, LIMIT, ready).await;
+    let addr2: SocketAddr = ([127, 0, 0, 1], port2).into();
+    let reply = get(addr2, &format!("/fetch/{ip}:8080/env/GREETING")).await;
+    assert_eq!(
+        (reply.status, reply.body.as_str()),
+        (200, "upstream 200: bonjour\n")
+    );
+    // Its own port through loopback.
+    let reply = get(addr2, "/fetch/localhost:8080/").await;
+    assert_eq!(reply.body, "upstream 200: hello 1\n");
+    // Outside the node (a host listener on this machine's address): denied.
+    let outside = TcpListener::bind("0.0.0.0:0").unwrap();
+    let probe = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+    probe.connect("192.0.2.1:9").unwrap();
+    let host_ip = probe.local_addr().unwrap().ip();
+    let outside_port = outside.local_addr().unwrap().port();
+    let reply = get(addr2, &format!("/fetch/{host_ip}:{outside_port}/")).await;
+    assert_eq!(reply.status, 502, "{reply:?}");
+    assert!(reply.body.contains("HttpRequestDenied"), "{reply:?}");
+
+    for pod in [server, client, fetcher] {
+        pod.delete(Some(Duration::ZERO));
+        pod.deleted().await;
+    }
+}
