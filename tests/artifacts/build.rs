@@ -11,6 +11,7 @@ const GUESTS: &[(&str, &[&str])] = &[
     ("imports_missing", &["wasm32-wasip1"]),
     ("probed", &["wasm32-wasip2"]),
     ("http_handler", &["wasm32-wasip2"]),
+    ("p3_cli", &["wasm32-wasip2"]),
 ];
 
 fn main() {

@@ -272,6 +272,23 @@ impl Sandbox {
                     store.data().limiter.hit,
                 )
             }
+            Image::Component {
+                entry: Entry::CommandP3(pre),
+                ..
+            } => {
+                let mut store = self.p2_store(pre.engine(), &mut wasi, self.budget.clone());
+                let result = async {
+                    let command = pre.instantiate_async(&mut store).await?;
+                    store
+                        .run_concurrent(async |store| command.wasi_cli_run().call_run(store).await)
+                        .await?
+                }
+                .await;
+                exit_of(
+                    result.map(|r| if r.is_ok() { 0 } else { 1 }),
+                    store.data().limiter.hit,
+                )
+            }
             // An exec in a handler container names an export or nothing: there is no `main`.
             Image::Component {
                 entry: Entry::Http(_),

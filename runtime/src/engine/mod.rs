@@ -43,6 +43,8 @@ pub(crate) enum Image {
 pub(crate) enum Entry {
     /// A command: `wasi:cli/run`, once.
     Command(CommandPre<P2State>),
+    /// A WASI 0.3 command: `wasi:cli/run@0.3`, once, on the component model's async ABI.
+    CommandP3(wasmtime_wasi::p3::bindings::CommandPre<P2State>),
     /// An HTTP handler (`wasi:http/incoming-handler`, the `wasi:http/proxy` world): a fresh
     /// instance for each request on the container's ports.
     Http(ProxyPre<P2State>),
@@ -127,6 +129,8 @@ impl FileKey {
 fn config() -> Config {
     let mut config = Config::new();
     config.epoch_interruption(true);
+    // WASI 0.3 (p3) components use the component model's async ABI.
+    config.wasm_component_model_async(true);
     config.cranelift_opt_level(wasmtime::OptLevel::Speed);
     // Each live instance costs memory mappings, and Linux caps a process at
     // `vm.max_map_count` (65,530 by default): without a guard region before each linear
@@ -369,8 +373,11 @@ impl Engine {
                 let instance = self.p2.instantiate_pre(&component).map_err(link_err)?;
                 // A component exporting an HTTP handler is served (as `wasmtime serve` does),
                 // whether or not it also has a `main`.
+                // A WASI 0.3 `run` is preferred to a 0.2 one, as `wasmtime run` does.
+                let p3 = || wasmtime_wasi::p3::bindings::CommandPre::new(instance.clone());
                 let entry = match ProxyPre::new(instance.clone()) {
                     Ok(proxy) => Entry::Http(proxy),
+                    Err(_) if let Ok(command) = p3() => Entry::CommandP3(command),
                     Err(_) => Entry::Command(CommandPre::new(instance.clone()).map_err(|e| {
                         LoadError::Link {
                             path: path.to_owned(),

@@ -27,7 +27,7 @@ pub(crate) struct Linkers {
 
 impl Linkers {
     /// WASI preview1 and preview2 (wasmtime-wasi's), with `wasi:sockets` as `sockets` says,
-    /// `wasi:http` (wasmtime-wasi-http's) and `wasmpod:pod/termination`.
+    /// WASI 0.3, `wasi:http` (wasmtime-wasi-http's) and `wasmpod:pod/termination`.
     pub(crate) fn new(
         engine: &wasmtime::Engine,
         sockets: GuestSockets,
@@ -37,6 +37,9 @@ impl Linkers {
         term::add_p1_termination(&mut p1)?;
         let mut p2 = ComponentLinker::new(engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut p2)?;
+        // WASI 0.3: its sockets are wasmtime-wasi's, which allow nothing unless the context
+        // inherits the host's network (a shim task); pods' 0.3 guests have no sockets yet.
+        wasmtime_wasi::p3::add_to_linker(&mut p2)?;
         if sockets == GuestSockets::Pod {
             crate::network::wasi::add_to_linker(&mut p2)?;
         }
