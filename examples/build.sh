@@ -11,4 +11,6 @@ build() { # build EXAMPLE TARGET BIN
 build hello wasm32-wasip1 hello
 build init-and-main wasm32-wasip1 init
 build init-and-main wasm32-wasip2 main
+build http-service wasm32-wasip2 handler
+build http-service wasm32-wasip2 refresher
 echo "built: $(ls ./*/*.wasm | tr '\n' ' ')"

@@ -44,6 +44,7 @@ impl Linkers {
             crate::network::wasi::add_to_linker(&mut p2)?;
         }
         wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut p2)?;
+        wasmtime_wasi_http::p3::add_to_linker(&mut p2)?;
         term::add_p2_termination(&mut p2)?;
         Ok(Linkers { p1, p2 })
     }

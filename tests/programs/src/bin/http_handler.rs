@@ -7,7 +7,7 @@
 //! touches MIB MiB, `/read/PATH` answers a file's contents, `/fetch/HOST:PORT/PATH` sends a GET
 //! to `http://HOST:PORT/PATH` and answers its status and body, `/no-response` returns without
 //! setting one. Anything else is 404. It prints `handling PATH` when a request starts and
-//! `handled PATH` when it ends.
+//! `handled PATH` when it ends, unless `QUIET` is set (the benchmark).
 
 use std::io::{Read as _, Write as _};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -76,7 +76,10 @@ impl wasip2::exports::http::incoming_handler::Guest for Handler {
     fn handle(request: IncomingRequest, out: ResponseOutparam) {
         let handled = HANDLED.fetch_add(1, Ordering::SeqCst) + 1;
         let path = request.path_with_query().unwrap_or_default();
-        println!("handling {path}");
+        let quiet = std::env::var_os("QUIET").is_some();
+        if !quiet {
+            println!("handling {path}");
+        }
         let mut parts = path.trim_start_matches('/').splitn(2, '/');
         let (word, rest) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
         match word {
@@ -132,7 +135,9 @@ impl wasip2::exports::http::incoming_handler::Guest for Handler {
             "no-response" => drop(out),
             _ => respond(out, 404, b"not found\n"),
         }
-        let _ = std::io::stdout().write_all(format!("handled {path}\n").as_bytes());
+        if !quiet {
+            let _ = std::io::stdout().write_all(format!("handled {path}\n").as_bytes());
+        }
     }
 }
 
