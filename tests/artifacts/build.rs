@@ -12,6 +12,7 @@ const GUESTS: &[(&str, &[&str])] = &[
     ("probed", &["wasm32-wasip2"]),
     ("http_handler", &["wasm32-wasip2"]),
     ("p3_cli", &["wasm32-wasip2"]),
+    ("p3_handler", &["wasm32-wasip2"]),
 ];
 
 fn main() {

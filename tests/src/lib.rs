@@ -4,7 +4,7 @@
 //! In pod YAML, `{p1}` and `{p2}` stand for the `agnhost` guest built for wasip1 and wasip2, and
 //! `{term}` for the wasip1 `agnhost` that imports the termination interface, `{probed}` for the
 //! wasip2 component that imports `termination` and exports `probes` and `hooks`, `{http}` for the
-//! `wasi:http/proxy` handler component, `{p3}` for the WASI 0.3 command.
+//! `wasi:http/proxy` handler component, `{p3}` for the WASI 0.3 command and `{p3-http}` for the WASI 0.3 HTTP handler.
 
 pub mod containerd;
 pub mod registry;
@@ -39,6 +39,7 @@ pub fn fill(yaml: &str) -> String {
         .replace("{probed}", guests::PROBED_P2)
         .replace("{http}", guests::HTTP_HANDLER_P2)
         .replace("{p3}", guests::P3_CLI_P2)
+        .replace("{p3-http}", guests::P3_HANDLER_P2)
 }
 
 /// Pod YAML for the tests, written field by field: a name, lines under `metadata` and `spec`,

@@ -451,3 +451,53 @@ spec:
         pod.deleted().await;
     }
 }
+
+/// A WASI 0.3 handler (`wasi:http/handler@0.3`, its body written by a task that outlives
+/// `handle`) is served as a 0.2 one is: a fresh instance per request, the container's env, a trap
+/// or a timeout answered without stopping the container, and deletion draining the request in
+/// flight.
+#[tokio::test]
+async fn a_wasi_0_3_handler_is_served_as_a_0_2_one() {
+    let node = TestNode::new();
+    let port = free_port();
+    let yaml = handler_pod("p3", port, "wasmpod.dev/http-request-timeout: 400ms", "")
+        .replace("{http}", "{p3-http}");
+    let pod = node.start(&yaml).await;
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    wait_for(&pod, LIMIT, ready).await;
+    for _ in 0..5 {
+        let reply = get(addr, "/").await;
+        assert_eq!((reply.status, reply.body.as_str()), (200, "hello 0.3 1\n"));
+    }
+    assert_eq!(get(addr, "/env/GREETING").await.body, "bonjour\n");
+    assert_eq!(get(addr, "/trap").await.status, 500);
+    assert_eq!(get(addr, "/sleep/2000").await.status, 504);
+    assert_eq!(get(addr, "/").await.status, 200);
+    let log = read(&pod.log_file("web", 0));
+    assert!(log.contains("wasmpod: request GET /trap trapped"), "{log}");
+    assert!(
+        log.contains("GET /sleep/2000 timed out after 400ms"),
+        "{log}"
+    );
+
+    let in_flight = tokio::spawn(get(addr, "/sleep/300"));
+    started(&pod, "handling /sleep/300").await;
+    pod.delete(Some(Duration::from_secs(10)));
+    let reply = in_flight.await.unwrap();
+    assert_eq!((reply.status, reply.body.as_str()), (200, "slept\n"));
+    let status = wait_for(&pod, LIMIT, |s| {
+        container(s, "web")
+            .state
+            .as_ref()
+            .is_some_and(|st| st.terminated.is_some())
+    })
+    .await;
+    let terminated = container(&status, "web")
+        .state
+        .clone()
+        .unwrap()
+        .terminated
+        .unwrap();
+    assert_eq!(terminated.exit_code, 0, "{terminated:?}");
+    pod.deleted().await;
+}

@@ -22,15 +22,17 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use wasmtime::Store;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::OutputStream;
 use wasmtime_wasi_http::WasiHttpView;
 use wasmtime_wasi_http::io::TokioIo;
-use wasmtime_wasi_http::p2::bindings::ProxyPre;
 use wasmtime_wasi_http::p2::bindings::http::types::Scheme;
 use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
+use wasmtime_wasi_http::p3;
 
 use super::{EXIT_START_ERROR, Exit, Sandbox, exit_of};
+use crate::engine::HttpPre;
 use crate::host::P2State;
 use crate::memory::Budget;
 use crate::network::HostStream;
@@ -52,7 +54,7 @@ impl Sandbox {
     /// so the restart policy applies.
     pub(super) async fn serve(
         self: &Arc<Self>,
-        pre: &ProxyPre<P2State>,
+        pre: &HttpPre,
         stdout: impl StdoutStream + 'static,
         stderr: impl StdoutStream + 'static,
     ) -> Exit {
@@ -73,7 +75,7 @@ impl Sandbox {
             }
         };
         let mut store = self.p2_store(pre.engine(), &mut wasi, self.budget.clone());
-        if let Err(e) = pre.instantiate_async(&mut store).await {
+        if let Err(e) = pre.instantiate(&mut store).await {
             return exit_of(Err(e), store.data().limiter.hit);
         }
         drop(store);
@@ -142,7 +144,7 @@ impl Sandbox {
 /// One handler container's server: what each connection and request needs.
 struct Server<O, E> {
     sandbox: Arc<Sandbox>,
-    pre: ProxyPre<P2State>,
+    pre: HttpPre,
     slots: Arc<Semaphore>,
     concurrency: u32,
     timeout: std::time::Duration,
@@ -205,27 +207,17 @@ where
         };
         let budget = Budget::new(sandbox.budget.limit());
         let mut store = sandbox.p2_store(self.pre.engine(), &mut wasi, budget);
-        let (tx, rx) = oneshot::channel();
-        let mut http = store.data_mut().http();
-        let (Ok(request), Ok(out)) = (
-            http.new_incoming_request(Scheme::Http, request),
-            http.new_response_outparam(tx),
-        ) else {
-            return plain(500, "cannot pass the request to the guest");
-        };
+        // The guest's response (headers, and a body that may still be streaming) comes through
+        // `tx`; the task ends when the guest's call does (for 0.3, once the body was sent).
+        let (tx, rx) = oneshot::channel::<Result<hyper::Response<HyperOutgoingBody>, String>>();
+        let (sent_tx, sent) = oneshot::channel::<()>();
         let server = self.clone();
         let started = Instant::now();
         let cut = Arc::new(AtomicBool::new(false));
         let cut_by_task = cut.clone();
         let task = tokio::spawn(async move {
             let _slot = slot;
-            let run = async {
-                let proxy = server.pre.instantiate_async(&mut store).await?;
-                proxy
-                    .wasi_http_incoming_handler()
-                    .call_handle(&mut store, request, out)
-                    .await
-            };
+            let run = server.pre.call(&mut store, request, tx, sent);
             let result = tokio::select! {
                 ran = tokio::time::timeout(server.timeout, run) => match ran {
                     Ok(Ok(())) => Ok(()),
@@ -247,8 +239,15 @@ where
             result
         });
         match rx.await {
-            Ok(Ok(response)) => response.map(|body| Cuttable { body, cut }.boxed_unsync()),
-            Ok(Err(code)) => plain(500, &format!("the handler failed: {code:?}")),
+            Ok(Ok(response)) => response.map(|body| {
+                Cuttable {
+                    body,
+                    cut,
+                    _sent: sent_tx,
+                }
+                .boxed_unsync()
+            }),
+            Ok(Err(code)) => plain(500, &format!("the handler failed: {code}")),
             Err(_) => match task.await {
                 Ok(Err(Failure::Timeout)) => plain(504, "the request timed out"),
                 Ok(Err(Failure::Killed)) | Err(_) => plain(503, "the container was stopped"),
@@ -292,6 +291,8 @@ where
 struct Cuttable {
     body: HyperOutgoingBody,
     cut: Arc<AtomicBool>,
+    /// Dropped with the body: a 0.3 guest's call ends once its body was sent.
+    _sent: oneshot::Sender<()>,
 }
 
 impl http_body::Body for Cuttable {
@@ -316,6 +317,77 @@ impl http_body::Body for Cuttable {
 
     fn size_hint(&self) -> http_body::SizeHint {
         self.body.size_hint()
+    }
+}
+
+impl HttpPre {
+    /// Instantiates the handler in `store` and calls it with `request`; its response goes to
+    /// `response`. A 0.3 handler's instance keeps running (its body may be written by tasks that
+    /// outlive `handle`) until `sent` says the body is gone.
+    async fn call(
+        &self,
+        store: &mut Store<P2State>,
+        request: hyper::Request<hyper::body::Incoming>,
+        response: oneshot::Sender<Result<hyper::Response<HyperOutgoingBody>, String>>,
+        sent: oneshot::Receiver<()>,
+    ) -> wasmtime::Result<()> {
+        match self {
+            HttpPre::P2(pre) => {
+                let mut http = store.data_mut().http();
+                let request = http.new_incoming_request(Scheme::Http, request)?;
+                let out = http.new_response_outparam_from_callback(move |r| {
+                    let _ = response.send(r.map_err(|code| format!("{code:?}")));
+                })?;
+                let proxy = pre.instantiate_async(&mut *store).await?;
+                proxy
+                    .wasi_http_incoming_handler()
+                    .call_handle(&mut *store, request, out)
+                    .await
+            }
+            HttpPre::P3(pre) => {
+                let service = pre.instantiate_async(&mut *store).await?;
+                // The hooks only filter the request's headers here, as wasmpod's own do.
+                let (request, io) =
+                    p3::Request::from_http(wasmtime_wasi_http::default_hooks(), request);
+                store
+                    .run_concurrent(async move |accessor| {
+                        let request =
+                            accessor.with(|mut store| store.get().http().table.push(request))?;
+                        let answer = service
+                            .wasi_http_handler()
+                            .call_handle(accessor, request)
+                            .await?;
+                        let answer = match answer {
+                            Ok(answer) => answer,
+                            Err(code) => {
+                                let _ = response.send(Err(format!("{code:?}")));
+                                return Ok(());
+                            }
+                        };
+                        let answer = accessor.with(|mut store| {
+                            let answer = store.get().http().table.delete(answer)?;
+                            answer.into_http_with_getter(
+                                &mut store,
+                                io,
+                                <P2State as WasiHttpView>::http,
+                            )
+                        })?;
+                        let _ = response.send(Ok(answer));
+                        // The body is written by the guest's tasks, which run only while this
+                        // event loop does.
+                        let _ = sent.await;
+                        Ok(())
+                    })
+                    .await?
+            }
+        }
+    }
+
+    fn engine(&self) -> &wasmtime::Engine {
+        match self {
+            HttpPre::P2(pre) => pre.engine(),
+            HttpPre::P3(pre) => pre.engine(),
+        }
     }
 }
 

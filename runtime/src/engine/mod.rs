@@ -45,9 +45,29 @@ pub(crate) enum Entry {
     Command(CommandPre<P2State>),
     /// A WASI 0.3 command: `wasi:cli/run@0.3`, once, on the component model's async ABI.
     CommandP3(wasmtime_wasi::p3::bindings::CommandPre<P2State>),
-    /// An HTTP handler (`wasi:http/incoming-handler`, the `wasi:http/proxy` world): a fresh
-    /// instance for each request on the container's ports.
-    Http(ProxyPre<P2State>),
+    /// An HTTP handler (`wasi:http/incoming-handler`, the `wasi:http/proxy` world, or 0.3's
+    /// `wasi:http/handler`): a fresh instance for each request on the container's ports.
+    Http(HttpPre),
+}
+
+/// A pre-instantiated HTTP handler of either WASI version.
+#[derive(Clone)]
+pub(crate) enum HttpPre {
+    P2(ProxyPre<P2State>),
+    P3(wasmtime_wasi_http::p3::bindings::ServicePre<P2State>),
+}
+
+impl HttpPre {
+    /// Makes an instance (the first, which tells whether the handler can run at all).
+    pub(crate) async fn instantiate(
+        &self,
+        store: &mut wasmtime::Store<P2State>,
+    ) -> wasmtime::Result<()> {
+        match self {
+            HttpPre::P2(pre) => pre.instantiate_async(store).await.map(drop),
+            HttpPre::P3(pre) => pre.instantiate_async(store).await.map(drop),
+        }
+    }
 }
 
 impl Image {
@@ -375,8 +395,11 @@ impl Engine {
                 // whether or not it also has a `main`.
                 // A WASI 0.3 `run` is preferred to a 0.2 one, as `wasmtime run` does.
                 let p3 = || wasmtime_wasi::p3::bindings::CommandPre::new(instance.clone());
+                let p3_handler =
+                    || wasmtime_wasi_http::p3::bindings::ServicePre::new(instance.clone());
                 let entry = match ProxyPre::new(instance.clone()) {
-                    Ok(proxy) => Entry::Http(proxy),
+                    Ok(proxy) => Entry::Http(HttpPre::P2(proxy)),
+                    Err(_) if let Ok(service) = p3_handler() => Entry::Http(HttpPre::P3(service)),
                     Err(_) if let Ok(command) = p3() => Entry::CommandP3(command),
                     Err(_) => Entry::Command(CommandPre::new(instance.clone()).map_err(|e| {
                         LoadError::Link {
