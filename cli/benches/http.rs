@@ -9,7 +9,7 @@
 //! feature); without it only wasmpod is measured. `cargo bench -p wasmpod-cli --bench http`;
 //! writes `target/wasmpod-bench/http.json`.
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -17,6 +17,7 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use wasmpod::{Node, NodeOptions, PodOptions, PodSpec};
+use wasmpod_tests::free_port;
 
 const CONNECTIONS: usize = 16;
 const SECONDS: f64 = 4.0;
@@ -27,14 +28,6 @@ struct Figures {
     rps: f64,
     p50_us: f64,
     p99_us: f64,
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// One connection's GET: the time until the whole (chunked or sized) response was read.

@@ -504,6 +504,31 @@ pub fn log_lines(pod: &PodHandle, container: &str) -> Vec<String> {
         .collect()
 }
 
+/// Waits (at most `limit`) until `container` has terminated and returns how.
+pub async fn wait_terminated(
+    pod: &PodHandle,
+    name: &str,
+    limit: Duration,
+) -> wasmpod::k8s_openapi::api::core::v1::ContainerStateTerminated {
+    let status = wait_for(pod, limit, |s| {
+        container(s, name)
+            .state
+            .as_ref()
+            .is_some_and(|st| st.terminated.is_some())
+    })
+    .await;
+    let state = container(&status, name).state.clone();
+    state.and_then(|s| s.terminated).expect("terminated")
+}
+
+/// A TCP port free on 127.0.0.1 now (for `hostPort`s and servers the tests start).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
 /// Reads a whole file as text.
 pub fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))

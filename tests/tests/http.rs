@@ -8,17 +8,9 @@ use std::time::{Duration, Instant};
 
 use wasmpod::Egress;
 use wasmpod::k8s_openapi::api::core::v1::PodStatus;
-use wasmpod_tests::{TestNode, container, is_running, read, wait_for};
+use wasmpod_tests::{TestNode, container, free_port, is_running, read, wait_for, wait_terminated};
 
 const LIMIT: Duration = Duration::from_secs(30);
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// What a GET answered: the status, and the body, or what the connection gave before it was cut.
 #[derive(Debug)]
@@ -337,20 +329,8 @@ async fn deletion_drains_in_flight_requests_within_the_grace_period() {
     let reply = in_flight.await.unwrap();
     assert_eq!((reply.status, reply.body.as_str()), (200, "slept\n"));
     assert!(refused.await.unwrap(), "the port kept accepting");
-    let status = wait_for(&pod, LIMIT, |s| {
-        container(s, "web")
-            .state
-            .as_ref()
-            .is_some_and(|st| st.terminated.is_some())
-    })
-    .await;
-    let terminated = container(&status, "web")
-        .state
-        .clone()
-        .unwrap()
-        .terminated
-        .unwrap();
-    assert_eq!(terminated.exit_code, 0, "{terminated:?}");
+    let exit = wait_terminated(&pod, "web", LIMIT).await;
+    assert_eq!(exit.exit_code, 0, "{exit:?}");
     assert!(deleted_at.elapsed() < Duration::from_secs(10));
     pod.deleted().await;
 
@@ -374,20 +354,8 @@ async fn deletion_drains_in_flight_requests_within_the_grace_period() {
         cut_after >= Duration::from_millis(900) && cut_after < Duration::from_secs(10),
         "cut after {cut_after:?}"
     );
-    let status = wait_for(&pod, LIMIT, |s| {
-        container(s, "web")
-            .state
-            .as_ref()
-            .is_some_and(|st| st.terminated.is_some())
-    })
-    .await;
-    let terminated = container(&status, "web")
-        .state
-        .clone()
-        .unwrap()
-        .terminated
-        .unwrap();
-    assert_eq!(terminated.exit_code, 137, "{terminated:?}");
+    let exit = wait_terminated(&pod, "web", LIMIT).await;
+    assert_eq!(exit.exit_code, 137, "{exit:?}");
     pod.deleted().await;
 }
 
@@ -485,19 +453,36 @@ async fn a_wasi_0_3_handler_is_served_as_a_0_2_one() {
     pod.delete(Some(Duration::from_secs(10)));
     let reply = in_flight.await.unwrap();
     assert_eq!((reply.status, reply.body.as_str()), (200, "slept\n"));
-    let status = wait_for(&pod, LIMIT, |s| {
-        container(s, "web")
-            .state
-            .as_ref()
-            .is_some_and(|st| st.terminated.is_some())
-    })
-    .await;
-    let terminated = container(&status, "web")
-        .state
-        .clone()
-        .unwrap()
-        .terminated
+    let exit = wait_terminated(&pod, "web", LIMIT).await;
+    assert_eq!(exit.exit_code, 0, "{exit:?}");
+    pod.deleted().await;
+}
+
+/// A handler whose instance cannot be made (here: its memory does not fit the limit) is not
+/// served: the container exits as a command would (137, OOMKilled) and the restart policy
+/// restarts it with backoff.
+#[tokio::test]
+async fn a_handler_that_cannot_be_instantiated_follows_the_restart_policy() {
+    let node = TestNode::new();
+    let yaml = handler_pod(
+        "tiny",
+        free_port(),
+        "",
+        "    resources: { limits: { memory: 64Ki } }",
+    );
+    let pod = node.start(&yaml).await;
+    let status = wait_for(&pod, LIMIT, |s| container(s, "web").restart_count >= 2).await;
+    let web = container(&status, "web");
+    let last = web
+        .last_state
+        .as_ref()
+        .and_then(|s| s.terminated.as_ref())
         .unwrap();
-    assert_eq!(terminated.exit_code, 0, "{terminated:?}");
+    assert_eq!(
+        (last.exit_code, last.reason.as_deref()),
+        (137, Some("OOMKilled")),
+        "{web:?}"
+    );
+    pod.delete(Some(Duration::ZERO));
     pod.deleted().await;
 }

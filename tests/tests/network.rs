@@ -7,7 +7,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use wasmpod::{Egress, PodHandle, PodOptions, Reason};
-use wasmpod_tests::{TestNode, Timeline, log_lines, read, wait_for};
+use wasmpod_tests::{TestNode, Timeline, free_port, log_lines, read, wait_for};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -297,14 +297,6 @@ spec:
     assert!(log.contains("error ConnectionRefused"), "{log}");
     server.delete(Some(Duration::ZERO));
     server.deleted().await;
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Sends `text` to a published port until the pod's server answers.

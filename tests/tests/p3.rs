@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use wasmpod_tests::{PodYaml, TestNode, container, log_lines, wait_for};
+use wasmpod_tests::{PodYaml, TestNode, container, log_lines, wait_for, wait_terminated};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -75,20 +75,8 @@ async fn a_wasi_0_3_command_stops_at_term_and_kill() {
         wait_for(&pod, LIMIT, |s| wasmpod_tests::is_running(s, "main")).await;
         let deleted = Instant::now();
         pod.delete(grace);
-        let status = wait_for(&pod, LIMIT, |s| {
-            container(s, "main")
-                .state
-                .as_ref()
-                .is_some_and(|st| st.terminated.is_some())
-        })
-        .await;
+        let exit = wait_terminated(&pod, "main", LIMIT).await;
         let took = deleted.elapsed();
-        let exit = container(&status, "main")
-            .state
-            .clone()
-            .unwrap()
-            .terminated
-            .unwrap();
         assert_eq!(exit.exit_code, code, "{name}: {exit:?}");
         assert!(
             took < Duration::from_secs(5),

@@ -19,7 +19,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use tokio::io::AsyncWriteExt;
-use tokio::sync::{Semaphore, mpsc, oneshot, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use wasmtime::Store;
@@ -40,6 +40,11 @@ use crate::spec::Serving;
 
 /// The port served when the container declares no TCP port (`wasmtime serve`'s).
 pub(crate) const DEFAULT_PORT: u16 = 8080;
+
+/// The most connections one handler container keeps open (`wasmtime serve`'s default is 1,000):
+/// each holds a task and its buffers, so a client opening connections cannot grow them without
+/// bound.
+const MAX_CONNECTIONS: usize = 1024;
 
 /// Where and how a handler container serves.
 pub(crate) struct HttpServe {
@@ -80,8 +85,11 @@ impl Sandbox {
         }
         drop(store);
 
-        let (accepted_tx, mut accepted) = mpsc::channel::<HostStream>(1);
+        let (accepted_tx, mut accepted) = mpsc::channel::<(HostStream, OwnedSemaphorePermit)>(1);
         let mut acceptors = JoinSet::new();
+        // Past this many open connections the container accepts no more until one closes; the
+        // next wait in the port's backlog, then are held as a full Linux backlog holds them.
+        let open = Arc::new(Semaphore::new(MAX_CONNECTIONS));
         for &port in &http.ports {
             let listener = match self.net.listen_host(port) {
                 Ok(listener) => listener,
@@ -92,10 +100,12 @@ impl Sandbox {
                     };
                 }
             };
-            let accepted_tx = accepted_tx.clone();
+            let (accepted_tx, open) = (accepted_tx.clone(), open.clone());
             acceptors.spawn(async move {
-                while let Some((stream, _)) = listener.accept().await {
-                    if accepted_tx.send(stream).await.is_err() {
+                while let Ok(slot) = open.clone().acquire_owned().await
+                    && let Some((stream, _)) = listener.accept().await
+                {
+                    if accepted_tx.send((stream, slot)).await.is_err() {
                         break;
                     }
                 }
@@ -123,8 +133,12 @@ impl Sandbox {
         loop {
             tokio::select! {
                 _ = term.wait_for(|t| *t) => break,
-                Some(stream) = accepted.recv() => {
-                    connections.spawn(server.clone().connection(stream, drain.clone()));
+                Some((stream, slot)) = accepted.recv() => {
+                    let connection = server.clone().connection(stream, drain.clone());
+                    connections.spawn(async move {
+                        connection.await;
+                        drop(slot);
+                    });
                 }
                 Some(_) = connections.join_next(), if !connections.is_empty() => {}
             }
