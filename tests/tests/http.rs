@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 use wasmpod::Egress;
 use wasmpod::k8s_openapi::api::core::v1::PodStatus;
-use wasmpod_tests::{TestNode, container, free_port, is_running, read, wait_for, wait_terminated};
+use wasmpod_tests::{
+    PodYaml, TestNode, container, free_port, is_running, read, wait_for, wait_terminated,
+};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -370,21 +372,14 @@ async fn handlers_talk_to_other_pods_over_the_pod_network() {
     wait_for(&server, LIMIT, ready).await;
     let ip = server.status().pod_ip.unwrap();
 
-    let client = node
-        .start(&format!(
-            r#"
-apiVersion: v1
-kind: Pod
-metadata: {{ name: client }}
-spec:
-  restartPolicy: Never
-  containers:
-  - name: main
-    image: "{{p2}}"
-    args: [connect, "{ip}:8080", "GET /env/GREETING HTTP/1.1\r\nHost: server\r\nConnection: close\r\n\r\n"]
-"#
+    let request = r#""GET /env/GREETING HTTP/1.1\r\nHost: server\r\nConnection: close\r\n\r\n""#;
+    let client = PodYaml::new("client")
+        .never()
+        .container(&format!(
+            r#"{{ name: main, image: "{{p2}}", args: [connect, "{ip}:8080", {request}] }}"#
         ))
-        .await;
+        .build();
+    let client = node.start(&client).await;
     let status = wait_for(&client, LIMIT, |s| s.phase.as_deref() == Some("Succeeded")).await;
     assert_eq!(status.phase.as_deref(), Some("Succeeded"));
     let log = read(&client.log_file("main", 0));
