@@ -481,3 +481,45 @@ async fn a_handler_that_cannot_be_instantiated_follows_the_restart_policy() {
     pod.delete(Some(Duration::ZERO));
     pod.deleted().await;
 }
+
+/// Outgoing requests reach addresses as the pod's sockets would: the host's address through
+/// egress, but a name the host resolves to loopback (`127.1`) lands on the pod's own loopback —
+/// never on the host's.
+#[tokio::test]
+async fn outgoing_requests_never_reach_the_hosts_loopback() {
+    let node = TestNode::new();
+    // A server on every address of this machine, counting its connections.
+    let server = TcpListener::bind("0.0.0.0:0").unwrap();
+    let server_port = server.local_addr().unwrap().port();
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = accepted.clone();
+    std::thread::spawn(move || {
+        for stream in server.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let mut head = [0; 1024];
+            let _ = stream.read(&mut head);
+            let _ = stream.write_all(
+                b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhost\n",
+            );
+        }
+    });
+    let port = free_port();
+    let pod = node.start(&handler_pod("egress", port, "", "")).await;
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    wait_for(&pod, LIMIT, ready).await;
+
+    let probe = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+    probe.connect("192.0.2.1:9").unwrap();
+    let host_ip = probe.local_addr().unwrap().ip();
+    let reply = get(addr, &format!("/fetch/{host_ip}:{server_port}/")).await;
+    assert_eq!(reply.body, "upstream 200: host\n", "{reply:?}");
+    assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1);
+
+    let reply = get(addr, &format!("/fetch/127.1:{server_port}/")).await;
+    assert_eq!(reply.status, 502, "{reply:?}");
+    assert!(reply.body.contains("ConnectionRefused"), "{reply:?}");
+    assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1);
+    pod.delete(Some(Duration::ZERO));
+    pod.deleted().await;
+}

@@ -258,6 +258,14 @@ impl Pollable for ResolveAddresses {
     }
 }
 
+/// [`resolve`], awaited: the addresses `name` has for `pod`.
+pub(crate) async fn lookup(pod: &PodNetwork, name: &str) -> Result<VecDeque<IpAddr>, ErrorCode> {
+    match resolve(pod, name) {
+        ResolveAddresses::Done(result) => result,
+        ResolveAddresses::Pending(task) => task.await.unwrap_or(Err(ErrorCode::Unknown)),
+    }
+}
+
 /// Resolves `name` as seen from inside `pod`: IP literals, then each name the pod's search
 /// rules give, answered by the pod itself (`localhost`, its hostname, its `hostAliases`) or
 /// (when egress is allowed) by the host's resolver.
