@@ -117,7 +117,6 @@ impl Sandbox {
             sandbox: self.clone(),
             pre: pre.clone(),
             slots: Arc::new(Semaphore::new(http.serving.concurrency)),
-            concurrency: u32::try_from(http.serving.concurrency).unwrap_or(u32::MAX),
             timeout: http.serving.timeout,
             stderr,
             stdout,
@@ -150,7 +149,8 @@ impl Sandbox {
         let _ = drain_tx.send(true);
         while connections.join_next().await.is_some() {}
         // Every request has given back its slot once its instance is gone.
-        let _ = server.slots.acquire_many(server.concurrency).await;
+        let all = u32::try_from(http.serving.concurrency).unwrap_or(u32::MAX);
+        let _ = server.slots.acquire_many(all).await;
         Exit::code(0)
     }
 }
@@ -160,7 +160,6 @@ struct Server<O, E> {
     sandbox: Arc<Sandbox>,
     pre: HttpPre,
     slots: Arc<Semaphore>,
-    concurrency: u32,
     timeout: std::time::Duration,
     stdout: Shared<O>,
     stderr: Shared<E>,
