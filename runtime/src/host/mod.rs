@@ -37,11 +37,10 @@ impl Linkers {
         term::add_p1_termination(&mut p1)?;
         let mut p2 = ComponentLinker::new(engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut p2)?;
-        // WASI 0.3: its sockets are wasmtime-wasi's, which allow nothing unless the context
-        // inherits the host's network (a shim task); pods' 0.3 guests have no sockets yet.
         wasmtime_wasi::p3::add_to_linker(&mut p2)?;
         if sockets == GuestSockets::Pod {
             crate::network::wasi::add_to_linker(&mut p2)?;
+            crate::network::p3::add_to_linker(&mut p2)?;
         }
         wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut p2)?;
         wasmtime_wasi_http::p3::add_to_linker(&mut p2)?;

@@ -14,6 +14,7 @@ pub(crate) mod client;
 pub(crate) mod http;
 mod listener;
 mod names;
+pub(crate) mod p3;
 mod pipe;
 pub(crate) mod publish;
 mod tcp;

@@ -157,6 +157,32 @@ impl Drop for PipeWriter {
     }
 }
 
+impl PipeReader {
+    /// Waits until there is something to read or the stream ended.
+    pub(crate) fn poll_readable(&self, cx: &mut Context<'_>) -> Poll<()> {
+        self.0.poll_readable(cx)
+    }
+
+    /// Reads into `buf`: `Ready(0)` is the end of the stream.
+    pub(crate) fn poll_read_into(&self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<usize> {
+        match self.0.poll_take(Some(cx), buf.len()) {
+            Poll::Ready(Some(bytes)) => {
+                buf[..bytes.len()].copy_from_slice(&bytes);
+                Poll::Ready(bytes.len())
+            }
+            Poll::Ready(None) => Poll::Ready(0),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl PipeWriter {
+    /// Waits until there is room to write: `Ready(false)` once the reader is gone.
+    pub(crate) fn poll_writable(&self, cx: &mut Context<'_>) -> Poll<bool> {
+        self.0.poll_room(Some(cx)).map(|room| room.is_ok())
+    }
+}
+
 #[wasmtime_wasi::async_trait]
 impl Pollable for PipeReader {
     async fn ready(&mut self) {

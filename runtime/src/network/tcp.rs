@@ -12,7 +12,7 @@ use wasmtime::component::Resource;
 use wasmtime_wasi::p2::{DynInputStream, DynOutputStream, DynPollable, Pollable, subscribe};
 
 use super::listener::{Conn, DEFAULT_BACKLOG, Listener};
-use super::pipe::Pipe;
+use super::pipe::{Pipe, PipeReader, PipeWriter};
 use super::wasi::{
     ErrorCode, Family, IpAddressFamily, IpSocketAddress, Network, SocketResult, Sockets, tcp,
 };
@@ -48,14 +48,14 @@ enum State {
 
 /// Socket options: stored and reported back; the virtual network has no use for them.
 #[derive(Clone)]
-struct Options {
-    keep_alive: bool,
-    keep_alive_idle: u64,
-    keep_alive_interval: u64,
-    keep_alive_count: u32,
-    hop_limit: u8,
-    receive_buffer: u64,
-    send_buffer: u64,
+pub(super) struct Options {
+    pub(super) keep_alive: bool,
+    pub(super) keep_alive_idle: u64,
+    pub(super) keep_alive_interval: u64,
+    pub(super) keep_alive_count: u32,
+    pub(super) hop_limit: u8,
+    pub(super) receive_buffer: u64,
+    pub(super) send_buffer: u64,
 }
 
 impl Default for Options {
@@ -80,7 +80,10 @@ pub struct TcpSocket {
     port: Option<PortGuard>,
     state: State,
     backlog: usize,
-    options: Options,
+    pub(super) options: Options,
+    /// The connection's two ends until the guest takes them: WASI 0.3's `receive` and `send`
+    /// (0.2 takes both as streams when the connection is made).
+    pub(super) ends: (Option<PipeReader>, Option<PipeWriter>),
     /// The socket's own part of the container's memory budget (its buffers are charged when
     /// it connects).
     _charge: Reservation,
@@ -98,7 +101,184 @@ impl TcpSocket {
             state: State::Idle,
             backlog: DEFAULT_BACKLOG,
             options: Options::default(),
+            ends: (None, None),
         }
+    }
+
+    pub(super) fn family(&self) -> Family {
+        self.family
+    }
+
+    /// Binds the socket to `addr` in its pod's port table (port 0: an ephemeral port).
+    pub(super) fn bind(
+        &mut self,
+        net: &Arc<PodNetwork>,
+        addr: SocketAddr,
+    ) -> Result<(), ErrorCode> {
+        self.family.check(&addr)?;
+        if !matches!(self.state, State::Idle) || self.port.is_some() {
+            return Err(ErrorCode::InvalidState);
+        }
+        self.port = Some(net.bind_tcp(addr)?);
+        Ok(())
+    }
+
+    /// Starts connecting to `to`: through the pod network, or the host's when egress allows.
+    pub(super) fn start_connect(
+        &mut self,
+        net: &Arc<PodNetwork>,
+        to: SocketAddr,
+    ) -> Result<(), ErrorCode> {
+        self.family.check(&to)?;
+        if to.ip().is_unspecified() || to.port() == 0 {
+            return Err(ErrorCode::InvalidArgument);
+        }
+        if !matches!(self.state, State::Idle) {
+            return Err(ErrorCode::InvalidState);
+        }
+        self.state = match net.route(to.ip()) {
+            Route::Pod(pod) => match pod.listener(to) {
+                None => State::ConnectDone(Err(ErrorCode::ConnectionRefused)),
+                Some(listener) => {
+                    let from = match &self.port {
+                        Some(p) if !p.addr().ip().is_unspecified() => p.addr(),
+                        Some(p) => SocketAddr::new(net.source_for(to.ip()), p.addr().port()),
+                        None => {
+                            let port = net.ephemeral(&net.tcp()).unwrap_or(0);
+                            SocketAddr::new(net.source_for(to.ip()), port)
+                        }
+                    };
+                    match listener.poll_connect(None, from, to) {
+                        Poll::Ready(result) => State::ConnectDone(result),
+                        Poll::Pending => State::Connecting { listener, from, to },
+                    }
+                }
+            },
+            Route::Unreachable => State::ConnectDone(Err(ErrorCode::RemoteUnreachable)),
+            Route::Outside if net.egress() == Egress::Deny => return Err(ErrorCode::AccessDenied),
+            Route::Outside => State::Dialing(tokio::spawn(tokio::net::TcpStream::connect(to))),
+        };
+        Ok(())
+    }
+
+    /// Polls the connect under way: `Ready` with its outcome once done, the socket then closed
+    /// until [`TcpSocket::establish`]. Without `cx`, only looks.
+    pub(super) fn poll_connect(
+        &mut self,
+        cx: Option<&mut Context<'_>>,
+    ) -> Poll<Result<Conn, ErrorCode>> {
+        match &mut self.state {
+            State::Connecting { listener, from, to } => {
+                match listener.poll_connect(cx, *from, *to) {
+                    Poll::Ready(result) => self.state = State::ConnectDone(result),
+                    Poll::Pending => return Poll::Pending,
+                }
+            }
+            State::Dialing(task) => {
+                let mut noop = Context::from_waker(Waker::noop());
+                match Pin::new(task).poll(cx.unwrap_or(&mut noop)) {
+                    Poll::Ready(result) => self.state = State::ConnectDone(dialed(result)),
+                    Poll::Pending => return Poll::Pending,
+                }
+            }
+            State::ConnectDone(_) => {}
+            _ => return Poll::Ready(Err(ErrorCode::NotInProgress)),
+        }
+        match std::mem::replace(&mut self.state, State::Closed) {
+            State::ConnectDone(result) => Poll::Ready(result),
+            _ => unreachable!("the state was just set to ConnectDone"),
+        }
+    }
+
+    /// Makes the socket connected over `conn`, its buffers charged to `buffers`; returns the
+    /// connection's ends.
+    pub(super) fn establish(
+        &mut self,
+        conn: Conn,
+        buffers: Reservation,
+    ) -> (PipeReader, PipeWriter) {
+        self.state = State::Connected {
+            local: conn.local,
+            remote: conn.remote,
+            rx: conn.rx,
+            tx: conn.tx,
+            _buffers: buffers,
+        };
+        (conn.reader, conn.writer)
+    }
+
+    /// Opens a listener on the bound port (0.3 binds an unbound socket to an ephemeral port
+    /// first: `implicit_bind`); the caller sets the listening state.
+    pub(super) fn open_listener(
+        &mut self,
+        net: &Arc<PodNetwork>,
+        implicit_bind: bool,
+    ) -> Result<Arc<Listener>, ErrorCode> {
+        if implicit_bind && self.port.is_none() && matches!(self.state, State::Idle) {
+            let any = match self.family {
+                Family::V4 => SocketAddr::from((std::net::Ipv4Addr::UNSPECIFIED, 0)),
+                Family::V6 => SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, 0)),
+            };
+            self.bind(net, any)?;
+        }
+        let addr = match (&self.state, &self.port) {
+            (State::Idle, Some(port)) => port.addr(),
+            _ => return Err(ErrorCode::InvalidState),
+        };
+        let listener = Listener::new(self.backlog);
+        if let Some(slot) = net.tcp().get_mut(addr) {
+            *slot = Some(listener.clone());
+        }
+        Ok(listener)
+    }
+
+    pub(super) fn set_listening(&mut self, listener: Arc<Listener>) {
+        self.state = State::Listening(listener);
+    }
+
+    /// A socket for a connection accepted from this listening one.
+    pub(super) fn accepted(&self, charge: Reservation) -> TcpSocket {
+        let mut accepted = TcpSocket::new(self.family, charge);
+        accepted.options = self.options.clone();
+        accepted
+    }
+
+    pub(super) fn local_address(&self) -> Result<SocketAddr, ErrorCode> {
+        match (&self.state, &self.port) {
+            (State::Connected { local, .. }, _) => Ok(*local),
+            (State::BindStarted, _) => Err(ErrorCode::ConcurrencyConflict),
+            (_, Some(port)) => Ok(port.addr()),
+            _ => Err(ErrorCode::InvalidState),
+        }
+    }
+
+    pub(super) fn remote_address(&self) -> Result<SocketAddr, ErrorCode> {
+        match &self.state {
+            State::Connected { remote, .. } => Ok(*remote),
+            _ => Err(ErrorCode::InvalidState),
+        }
+    }
+
+    pub(super) fn is_listening(&self) -> bool {
+        matches!(self.state, State::Listening(_))
+    }
+
+    pub(super) fn is_connected(&self) -> bool {
+        matches!(self.state, State::Connected { .. })
+    }
+
+    pub(super) fn set_backlog(&mut self, value: u64) -> Result<(), ErrorCode> {
+        if value == 0 {
+            return Err(ErrorCode::InvalidArgument);
+        }
+        let backlog = value.min(4096) as usize;
+        match &self.state {
+            State::Listening(l) => l.set_backlog(backlog),
+            State::Idle | State::BindStarted => {}
+            _ => return Err(ErrorCode::InvalidState),
+        }
+        self.backlog = backlog;
+        Ok(())
     }
 }
 
@@ -181,24 +361,23 @@ impl Sockets<'_> {
         this: &Resource<TcpSocket>,
         conn: Conn,
     ) -> SocketResult<(Resource<DynInputStream>, Resource<DynOutputStream>)> {
-        // Both directions' buffers can fill: they count against the container's memory.
-        let buffers = self
-            .budget
-            .reserve(2 * super::pipe::CAPACITY as u64)
-            .ok_or(ErrorCode::OutOfMemory)?;
-        let input: DynInputStream = Box::new(conn.reader);
-        let output: DynOutputStream = Box::new(conn.writer);
-        self.tcp(this)?.state = State::Connected {
-            local: conn.local,
-            remote: conn.remote,
-            rx: conn.rx,
-            tx: conn.tx,
-            _buffers: buffers,
-        };
+        let buffers = reserve_buffers(self.budget)?;
+        let (reader, writer) = self.tcp(this)?.establish(conn, buffers);
+        let input: DynInputStream = Box::new(reader);
+        let output: DynOutputStream = Box::new(writer);
         let input = self.table.push_child(input, this)?;
         let output = self.table.push_child(output, this)?;
         Ok((input, output))
     }
+}
+
+/// Both directions' buffers of a connection can fill: they count against the container's memory.
+pub(super) fn reserve_buffers(
+    budget: &Arc<crate::memory::Budget>,
+) -> Result<Reservation, ErrorCode> {
+    budget
+        .reserve(2 * super::pipe::CAPACITY as u64)
+        .ok_or(ErrorCode::OutOfMemory)
 }
 
 impl tcp::Host for Sockets<'_> {}
@@ -212,12 +391,7 @@ impl tcp::HostTcpSocket for Sockets<'_> {
     ) -> SocketResult<()> {
         let net = self.net.clone();
         let socket = self.tcp(&this)?;
-        let addr = SocketAddr::from(local_address);
-        socket.family.check(&addr)?;
-        if !matches!(socket.state, State::Idle) || socket.port.is_some() {
-            return Err(ErrorCode::InvalidState.into());
-        }
-        socket.port = Some(net.bind_tcp(addr)?);
+        socket.bind(&net, local_address.into())?;
         socket.state = State::BindStarted;
         Ok(())
     }
@@ -239,81 +413,27 @@ impl tcp::HostTcpSocket for Sockets<'_> {
         _network: Resource<Network>,
         remote_address: IpSocketAddress,
     ) -> SocketResult<()> {
-        let net: Arc<PodNetwork> = self.net.clone();
-        let socket = self.tcp(&this)?;
-        let to = SocketAddr::from(remote_address);
-        socket.family.check(&to)?;
-        if to.ip().is_unspecified() || to.port() == 0 {
-            return Err(ErrorCode::InvalidArgument.into());
-        }
-        if !matches!(socket.state, State::Idle) {
-            return Err(ErrorCode::InvalidState.into());
-        }
-        socket.state = match net.route(to.ip()) {
-            Route::Pod(pod) => match pod.listener(to) {
-                None => State::ConnectDone(Err(ErrorCode::ConnectionRefused)),
-                Some(listener) => {
-                    let from = match &socket.port {
-                        Some(p) if !p.addr().ip().is_unspecified() => p.addr(),
-                        Some(p) => SocketAddr::new(net.source_for(to.ip()), p.addr().port()),
-                        None => {
-                            let port = net.ephemeral(&net.tcp()).unwrap_or(0);
-                            SocketAddr::new(net.source_for(to.ip()), port)
-                        }
-                    };
-                    match listener.poll_connect(None, from, to) {
-                        Poll::Ready(result) => State::ConnectDone(result),
-                        Poll::Pending => State::Connecting { listener, from, to },
-                    }
-                }
-            },
-            Route::Unreachable => State::ConnectDone(Err(ErrorCode::RemoteUnreachable)),
-            Route::Outside if net.egress() == Egress::Deny => {
-                return Err(ErrorCode::AccessDenied.into());
-            }
-            Route::Outside => State::Dialing(tokio::spawn(tokio::net::TcpStream::connect(to))),
-        };
-        Ok(())
+        let net = self.net.clone();
+        Ok(self
+            .tcp(&this)?
+            .start_connect(&net, remote_address.into())?)
     }
 
     fn finish_connect(
         &mut self,
         this: Resource<TcpSocket>,
     ) -> SocketResult<(Resource<DynInputStream>, Resource<DynOutputStream>)> {
-        let socket = self.tcp(&this)?;
-        let mut cx = Context::from_waker(Waker::noop());
-        match &mut socket.state {
-            State::Connecting { listener, from, to } => {
-                match listener.poll_connect(None, *from, *to) {
-                    Poll::Ready(result) => socket.state = State::ConnectDone(result),
-                    Poll::Pending => return Err(ErrorCode::WouldBlock.into()),
-                }
-            }
-            State::Dialing(task) => match Pin::new(task).poll(&mut cx) {
-                Poll::Ready(result) => socket.state = State::ConnectDone(dialed(result)),
-                Poll::Pending => return Err(ErrorCode::WouldBlock.into()),
-            },
-            State::ConnectDone(_) => {}
-            _ => return Err(ErrorCode::NotInProgress.into()),
-        }
-        match std::mem::replace(&mut socket.state, State::Closed) {
-            State::ConnectDone(Ok(conn)) => self.connected(&this, conn),
-            State::ConnectDone(Err(code)) => Err(code.into()),
-            _ => unreachable!("the state was just set to ConnectDone"),
+        match self.tcp(&this)?.poll_connect(None) {
+            Poll::Ready(Ok(conn)) => self.connected(&this, conn),
+            Poll::Ready(Err(code)) => Err(code.into()),
+            Poll::Pending => Err(ErrorCode::WouldBlock.into()),
         }
     }
 
     fn start_listen(&mut self, this: Resource<TcpSocket>) -> SocketResult<()> {
         let net = self.net.clone();
         let socket = self.tcp(&this)?;
-        let addr = match (&socket.state, &socket.port) {
-            (State::Idle, Some(port)) => port.addr(),
-            _ => return Err(ErrorCode::InvalidState.into()),
-        };
-        let listener = Listener::new(socket.backlog);
-        if let Some(slot) = net.tcp().get_mut(addr) {
-            *slot = Some(listener.clone());
-        }
+        let listener = socket.open_listener(&net, false)?;
         socket.state = State::ListenStarted(listener);
         Ok(())
     }
@@ -349,32 +469,22 @@ impl tcp::HostTcpSocket for Sockets<'_> {
             return Err(ErrorCode::InvalidState.into());
         };
         let conn = listener.try_accept().ok_or(ErrorCode::WouldBlock)?;
-        let mut accepted = TcpSocket::new(socket.family, charge);
-        accepted.options = socket.options.clone();
+        let accepted = socket.accepted(charge);
         let accepted = self.table.push(accepted)?;
         let (input, output) = self.connected(&accepted, conn)?;
         Ok((accepted, input, output))
     }
 
     fn local_address(&mut self, this: Resource<TcpSocket>) -> SocketResult<IpSocketAddress> {
-        let socket = self.tcp(&this)?;
-        match (&socket.state, &socket.port) {
-            (State::Connected { local, .. }, _) => Ok((*local).into()),
-            (State::BindStarted, _) => Err(ErrorCode::ConcurrencyConflict.into()),
-            (_, Some(port)) => Ok(port.addr().into()),
-            _ => Err(ErrorCode::InvalidState.into()),
-        }
+        Ok(self.tcp(&this)?.local_address()?.into())
     }
 
     fn remote_address(&mut self, this: Resource<TcpSocket>) -> SocketResult<IpSocketAddress> {
-        match &self.tcp(&this)?.state {
-            State::Connected { remote, .. } => Ok((*remote).into()),
-            _ => Err(ErrorCode::InvalidState.into()),
-        }
+        Ok(self.tcp(&this)?.remote_address()?.into())
     }
 
     fn is_listening(&mut self, this: Resource<TcpSocket>) -> wasmtime::Result<bool> {
-        Ok(matches!(self.table.get(&this)?.state, State::Listening(_)))
+        Ok(self.table.get(&this)?.is_listening())
     }
 
     fn address_family(&mut self, this: Resource<TcpSocket>) -> wasmtime::Result<IpAddressFamily> {
@@ -386,18 +496,7 @@ impl tcp::HostTcpSocket for Sockets<'_> {
         this: Resource<TcpSocket>,
         value: u64,
     ) -> SocketResult<()> {
-        let socket = self.tcp(&this)?;
-        if value == 0 {
-            return Err(ErrorCode::InvalidArgument.into());
-        }
-        let backlog = value.min(4096) as usize;
-        match &socket.state {
-            State::Listening(l) => l.set_backlog(backlog),
-            State::Idle | State::BindStarted => {}
-            _ => return Err(ErrorCode::InvalidState.into()),
-        }
-        socket.backlog = backlog;
-        Ok(())
+        Ok(self.tcp(&this)?.set_backlog(value)?)
     }
 
     fn keep_alive_enabled(&mut self, this: Resource<TcpSocket>) -> SocketResult<bool> {
@@ -503,9 +602,9 @@ impl tcp::HostTcpSocket for Sockets<'_> {
 }
 
 /// Zero is not a valid value for the numeric socket options.
-fn positive<T: Default + PartialEq>(value: T) -> SocketResult<T> {
+pub(super) fn positive<T: Default + PartialEq>(value: T) -> Result<T, ErrorCode> {
     if value == T::default() {
-        return Err(ErrorCode::InvalidArgument.into());
+        return Err(ErrorCode::InvalidArgument);
     }
     Ok(value)
 }

@@ -59,24 +59,33 @@ impl Inbox {
     }
 
     fn take(&self, max: usize, from: Option<SocketAddr>) -> Vec<udp::IncomingDatagram> {
-        let mut s = self.lock();
         let mut out = Vec::new();
         while out.len() < max {
-            let Some((data, remote)) = s.queue.pop_front() else {
+            let Some((data, remote)) = self.take_one(from) else {
                 break;
             };
-            s.bytes -= data.len() + DATAGRAM_OVERHEAD;
-            if from.is_none_or(|f| f == remote) {
-                out.push(udp::IncomingDatagram {
-                    data,
-                    remote_address: remote.into(),
-                });
-            }
+            out.push(udp::IncomingDatagram {
+                data,
+                remote_address: remote.into(),
+            });
         }
         out
     }
 
-    fn poll_ready(&self, cx: &mut Context<'_>) -> Poll<()> {
+    /// The next datagram from `from` (any sender: `None`); others before it are dropped, as a
+    /// connected socket's are.
+    pub(super) fn take_one(&self, from: Option<SocketAddr>) -> Option<(Vec<u8>, SocketAddr)> {
+        let mut s = self.lock();
+        while let Some((data, remote)) = s.queue.pop_front() {
+            s.bytes -= data.len() + DATAGRAM_OVERHEAD;
+            if from.is_none_or(|f| f == remote) {
+                return Some((data, remote));
+            }
+        }
+        None
+    }
+
+    pub(super) fn poll_ready(&self, cx: &mut Context<'_>) -> Poll<()> {
         let mut s = self.lock();
         if !s.queue.is_empty() {
             return Poll::Ready(());
@@ -95,9 +104,11 @@ pub struct UdpSocket {
     inbox: Arc<Inbox>,
     remote: Option<SocketAddr>,
     bind_started: bool,
-    hop_limit: u8,
-    receive_buffer: u64,
-    send_buffer: u64,
+    pub(super) hop_limit: u8,
+    pub(super) receive_buffer: u64,
+    pub(super) send_buffer: u64,
+    /// WASI 0.3's sending side, made at the first `send` (0.2 makes it in `stream`).
+    outgoing: Option<OutgoingDatagrams>,
     /// The inbox's part of the container's memory budget.
     _inbox_charge: Reservation,
 }
@@ -117,7 +128,96 @@ impl UdpSocket {
             hop_limit: 64,
             receive_buffer: INBOX_BYTES as u64,
             send_buffer: INBOX_BYTES as u64,
+            outgoing: None,
         }
+    }
+
+    pub(super) fn family(&self) -> Family {
+        self.family
+    }
+
+    /// Binds the socket's inbox to `addr` (port 0: an ephemeral port).
+    pub(super) fn bind(
+        &mut self,
+        net: &Arc<PodNetwork>,
+        addr: SocketAddr,
+    ) -> Result<(), ErrorCode> {
+        self.family.check(&addr)?;
+        if self.port.is_some() || self.bind_started {
+            return Err(ErrorCode::InvalidState);
+        }
+        self.port = Some(net.bind_udp(addr, self.inbox.clone())?);
+        Ok(())
+    }
+
+    /// Binds an unbound socket to an ephemeral port (WASI 0.3's implicit bind): on the address
+    /// datagrams to `remote` leave from (as a connected kernel socket's local address is), or on
+    /// every address.
+    pub(super) fn bind_implicitly(
+        &mut self,
+        net: &Arc<PodNetwork>,
+        remote: Option<SocketAddr>,
+    ) -> Result<(), ErrorCode> {
+        if self.port.is_some() {
+            return Ok(());
+        }
+        let ip = match (remote, self.family) {
+            (Some(remote), _) => net.source_for(remote.ip()),
+            (None, Family::V4) => Ipv4Addr::UNSPECIFIED.into(),
+            (None, Family::V6) => Ipv6Addr::UNSPECIFIED.into(),
+        };
+        self.bind(net, SocketAddr::new(ip, 0))
+    }
+
+    /// Sets (or, with `None`, clears) the address the socket exchanges datagrams with.
+    pub(super) fn set_remote(&mut self, remote: Option<SocketAddr>) -> Result<(), ErrorCode> {
+        if let Some(remote) = &remote {
+            self.family.check(remote)?;
+            if remote.ip().is_unspecified() || remote.port() == 0 {
+                return Err(ErrorCode::InvalidArgument);
+            }
+        }
+        self.remote = remote;
+        if let Some(out) = &mut self.outgoing {
+            out.remote = remote;
+        }
+        Ok(())
+    }
+
+    pub(super) fn local_address(&self) -> Result<SocketAddr, ErrorCode> {
+        self.port
+            .as_ref()
+            .map(PortGuard::addr)
+            .ok_or(ErrorCode::InvalidState)
+    }
+
+    pub(super) fn remote_address(&self) -> Result<SocketAddr, ErrorCode> {
+        self.remote.ok_or(ErrorCode::InvalidState)
+    }
+
+    /// The inbox and the sender it accepts, for receiving; `None` while unbound.
+    pub(super) fn receiving(&self) -> Option<(Arc<Inbox>, Option<SocketAddr>)> {
+        self.port.as_ref()?;
+        Some((self.inbox.clone(), self.remote))
+    }
+
+    /// Sends one datagram (WASI 0.3), to `to` or the connected address.
+    pub(super) fn send(
+        &mut self,
+        net: &Arc<PodNetwork>,
+        data: Vec<u8>,
+        to: Option<SocketAddr>,
+    ) -> Result<(), ErrorCode> {
+        self.bind_implicitly(net, None)?;
+        let local = self.local_address()?;
+        let outgoing = self.outgoing.get_or_insert_with(|| OutgoingDatagrams {
+            family: self.family,
+            local,
+            remote: self.remote,
+            inbox: self.inbox.clone(),
+            host: None,
+        });
+        outgoing.send_to(net, data, to)
     }
 }
 
@@ -190,24 +290,23 @@ impl HostUdp {
 }
 
 impl OutgoingDatagrams {
-    fn send_one(
+    fn send_to(
         &mut self,
         net: &Arc<PodNetwork>,
-        datagram: udp::OutgoingDatagram,
-    ) -> SocketResult<()> {
-        let to = match (datagram.remote_address.map(SocketAddr::from), self.remote) {
-            (Some(to), Some(remote)) if to != remote => {
-                return Err(ErrorCode::InvalidArgument.into());
-            }
+        data: Vec<u8>,
+        to: Option<SocketAddr>,
+    ) -> Result<(), ErrorCode> {
+        let to = match (to, self.remote) {
+            (Some(to), Some(remote)) if to != remote => return Err(ErrorCode::InvalidArgument),
             (Some(to), _) | (None, Some(to)) => to,
-            (None, None) => return Err(ErrorCode::InvalidArgument.into()),
+            (None, None) => return Err(ErrorCode::InvalidArgument),
         };
         self.family.check(&to)?;
         if to.ip().is_unspecified() || to.port() == 0 {
-            return Err(ErrorCode::InvalidArgument.into());
+            return Err(ErrorCode::InvalidArgument);
         }
-        if datagram.data.len() > MAX_DATAGRAM {
-            return Err(ErrorCode::DatagramTooLarge.into());
+        if data.len() > MAX_DATAGRAM {
+            return Err(ErrorCode::DatagramTooLarge);
         }
         match net.route(to.ip()) {
             Route::Pod(pod) => {
@@ -221,20 +320,19 @@ impl OutgoingDatagrams {
                     .find(to, |ip| ip == std::net::IpAddr::V4(pod.ip()))
                     .cloned();
                 if let Some(inbox) = inbox {
-                    inbox.deliver(datagram.data, from);
+                    inbox.deliver(data, from);
                 }
             }
             Route::Unreachable => {}
-            Route::Outside if net.egress() == Egress::Deny => {
-                return Err(ErrorCode::AccessDenied.into());
-            }
+            Route::Outside if net.egress() == Egress::Deny => return Err(ErrorCode::AccessDenied),
             Route::Outside => {
                 if self.host.is_none() {
-                    self.host = Some(HostUdp::open(self.family, self.inbox.clone())?);
+                    let host = HostUdp::open(self.family, self.inbox.clone());
+                    self.host = Some(host.map_err(|e| super::tcp::error_code(&e))?);
                 }
                 if let Some(host) = &self.host {
                     // A full host buffer drops the datagram, as UDP may.
-                    let _ = host.socket.try_send_to(&datagram.data, to);
+                    let _ = host.socket.try_send_to(&data, to);
                 }
             }
         }
@@ -259,12 +357,7 @@ impl udp::HostUdpSocket for Sockets<'_> {
     ) -> SocketResult<()> {
         let net = self.net.clone();
         let socket = self.udp(&this)?;
-        let addr = SocketAddr::from(local_address);
-        socket.family.check(&addr)?;
-        if socket.port.is_some() || socket.bind_started {
-            return Err(ErrorCode::InvalidState.into());
-        }
-        socket.port = Some(net.bind_udp(addr, socket.inbox.clone())?);
+        socket.bind(&net, local_address.into())?;
         socket.bind_started = true;
         Ok(())
     }
@@ -286,21 +379,16 @@ impl udp::HostUdpSocket for Sockets<'_> {
         let Some(port) = &socket.port else {
             return Err(ErrorCode::InvalidState.into());
         };
+        let local = port.addr();
         let remote = remote_address.map(SocketAddr::from);
-        if let Some(remote) = &remote {
-            socket.family.check(remote)?;
-            if remote.ip().is_unspecified() || remote.port() == 0 {
-                return Err(ErrorCode::InvalidArgument.into());
-            }
-        }
-        socket.remote = remote;
+        socket.set_remote(remote)?;
         let incoming = IncomingDatagrams {
             inbox: socket.inbox.clone(),
             remote,
         };
         let outgoing = OutgoingDatagrams {
             family: socket.family,
-            local: port.addr(),
+            local,
             remote,
             inbox: socket.inbox.clone(),
             host: None,
@@ -311,17 +399,11 @@ impl udp::HostUdpSocket for Sockets<'_> {
     }
 
     fn local_address(&mut self, this: Resource<UdpSocket>) -> SocketResult<IpSocketAddress> {
-        match &self.udp(&this)?.port {
-            Some(port) => Ok(port.addr().into()),
-            None => Err(ErrorCode::InvalidState.into()),
-        }
+        Ok(self.udp(&this)?.local_address()?.into())
     }
 
     fn remote_address(&mut self, this: Resource<UdpSocket>) -> SocketResult<IpSocketAddress> {
-        match self.udp(&this)?.remote {
-            Some(remote) => Ok(remote.into()),
-            None => Err(ErrorCode::InvalidState.into()),
-        }
+        Ok(self.udp(&this)?.remote_address()?.into())
     }
 
     fn address_family(&mut self, this: Resource<UdpSocket>) -> wasmtime::Result<IpAddressFamily> {
@@ -422,9 +504,10 @@ impl udp::HostOutgoingDatagramStream for Sockets<'_> {
         let stream = self.table.get_mut(&this)?;
         let mut sent = 0;
         for datagram in datagrams {
-            match stream.send_one(&net, datagram) {
+            let to = datagram.remote_address.map(SocketAddr::from);
+            match stream.send_to(&net, datagram.data, to) {
                 Ok(()) => sent += 1,
-                Err(e) if sent == 0 => return Err(e),
+                Err(e) if sent == 0 => return Err(e.into()),
                 Err(_) => break,
             }
         }

@@ -213,10 +213,10 @@ impl Family {
 
     /// Checks that `addr` suits a socket of this family (no IPv4-mapped IPv6 addresses, as
     /// `wasi:sockets` specifies).
-    pub(crate) fn check(self, addr: &SocketAddr) -> SocketResult<()> {
+    pub(crate) fn check(self, addr: &SocketAddr) -> Result<(), ErrorCode> {
         let mapped = matches!(addr, SocketAddr::V6(a) if a.ip().to_ipv4_mapped().is_some());
         if Family::of(addr) != self || mapped {
-            return Err(ErrorCode::InvalidArgument.into());
+            return Err(ErrorCode::InvalidArgument);
         }
         Ok(())
     }
