@@ -116,6 +116,7 @@ impl TcpSocket {
         addr: SocketAddr,
     ) -> Result<(), ErrorCode> {
         self.family.check(&addr)?;
+        unicast(&addr)?;
         if !matches!(self.state, State::Idle) || self.port.is_some() {
             return Err(ErrorCode::InvalidState);
         }
@@ -130,6 +131,7 @@ impl TcpSocket {
         to: SocketAddr,
     ) -> Result<(), ErrorCode> {
         self.family.check(&to)?;
+        unicast(&to)?;
         if to.ip().is_unspecified() || to.port() == 0 {
             return Err(ErrorCode::InvalidArgument);
         }
@@ -599,6 +601,18 @@ impl tcp::HostTcpSocket for Sockets<'_> {
         self.table.delete(this)?;
         Ok(())
     }
+}
+
+/// TCP binds and connects only to unicast addresses (not multicast, not the broadcast address).
+fn unicast(addr: &SocketAddr) -> Result<(), ErrorCode> {
+    let unicast = match addr.ip() {
+        std::net::IpAddr::V4(ip) => !ip.is_multicast() && !ip.is_broadcast(),
+        std::net::IpAddr::V6(ip) => !ip.is_multicast(),
+    };
+    if !unicast {
+        return Err(ErrorCode::InvalidArgument);
+    }
+    Ok(())
 }
 
 /// Zero is not a valid value for the numeric socket options.

@@ -143,7 +143,8 @@ async fn wasi_0_3_sockets_are_on_the_pod_network() {
 }
 
 /// With the node's egress denied, a 0.3 connect to an address outside the node fails with
-/// `access-denied`, and a name only the host could resolve is `name-unresolvable`.
+/// `access-denied`, and a name only the host could resolve is `name-unresolvable`; a multicast
+/// address is no TCP peer (`invalid-argument`).
 #[tokio::test]
 async fn wasi_0_3_sockets_follow_the_egress_policy() {
     let node = TestNode::with(|o| o.egress(wasmpod::Egress::Deny));
@@ -151,7 +152,8 @@ async fn wasi_0_3_sockets_follow_the_egress_policy() {
         .never()
         .container(
             r#"{ name: c, image: "{p3}",
-                 args: [tcp-send, 192.0.2.1, "80", x, lookup, example.com] }"#,
+                 args: [tcp-send, 192.0.2.1, "80", x, lookup, example.com,
+                        tcp-send, 224.0.0.1, "80", x] }"#,
         )
         .build();
     let pod = node.start(&yaml).await;
@@ -162,7 +164,8 @@ async fn wasi_0_3_sockets_follow_the_egress_policy() {
         lines,
         [
             "error: connect: ErrorCode::AccessDenied",
-            "error: ErrorCode::NameUnresolvable"
+            "error: ErrorCode::NameUnresolvable",
+            "error: connect: ErrorCode::InvalidArgument"
         ]
     );
 }
