@@ -12,6 +12,10 @@
 //! - Its stdio is the process's, and its components' `wasi:sockets` are the host's: a task runs
 //!   in a network namespace made for it (in Kubernetes, the CNI's pod network), not in a wasmpod
 //!   pod network.
+//! - An HTTP handler component (`wasi:http/incoming-handler`, or 0.3's `wasi:http/handler`) is
+//!   served on [`TaskOptions::http_port`] (8080 unless set, as `wasmtime serve` does) on every
+//!   address of that namespace, a fresh instance per request, as in a pod; TERM stops accepting,
+//!   lets the requests under way finish and exits 0.
 //!
 //! This is what the containerd shim (`containerd-shim-wasmpod-v1`) runs in each container's
 //! process; a [`crate::Node`] is the way to run pods.
@@ -38,7 +42,7 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
-use crate::container::{EXIT_TERMINATED, Preopen, Sandbox};
+use crate::container::{DEFAULT_PORT, EXIT_TERMINATED, HttpServe, Preopen, Sandbox};
 use crate::engine::{self, Engine, Image};
 use crate::host::{GuestSockets, TermSignal};
 use crate::memory::{Budget, NodeMemory, PodMemory};
@@ -61,6 +65,8 @@ pub struct TaskOptions {
     pub memory_limit: Option<u64>,
     /// The CPU the guest may use, as a share of one core (below 1 to take effect).
     pub cpu_share: Option<f64>,
+    /// The TCP port an HTTP handler component is served on (8080 when unset).
+    pub http_port: Option<u16>,
 }
 
 impl TaskOptions {
@@ -112,6 +118,12 @@ impl TaskOptions {
     /// Sets the CPU limit as a share of one core.
     pub fn cpu_share(mut self, share: f64) -> Self {
         self.cpu_share = Some(share);
+        self
+    }
+
+    /// Sets the port an HTTP handler component is served on.
+    pub fn http_port(mut self, port: u16) -> Self {
+        self.http_port = Some(port);
         self
     }
 }
@@ -226,7 +238,11 @@ impl Task {
             kill: Default::default(),
             net: NodeNetwork::new(Egress::Allow).create_pod(names),
             host_sockets: true,
-            http: None,
+            http: HttpServe {
+                ports: vec![options.http_port.unwrap_or(DEFAULT_PORT)],
+                serving: crate::spec::Serving::default(),
+                on_host: true,
+            },
             activity: engine.activity().clone(),
             memory: PodMemory::new(node_memory),
         });

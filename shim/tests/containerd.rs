@@ -257,3 +257,44 @@ fn containers_sharing_a_network_namespace_meet_on_localhost_through_host_sockets
     ctd.kill("server", "SIGKILL");
     assert_run(&server.finish(), 137);
 }
+
+#[test]
+fn an_http_handler_component_is_served_on_8080_of_its_network_namespace() {
+    let ctd = containerd();
+    let handler = ctd.import("http", guests::HTTP_HANDLER_P2.as_ref());
+    let web = ctd.spawn(&["--env", "QUIET=1"], &handler, "web", &[]);
+    ctd.wait_running("web");
+    let netns = format!("/proc/{}/ns/net", ctd.task_pid("web").unwrap());
+    let up = std::process::Command::new("nsenter")
+        .args([&format!("--net={netns}"), "ip", "link", "set", "lo", "up"])
+        .status()
+        .unwrap();
+    assert!(up.success());
+    // A client in the pod's network namespace (python's urllib, through nsenter) asks it over
+    // the namespace's loopback, twice: a fresh instance each time.
+    // The handler listens once its first instance is made: a refused connect is retried.
+    let get = r#"
+import time, urllib.request
+start = time.monotonic()
+for _ in range(2):
+    while True:
+        try:
+            body = urllib.request.urlopen("http://127.0.0.1:8080/", timeout=10).read()
+            break
+        except OSError:
+            if time.monotonic() - start > 10:
+                raise
+            time.sleep(0.01)
+    print(body.decode(), end="")
+"#;
+    let out = std::process::Command::new("nsenter")
+        .args([&format!("--net={netns}"), "python3", "-c", get])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(stdout, "hello 1\nhello 1\n");
+    // TERM: the handler stops accepting, has nothing under way, and exits 0.
+    ctd.kill("web", "SIGTERM");
+    assert_run(&web.finish(), 0);
+}

@@ -21,6 +21,7 @@ use http_body_util::{BodyExt, Full};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot, watch};
 use tokio::task::JoinSet;
+use tokio_util::either::Either;
 use tokio_util::sync::CancellationToken;
 use wasmtime::Store;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
@@ -51,6 +52,45 @@ pub(crate) struct HttpServe {
     /// The container's TCP `containerPort`s, or [`DEFAULT_PORT`].
     pub(crate) ports: Vec<u16>,
     pub(crate) serving: Serving,
+    /// The ports are the host's (every address of the process's network namespace: a task's),
+    /// not the pod network's.
+    pub(crate) on_host: bool,
+}
+
+/// A connection to a handler: from the pod network, or from the host's (a task's).
+type Connection = Either<HostStream, tokio::net::TcpStream>;
+
+/// One port's listener, in the pod's port table or the host's network namespace.
+enum Acceptor {
+    Pod(crate::network::HostListener),
+    Host(tokio::net::TcpListener),
+}
+
+impl Acceptor {
+    async fn bind(sandbox: &Sandbox, port: u16, on_host: bool) -> Result<Acceptor, String> {
+        if on_host {
+            let any = (std::net::Ipv4Addr::UNSPECIFIED, port);
+            let listener = tokio::net::TcpListener::bind(any).await;
+            return listener.map(Acceptor::Host).map_err(|e| e.to_string());
+        }
+        let listener = sandbox.net.listen_host(port);
+        listener.map(Acceptor::Pod).map_err(|e| e.to_string())
+    }
+
+    /// The next connection; `None` once the listener is closed.
+    async fn accept(&self) -> Option<Connection> {
+        match self {
+            Acceptor::Pod(l) => l.accept().await.map(|(stream, _)| Either::Left(stream)),
+            Acceptor::Host(l) => loop {
+                match l.accept().await {
+                    Ok((stream, _)) => return Some(Either::Right(stream)),
+                    // Out of descriptors, a connection reset before it was taken: try again
+                    // after a moment rather than spin.
+                    Err(_) => tokio::time::sleep(std::time::Duration::from_millis(10)).await,
+                }
+            },
+        }
+    }
 }
 
 impl Sandbox {
@@ -63,12 +103,7 @@ impl Sandbox {
         stdout: impl StdoutStream + 'static,
         stderr: impl StdoutStream + 'static,
     ) -> Exit {
-        let Some(http) = &self.http else {
-            return Exit {
-                message: Some("HTTP handler components are served only in pods".into()),
-                ..Exit::code(EXIT_START_ERROR)
-            };
-        };
+        let http = &self.http;
         let (stdout, stderr) = (Shared::new(stdout), Shared::new(stderr));
         let mut wasi = match self.wasi(&self.argv, stdout.clone(), stderr.clone()) {
             Ok(wasi) => wasi,
@@ -85,13 +120,13 @@ impl Sandbox {
         }
         drop(store);
 
-        let (accepted_tx, mut accepted) = mpsc::channel::<(HostStream, OwnedSemaphorePermit)>(1);
+        let (accepted_tx, mut accepted) = mpsc::channel::<(Connection, OwnedSemaphorePermit)>(1);
         let mut acceptors = JoinSet::new();
         // Past this many open connections the container accepts no more until one closes; the
         // next wait in the port's backlog, then are held as a full Linux backlog holds them.
         let open = Arc::new(Semaphore::new(MAX_CONNECTIONS));
         for &port in &http.ports {
-            let listener = match self.net.listen_host(port) {
+            let listener = match Acceptor::bind(self, port, http.on_host).await {
                 Ok(listener) => listener,
                 Err(e) => {
                     return Exit {
@@ -103,7 +138,7 @@ impl Sandbox {
             let (accepted_tx, open) = (accepted_tx.clone(), open.clone());
             acceptors.spawn(async move {
                 while let Ok(slot) = open.clone().acquire_owned().await
-                    && let Some((stream, _)) = listener.accept().await
+                    && let Some(stream) = listener.accept().await
                 {
                     if accepted_tx.send((stream, slot)).await.is_err() {
                         break;
@@ -184,7 +219,7 @@ where
 {
     /// Serves one connection's requests (HTTP/1.1, keep-alive) until it closes or, once the
     /// container drains, after the request it has.
-    async fn connection(self: Arc<Self>, stream: HostStream, mut drain: watch::Receiver<bool>) {
+    async fn connection(self: Arc<Self>, stream: Connection, mut drain: watch::Receiver<bool>) {
         let server = self.clone();
         let service = hyper::service::service_fn(move |request| {
             let server = server.clone();

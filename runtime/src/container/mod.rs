@@ -64,8 +64,8 @@ pub(crate) struct Sandbox {
     /// The components' `wasi:sockets` are the host's (the engine was made with
     /// [`crate::host::GuestSockets::Host`]), not `net`.
     pub(crate) host_sockets: bool,
-    /// Where and how an HTTP handler component is served (`None`: not in a pod).
-    pub(crate) http: Option<HttpServe>,
+    /// Where and how an HTTP handler component is served.
+    pub(crate) http: HttpServe,
     /// The engine's count of stores executing wasm (its epoch ticker runs fast while any does).
     pub(crate) activity: Arc<Activity>,
     /// Where the instances' memory is counted.

@@ -184,7 +184,7 @@ impl PodTask {
             kill: Default::default(),
             net: self.net.clone(),
             host_sockets: false,
-            http: Some(HttpServe {
+            http: HttpServe {
                 ports: {
                     let tcp: Vec<u16> = c
                         .spec
@@ -200,7 +200,8 @@ impl PodTask {
                     }
                 },
                 serving: self.spec.serving,
-            }),
+                on_host: false,
+            },
             activity: self.node.engine.activity().clone(),
             memory: self.memory.clone(),
         });

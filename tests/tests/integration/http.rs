@@ -16,16 +16,16 @@ const LIMIT: Duration = Duration::from_secs(30);
 
 /// What a GET answered: the status, and the body, or what the connection gave before it was cut.
 #[derive(Debug)]
-struct Reply {
-    status: u16,
-    body: String,
+pub(crate) struct Reply {
+    pub(crate) status: u16,
+    pub(crate) body: String,
     /// The connection ended before the whole body came.
-    cut: bool,
+    pub(crate) cut: bool,
 }
 
 /// One GET over a fresh keep-alive connection (blocking), read until the response is complete
 /// or the connection ends.
-fn get_once(addr: SocketAddr, path: &str) -> std::io::Result<Reply> {
+pub(crate) fn get_once(addr: SocketAddr, path: &str) -> std::io::Result<Reply> {
     let mut s = TcpStream::connect(addr)?;
     s.set_read_timeout(Some(LIMIT))?;
     write!(s, "GET {path} HTTP/1.1\r\nHost: test\r\n\r\n")?;
@@ -93,7 +93,7 @@ fn dechunk(mut rest: &str) -> (String, bool) {
 }
 
 /// GETs `path` until the server answers (it may still be starting).
-async fn get(addr: SocketAddr, path: &str) -> Reply {
+pub(crate) async fn get(addr: SocketAddr, path: &str) -> Reply {
     let path = path.to_owned();
     tokio::task::spawn_blocking(move || {
         let start = Instant::now();

@@ -1,6 +1,8 @@
 //! `wasmpod::task`: one container run as a process of its own (what the containerd shim runs),
 //! through the library: exit codes, TERM, the memory limit, mounts, precompiled artefacts.
 
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
 use wasmpod::task::{Task, TaskOptions, precompile};
@@ -135,4 +137,55 @@ async fn a_components_sockets_are_the_hosts() {
         .await;
     assert_eq!(exit.code, 0, "{exit:?}");
     assert_eq!(server.join().unwrap(), b"x");
+}
+
+/// A task whose component is an HTTP handler serves it on the host's network at its port (the
+/// shim's container, in its pod's namespace), a fresh instance per request; TERM closes the port,
+/// lets the request under way finish, and the task exits 0.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_http_handler_task_serves_on_its_port_and_drains_at_term() {
+    let port = wasmpod_tests::free_port();
+    let handler = task(guests::HTTP_HANDLER_P2, &[], |o| {
+        o.http_port(port).envs([("QUIET", "1")])
+    });
+    let terminator = handler.terminator();
+    let run = tokio::spawn(handler.run());
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    for _ in 0..3 {
+        let reply = crate::http::get(addr, "/").await;
+        assert_eq!((reply.status, reply.body.as_str()), (200, "hello 1\n"));
+    }
+    // A request whose response has begun when TERM comes still ends whole.
+    let slow = tokio::task::spawn_blocking(move || {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        write!(s, "GET /headers-then-sleep/300 HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+        let mut raw = Vec::new();
+        let mut buf = [0; 1024];
+        while !String::from_utf8_lossy(&raw).contains("first") {
+            let n = s.read(&mut buf).unwrap();
+            assert_ne!(n, 0, "the connection ended early");
+            raw.extend_from_slice(&buf[..n]);
+        }
+        terminator.terminate();
+        while !String::from_utf8_lossy(&raw).contains("second") {
+            match s.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => raw.extend_from_slice(&buf[..n]),
+            }
+        }
+        String::from_utf8_lossy(&raw).into_owned()
+    });
+    let response = slow.await.unwrap();
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    assert!(response.contains("second"), "cut at TERM: {response}");
+    let exit = tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(exit.code, 0, "{exit:?}");
+    assert!(
+        TcpStream::connect(addr).is_err(),
+        "still listening after the task ended"
+    );
 }
