@@ -47,6 +47,13 @@ fn main() {
     std::fs::write(&pod_file, &yaml).unwrap();
     let runtime = tokio::runtime::Runtime::new().unwrap();
 
+    // `BENCH_CASE=in-process N`: only N in-process pods, nothing printed (for a profiler).
+    if let Ok(case) = std::env::var("BENCH_CASE")
+        && let Some(n) = case.strip_prefix("in-process ")
+    {
+        runtime.block_on(in_process(tmp.path(), &yaml, n.parse().unwrap()));
+        return;
+    }
     let (started, finished) = runtime.block_on(in_process(tmp.path(), &yaml, 300));
     let bare = runtime.block_on(bare_wasmtime(300));
     let (cold, warm, cold_rss, warm_rss) = whole_process(tmp.path(), &pod_file);
