@@ -84,27 +84,35 @@ impl<T: 'static> StreamProducer<T> for Accepted<T> {
     }
 }
 
-/// What a finished byte stream reports through its future.
-type Done = oneshot::Sender<Result<(), ErrorCode>>;
+/// The future a byte stream reports its end through: once, and `Ok` when nothing went wrong
+/// before it was dropped.
+struct Done(Option<oneshot::Sender<Result<(), ErrorCode>>>);
 
-/// The bytes a connection receives, as the guest's stream.
-struct Received {
-    reader: PipeReader,
-    done: Option<Done>,
-}
+impl Done {
+    fn new() -> (Done, FutureResult) {
+        let (tx, rx) = oneshot::channel();
+        (Done(Some(tx)), rx)
+    }
 
-impl Received {
     fn finish(&mut self, result: Result<(), ErrorCode>) {
-        if let Some(done) = self.done.take() {
+        if let Some(done) = self.0.take() {
             let _ = done.send(result);
         }
     }
 }
 
-impl Drop for Received {
+impl Drop for Done {
     fn drop(&mut self) {
         self.finish(Ok(()));
     }
+}
+
+type FutureResult = oneshot::Receiver<Result<(), ErrorCode>>;
+
+/// The bytes a connection receives, as the guest's stream.
+struct Received {
+    reader: PipeReader,
+    done: Done,
 }
 
 impl<T> StreamProducer<T> for Received {
@@ -135,7 +143,7 @@ impl<T> StreamProducer<T> for Received {
         let buf = dst.remaining();
         match self.reader.poll_read_into(cx, buf) {
             Poll::Ready(0) => {
-                self.finish(Ok(()));
+                self.done.finish(Ok(()));
                 Poll::Ready(Ok(StreamResult::Dropped))
             }
             Poll::Ready(n) => {
@@ -147,25 +155,11 @@ impl<T> StreamProducer<T> for Received {
     }
 }
 
-/// The guest's stream of bytes to send, written into the connection.
+/// The guest's stream of bytes to send, written into the connection (whose send side shuts
+/// down when the guest's stream ends and this is dropped).
 struct Sent {
     writer: PipeWriter,
-    done: Option<Done>,
-}
-
-impl Sent {
-    fn finish(&mut self, result: Result<(), ErrorCode>) {
-        if let Some(done) = self.done.take() {
-            let _ = done.send(result);
-        }
-    }
-}
-
-impl Drop for Sent {
-    /// The guest's stream ended: the connection's send side shuts down.
-    fn drop(&mut self) {
-        self.finish(Ok(()));
-    }
+    done: Done,
 }
 
 impl<T> StreamConsumer<T> for Sent {
@@ -192,7 +186,7 @@ impl<T> StreamConsumer<T> for Sent {
                 Poll::Ready(Ok(StreamResult::Completed))
             }
             Poll::Ready(None) => {
-                self.finish(Err(ErrorCode::ConnectionBroken));
+                self.done.finish(Err(ErrorCode::ConnectionBroken));
                 Poll::Ready(Ok(StreamResult::Dropped))
             }
             Poll::Pending if finish => Poll::Ready(Ok(StreamResult::Cancelled)),
@@ -276,14 +270,8 @@ impl<T: Send> HostTcpSocketWithStore<T> for PodSockets {
                 });
             }
         };
-        let (done, result) = oneshot::channel();
-        data.pipe(
-            &mut store,
-            Sent {
-                writer,
-                done: Some(done),
-            },
-        )?;
+        let (done, result) = Done::new();
+        data.pipe(&mut store, Sent { writer, done })?;
         FutureReader::new(&mut store, async move {
             wasmtime::error::Ok(result.await.unwrap_or(Ok(())))
         })
@@ -305,14 +293,8 @@ impl<T: Send> HostTcpSocketWithStore<T> for PodSockets {
                 ));
             }
         };
-        let (done, result) = oneshot::channel();
-        let stream = StreamReader::new(
-            &mut store,
-            Received {
-                reader,
-                done: Some(done),
-            },
-        )?;
+        let (done, result) = Done::new();
+        let stream = StreamReader::new(&mut store, Received { reader, done })?;
         let result = FutureReader::new(&mut store, async move {
             wasmtime::error::Ok(result.await.unwrap_or(Ok(())))
         })?;
