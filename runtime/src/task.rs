@@ -13,7 +13,7 @@
 //!   in a network namespace made for it (in Kubernetes, the CNI's pod network), not in a wasmpod
 //!   pod network.
 //! - An HTTP handler component (`wasi:http/incoming-handler`, or 0.3's `wasi:http/handler`) is
-//!   served on [`TaskOptions::http_port`] (8080 unless set, as `wasmtime serve` does) on every
+//!   served on [`TaskOptions::http_port`] (8080 unless set, as `wasmtime serve` does) on every IPv4
 //!   address of that namespace, a fresh instance per request, as in a pod; TERM stops accepting,
 //!   lets the requests under way finish and exits 0.
 //!

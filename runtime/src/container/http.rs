@@ -52,7 +52,7 @@ pub(crate) struct HttpServe {
     /// The container's TCP `containerPort`s, or [`DEFAULT_PORT`].
     pub(crate) ports: Vec<u16>,
     pub(crate) serving: Serving,
-    /// The ports are the host's (every address of the process's network namespace: a task's),
+    /// The ports are the host's (every IPv4 address of the process's network namespace: a task's),
     /// not the pod network's.
     pub(crate) on_host: bool,
 }

@@ -265,10 +265,6 @@ impl TcpSocket {
         matches!(self.state, State::Listening(_))
     }
 
-    pub(super) fn is_connected(&self) -> bool {
-        matches!(self.state, State::Connected { .. })
-    }
-
     pub(super) fn set_backlog(&mut self, value: u64) -> Result<(), ErrorCode> {
         if value == 0 {
             return Err(ErrorCode::InvalidArgument);

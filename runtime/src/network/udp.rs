@@ -107,7 +107,8 @@ pub struct UdpSocket {
     pub(super) hop_limit: u8,
     pub(super) receive_buffer: u64,
     pub(super) send_buffer: u64,
-    /// WASI 0.3's sending side, made at the first `send` (0.2 makes it in `stream`).
+    /// WASI 0.3's sending side (its host socket for egress), made at the first `send` (0.2
+    /// makes it in `stream`).
     outgoing: Option<OutgoingDatagrams>,
     /// The inbox's part of the container's memory budget.
     _inbox_charge: Reservation,
@@ -178,9 +179,6 @@ impl UdpSocket {
             }
         }
         self.remote = remote;
-        if let Some(out) = &mut self.outgoing {
-            out.remote = remote;
-        }
         Ok(())
     }
 
@@ -213,10 +211,12 @@ impl UdpSocket {
         let outgoing = self.outgoing.get_or_insert_with(|| OutgoingDatagrams {
             family: self.family,
             local,
-            remote: self.remote,
+            remote: None,
             inbox: self.inbox.clone(),
             host: None,
         });
+        // Connected or not as the socket is now (`connect` and `disconnect` change it).
+        outgoing.remote = self.remote;
         outgoing.send_to(net, data, to)
     }
 }

@@ -17,13 +17,30 @@ use super::bindings::wasi::sockets::types::{
     Duration, ErrorCode, HostTcpSocket, HostTcpSocketWithStore, IpAddressFamily, IpSocketAddress,
 };
 use super::{PodSockets, SocketError, SocketResult};
-use crate::network::listener::Listener;
+use crate::memory::Reservation;
+use crate::network::listener::{Conn, Listener};
 use crate::network::pipe::{PipeReader, PipeWriter};
 use crate::network::tcp::{TcpSocket, positive, reserve_buffers};
 use crate::network::wasi::{ErrorCode as Code02, Sockets};
 
 /// The most bytes one read from a connection hands the guest.
 const READ_CHUNK: usize = 64 * 1024;
+
+/// A stream's answer when it has nothing now: wait, unless the guest is cancelling its read or
+/// write (`finish`).
+fn nothing_yet(finish: bool) -> Poll<wasmtime::Result<StreamResult>> {
+    if finish {
+        Poll::Ready(Ok(StreamResult::Cancelled))
+    } else {
+        Poll::Pending
+    }
+}
+
+/// Makes `socket` connected over `conn`, keeping both ends for `receive` and `send`.
+fn hold(socket: &mut TcpSocket, conn: Conn, buffers: Reservation) {
+    let (reader, writer) = socket.establish(conn, buffers);
+    socket.ends = (Some(reader), Some(writer));
+}
 
 impl Sockets<'_> {
     fn tcp3(&mut self, this: &Resource<TcpSocket>) -> SocketResult<&mut TcpSocket> {
@@ -51,11 +68,7 @@ impl<T: 'static> StreamProducer<T> for Accepted<T> {
         finish: bool,
     ) -> Poll<wasmtime::Result<StreamResult>> {
         if self.listener.poll_pending(cx).is_pending() {
-            return if finish {
-                Poll::Ready(Ok(StreamResult::Cancelled))
-            } else {
-                Poll::Pending
-            };
+            return nothing_yet(finish);
         }
         // An empty destination asks only whether a connection is there.
         if dst.remaining(&mut store) == Some(0) {
@@ -76,8 +89,7 @@ impl<T: 'static> StreamProducer<T> for Accepted<T> {
             return Poll::Pending;
         };
         let mut socket = self.listening.accepted(charge);
-        let (reader, writer) = socket.establish(conn, buffers);
-        socket.ends = (Some(reader), Some(writer));
+        hold(&mut socket, conn, buffers);
         let socket = view.table.push(socket)?;
         dst.set_buffer(Some(socket));
         Poll::Ready(Ok(StreamResult::Completed))
@@ -126,17 +138,10 @@ impl<T> StreamProducer<T> for Received {
         dst: Destination<'a, Self::Item, Self::Buffer>,
         finish: bool,
     ) -> Poll<wasmtime::Result<StreamResult>> {
-        let pending = |finish| {
-            if finish {
-                Poll::Ready(Ok(StreamResult::Cancelled))
-            } else {
-                Poll::Pending
-            }
-        };
         if dst.remaining(&mut store) == Some(0) {
             return match self.reader.poll_readable(cx) {
                 Poll::Ready(()) => Poll::Ready(Ok(StreamResult::Completed)),
-                Poll::Pending => pending(finish),
+                Poll::Pending => nothing_yet(finish),
             };
         }
         let mut dst = dst.as_direct(store, READ_CHUNK);
@@ -150,7 +155,7 @@ impl<T> StreamProducer<T> for Received {
                 dst.mark_written(n);
                 Poll::Ready(Ok(StreamResult::Completed))
             }
-            Poll::Pending => pending(finish),
+            Poll::Pending => nothing_yet(finish),
         }
     }
 }
@@ -189,8 +194,7 @@ impl<T> StreamConsumer<T> for Sent {
                 self.done.finish(Err(ErrorCode::ConnectionBroken));
                 Poll::Ready(Ok(StreamResult::Dropped))
             }
-            Poll::Pending if finish => Poll::Ready(Ok(StreamResult::Cancelled)),
-            Poll::Pending => Poll::Pending,
+            Poll::Pending => nothing_yet(finish),
         }
     }
 }
@@ -224,9 +228,7 @@ impl<T: Send> HostTcpSocketWithStore<T> for PodSockets {
         store.with(|mut view| -> SocketResult<()> {
             let view = view.get();
             let buffers = reserve_buffers(view.budget)?;
-            let socket = view.table.get_mut(&this)?;
-            let (reader, writer) = socket.establish(conn, buffers);
-            socket.ends = (Some(reader), Some(writer));
+            hold(view.table.get_mut(&this)?, conn, buffers);
             Ok(())
         })
     }
@@ -239,10 +241,8 @@ impl<T: Send> HostTcpSocketWithStore<T> for PodSockets {
         let view = store.get();
         let net = view.net.clone();
         let template = view.budget.reserve(0).ok_or(Code02::OutOfMemory)?;
+        // Only an idle socket listens (bound, or bound here to an ephemeral port).
         let socket = view.table.get_mut(&this)?;
-        if socket.is_connected() || socket.is_listening() {
-            return Err(ErrorCode::InvalidState.into());
-        }
         let listener = socket.open_listener(&net, true)?;
         socket.set_listening(listener.clone());
         // The template holds no port and no memory: it only carries the family and options.
@@ -260,15 +260,12 @@ impl<T: Send> HostTcpSocketWithStore<T> for PodSockets {
         this: Resource<TcpSocket>,
         mut data: StreamReader<u8>,
     ) -> wasmtime::Result<FutureReader<Result<(), ErrorCode>>> {
-        let socket = store.get().table.get_mut(&this)?;
-        let writer = match (socket.is_connected(), socket.ends.1.take()) {
-            (true, Some(writer)) => writer,
-            _ => {
-                data.close(&mut store)?;
-                return FutureReader::new(&mut store, async {
-                    wasmtime::error::Ok(Err(ErrorCode::InvalidState))
-                });
-            }
+        // The ends are there only once connected, and each is taken once.
+        let Some(writer) = store.get().table.get_mut(&this)?.ends.1.take() else {
+            data.close(&mut store)?;
+            return FutureReader::new(&mut store, async {
+                wasmtime::error::Ok(Err(ErrorCode::InvalidState))
+            });
         };
         let (done, result) = Done::new();
         data.pipe(&mut store, Sent { writer, done })?;
@@ -281,17 +278,13 @@ impl<T: Send> HostTcpSocketWithStore<T> for PodSockets {
         mut store: Access<'_, T, Self>,
         this: Resource<TcpSocket>,
     ) -> wasmtime::Result<(StreamReader<u8>, FutureReader<Result<(), ErrorCode>>)> {
-        let socket = store.get().table.get_mut(&this)?;
-        let reader = match (socket.is_connected(), socket.ends.0.take()) {
-            (true, Some(reader)) => reader,
-            _ => {
-                return Ok((
-                    StreamReader::new(&mut store, std::iter::empty())?,
-                    FutureReader::new(&mut store, async {
-                        wasmtime::error::Ok(Err(ErrorCode::InvalidState))
-                    })?,
-                ));
-            }
+        let Some(reader) = store.get().table.get_mut(&this)?.ends.0.take() else {
+            return Ok((
+                StreamReader::new(&mut store, std::iter::empty())?,
+                FutureReader::new(&mut store, async {
+                    wasmtime::error::Ok(Err(ErrorCode::InvalidState))
+                })?,
+            ));
         };
         let (done, result) = Done::new();
         let stream = StreamReader::new(&mut store, Received { reader, done })?;
