@@ -241,7 +241,6 @@ impl Task {
             http: HttpServe {
                 ports: vec![options.http_port.unwrap_or(DEFAULT_PORT)],
                 serving: crate::spec::Serving::default(),
-                on_host: true,
             },
             activity: engine.activity().clone(),
             memory: PodMemory::new(node_memory),

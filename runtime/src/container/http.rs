@@ -52,9 +52,6 @@ pub(crate) struct HttpServe {
     /// The container's TCP `containerPort`s, or [`DEFAULT_PORT`].
     pub(crate) ports: Vec<u16>,
     pub(crate) serving: Serving,
-    /// The ports are the host's (every IPv4 address of the process's network namespace: a task's),
-    /// not the pod network's.
-    pub(crate) on_host: bool,
 }
 
 /// A connection to a handler: from the pod network, or from the host's (a task's).
@@ -67,8 +64,10 @@ enum Acceptor {
 }
 
 impl Acceptor {
-    async fn bind(sandbox: &Sandbox, port: u16, on_host: bool) -> Result<Acceptor, String> {
-        if on_host {
+    /// Listens on `port` of the sandbox's network: the pod's, or (a task, whose sockets are the
+    /// host's) every IPv4 address of the process's network namespace.
+    async fn bind(sandbox: &Sandbox, port: u16) -> Result<Acceptor, String> {
+        if sandbox.host_sockets {
             let any = (std::net::Ipv4Addr::UNSPECIFIED, port);
             let listener = tokio::net::TcpListener::bind(any).await;
             return listener.map(Acceptor::Host).map_err(|e| e.to_string());
@@ -126,7 +125,7 @@ impl Sandbox {
         // next wait in the port's backlog, then are held as a full Linux backlog holds them.
         let open = Arc::new(Semaphore::new(MAX_CONNECTIONS));
         for &port in &http.ports {
-            let listener = match Acceptor::bind(self, port, http.on_host).await {
+            let listener = match Acceptor::bind(self, port).await {
                 Ok(listener) => listener,
                 Err(e) => {
                     return Exit {

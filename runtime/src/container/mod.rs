@@ -61,8 +61,8 @@ pub(crate) struct Sandbox {
     pub(crate) kill: KillClock,
     /// The pod's network namespace (components reach it through `wasi:sockets`).
     pub(crate) net: Arc<PodNetwork>,
-    /// The components' `wasi:sockets` are the host's (the engine was made with
-    /// [`crate::host::GuestSockets::Host`]), not `net`.
+    /// The components' `wasi:sockets`, and an HTTP handler's ports, are the host's (the engine
+    /// was made with [`crate::host::GuestSockets::Host`]), not `net`.
     pub(crate) host_sockets: bool,
     /// Where and how an HTTP handler component is served.
     pub(crate) http: HttpServe,

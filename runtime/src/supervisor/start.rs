@@ -200,7 +200,6 @@ impl PodTask {
                     }
                 },
                 serving: self.spec.serving,
-                on_host: false,
             },
             activity: self.node.engine.activity().clone(),
             memory: self.memory.clone(),
