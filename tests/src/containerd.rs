@@ -202,11 +202,14 @@ impl Containerd {
         reference
     }
 
-    /// `ctr run --rm --runtime io.containerd.wasmpod.v1 FLAGS IMAGE ID /app.wasm ARGS`, started.
+    /// `ctr run --runtime io.containerd.wasmpod.v1 FLAGS IMAGE ID /app.wasm ARGS`, started.
+    /// Without `--rm`: right after a kill, ctr's own delete can find the task not yet stopped
+    /// and exit 1 instead of with the container's code (a containerd race); the stopped tasks
+    /// and their containers are deleted with the `Containerd`.
     pub fn spawn(&self, flags: &[&str], image: &str, id: &str, args: &[&str]) -> Running {
         let mut child = self
             .command()
-            .args(["run", "--rm", "--runtime", RUNTIME])
+            .args(["run", "--runtime", RUNTIME])
             .args(flags)
             .args([image, id, "/app.wasm"])
             .args(args)
