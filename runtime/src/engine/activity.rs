@@ -7,8 +7,12 @@
 //! and a store dropped while inside (a killed guest) leaves on drop. Should the count ever be
 //! wrong, the ticker still ticks every 50 ms, so no guest escapes preemption for longer. Each
 //! engine keeps its own count, so nodes in one process do not wake each other's tickers.
+//!
+//! Waking the ticker is a system call and a thread switch, so a store wakes it only when it is
+//! parked: a guest that calls the host many times (each return from a host call enters wasm
+//! again) while the ticker counts down its tick costs nothing more.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::Thread;
 
@@ -19,6 +23,8 @@ use wasmtime::{CallHook, Store};
 #[derive(Debug, Default)]
 pub(crate) struct Activity {
     running: AtomicUsize,
+    /// The ticker is parked, or about to be: the first store to enter wakes it.
+    parked: AtomicBool,
     ticker: OnceLock<Thread>,
 }
 
@@ -33,8 +39,22 @@ impl Activity {
         let _ = self.ticker.set(thread);
     }
 
+    /// Called by the ticker when it has nothing to do: parks it until a store enters wasm, or
+    /// `timeout`.
+    pub(crate) fn park(&self, timeout: std::time::Duration) {
+        // Announce the park, then look once more: a store that entered before the announcement
+        // is seen here, one that enters after it sees the announcement and wakes us (both
+        // sides store, then load, sequentially consistent).
+        self.parked.store(true, Ordering::SeqCst);
+        if self.running.load(Ordering::SeqCst) == 0 {
+            std::thread::park_timeout(timeout);
+        }
+        self.parked.store(false, Ordering::SeqCst);
+    }
+
     fn enter(&self) {
-        if self.running.fetch_add(1, Ordering::AcqRel) == 0
+        if self.running.fetch_add(1, Ordering::SeqCst) == 0
+            && self.parked.swap(false, Ordering::SeqCst)
             && let Some(t) = self.ticker.get()
         {
             t.unpark();
