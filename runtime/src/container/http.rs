@@ -33,7 +33,7 @@ use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
 use wasmtime_wasi_http::p3;
 
 use super::{EXIT_START_ERROR, Exit, Sandbox, exit_of};
-use crate::engine::HttpPre;
+use crate::engine::{Entry, HttpPre, Image};
 use crate::host::P2State;
 use crate::memory::Budget;
 use crate::network::HostStream;
@@ -253,7 +253,16 @@ where
             Err(e) => return plain(500, &e.to_string()),
         };
         let budget = Budget::new(sandbox.budget.limit());
-        let mut store = sandbox.p2_store(self.pre.engine(), &mut wasi, budget);
+        // The request's instance comes from the pool when the handler has its twin there.
+        let lease = sandbox.image.short_lived();
+        let pre = match &*lease.image {
+            Image::Component {
+                entry: Entry::Http(pre),
+                ..
+            } => pre.clone(),
+            _ => self.pre.clone(),
+        };
+        let mut store = sandbox.p2_store(pre.engine(), &mut wasi, budget);
         // The guest's response (headers, and a body that may still be streaming) comes through
         // `tx`; the task ends when the guest's call does (for 0.3, once the body was sent).
         let (tx, rx) = oneshot::channel::<Result<hyper::Response<HyperOutgoingBody>, String>>();
@@ -264,7 +273,7 @@ where
         let cut_by_task = cut.clone();
         let task = tokio::spawn(async move {
             let _slot = slot;
-            let run = server.pre.call(&mut store, request, tx, sent);
+            let run = pre.call(&mut store, request, tx, sent);
             let result = tokio::select! {
                 ran = tokio::time::timeout(server.timeout, run) => match ran {
                     Ok(Ok(())) => Ok(()),
@@ -283,6 +292,9 @@ where
             if let Err(failure) = &result {
                 server.failed(&task_line, failure, started).await;
             }
+            // The instance goes before its place in the pool.
+            drop(store);
+            drop(lease);
             result
         });
         match rx.await {

@@ -237,7 +237,7 @@ impl Sandbox {
             return self.serve(pre, stdout, stderr).await;
         }
         match self.wasi(&self.argv, stdout, stderr) {
-            Ok(wasi) => self.run_entry(wasi).await,
+            Ok(wasi) => self.run_entry(&self.image, wasi).await,
             Err(e) => Exit {
                 message: Some(e.to_string()),
                 ..Exit::code(EXIT_START_ERROR)
@@ -245,8 +245,8 @@ impl Sandbox {
         }
     }
 
-    async fn run_entry(&self, mut wasi: WasiCtxBuilder) -> Exit {
-        match &*self.image {
+    async fn run_entry(&self, image: &Image, mut wasi: WasiCtxBuilder) -> Exit {
+        match image {
             Image::Module { pre, .. } => {
                 let mut store = self.p1_store(pre.module().engine(), &mut wasi);
                 let result = async {
@@ -352,11 +352,13 @@ impl Sandbox {
             Ok(wasi) => wasi,
             Err(e) => return (EXIT_START_ERROR, Some(e.to_string())),
         };
-        let called = match &*self.image {
+        // The instance's place in the pool: dropped after its store (declared before it).
+        let lease = self.image.short_lived();
+        let called = match &*lease.image {
             Image::Module { pre, .. } => {
                 let export = p1_export(name);
                 let Some(wasmtime::ExternType::Func(_)) = pre.module().get_export(export) else {
-                    return self.exec_entry(wasi).await;
+                    return self.exec_entry(&lease.image, wasi).await;
                 };
                 let mut store = self.p1_store(pre.module().engine(), &mut wasi);
                 let result = async {
@@ -375,7 +377,7 @@ impl Sandbox {
             }
             Image::Component { instance: pre, .. } => {
                 let Some(export) = PodExport::find(pre, name) else {
-                    return self.exec_entry(wasi).await;
+                    return self.exec_entry(&lease.image, wasi).await;
                 };
                 let mut store = self.p2_store(pre.engine(), &mut wasi, self.budget.clone());
                 async {
@@ -396,8 +398,8 @@ impl Sandbox {
         }
     }
 
-    async fn exec_entry(&self, wasi: WasiCtxBuilder) -> (i32, Option<String>) {
-        let exit = self.run_entry(wasi).await;
+    async fn exec_entry(&self, image: &Image, wasi: WasiCtxBuilder) -> (i32, Option<String>) {
+        let exit = self.run_entry(image, wasi).await;
         match (exit.code, exit.message) {
             (0, _) => (0, None),
             (code, None) => (code, Some(format!("command exited with {code}"))),

@@ -3,6 +3,7 @@
 
 pub(crate) mod activity;
 mod cache;
+mod pool;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -10,14 +11,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use wasmtime::component::{Component, Linker as ComponentLinker};
-use wasmtime::{Config, InstancePre, Linker, Module};
+use wasmtime::component::Component;
+use wasmtime::{Config, InstancePre, Module};
 use wasmtime_wasi::p2::bindings::CommandPre;
 use wasmtime_wasi_http::p2::bindings::ProxyPre;
 
 use crate::host::{GuestSockets, Linkers, P1State, P2State};
 pub(crate) use activity::Activity;
 use cache::CompileCache;
+use pool::{Pool, Twin};
 
 /// How often the epoch advances: the longest a guest runs before yielding to the scheduler.
 pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(1);
@@ -30,12 +32,14 @@ pub(crate) enum Image {
     Module {
         pre: InstancePre<P1State>,
         handles_term: bool,
+        twin: Twin,
     },
     Component {
         entry: Entry,
         /// The same component, for calling exports other than its entry point.
         instance: wasmtime::component::InstancePre<P2State>,
         handles_term: bool,
+        twin: Twin,
     },
 }
 
@@ -198,8 +202,9 @@ pub(crate) fn precompile_key() -> u64 {
 pub(crate) struct Engine {
     pub(crate) wasmtime: wasmtime::Engine,
     cache: CompileCache,
-    p1: Linker<P1State>,
-    p2: ComponentLinker<P2State>,
+    linkers: Linkers,
+    /// The engine of short-lived instances (probes, hooks, HTTP requests).
+    pool: Arc<Pool>,
     loaded: Mutex<HashMap<FileKey, Arc<Image>>>,
     stop_ticker: Arc<AtomicBool>,
     ticker: std::thread::Thread,
@@ -220,11 +225,13 @@ impl Engine {
         sockets: GuestSockets,
     ) -> wasmtime::Result<Engine> {
         let wasmtime = wasmtime::Engine::new(&config())?;
-        let Linkers { p1, p2 } = Linkers::new(&wasmtime, sockets)?;
+        let linkers = Linkers::new(&wasmtime, sockets)?;
+        let pool = Arc::new(Pool::new(sockets));
 
         let stop_ticker = Arc::new(AtomicBool::new(false));
         let activity = Arc::new(Activity::default());
         let (engine, stop, active) = (wasmtime.clone(), stop_ticker.clone(), activity.clone());
+        let pooled = pool.clone();
         let ticker = std::thread::Builder::new()
             .name("wasmpod-epoch".into())
             .spawn(move || {
@@ -233,9 +240,12 @@ impl Engine {
                         std::thread::sleep(EPOCH_TICK);
                     } else {
                         // No guest executes: tick slowly until one starts (it unparks us).
-                        std::thread::park_timeout(IDLE_TICK);
+                        active.park(IDLE_TICK);
                     }
                     engine.increment_epoch();
+                    if let Some(pooled) = pooled.made() {
+                        pooled.increment_epoch();
+                    }
                 }
             })?;
         let ticker = ticker.thread().clone();
@@ -243,8 +253,8 @@ impl Engine {
         Ok(Engine {
             cache: CompileCache::new(cache_dir, &wasmtime),
             wasmtime,
-            p1,
-            p2,
+            linkers,
+            pool,
             loaded: Mutex::new(HashMap::new()),
             stop_ticker,
             ticker,
@@ -359,68 +369,89 @@ impl Engine {
     ///
     /// `artefact` must be a `precompile_*` output of an engine with this engine's configuration.
     unsafe fn link(&self, path: &Path, kind: Kind, artefact: &[u8]) -> Result<Image, LoadError> {
-        let compile_err = |e: wasmtime::Error| LoadError::Compile {
-            path: path.to_owned(),
-            message: format!("{e:#}"),
-        };
-        let link_err = |e: wasmtime::Error| LoadError::Link {
-            path: path.to_owned(),
-            message: format!("{e:#}"),
-        };
-        let image = match kind {
-            Kind::Module => {
-                let module = unsafe { Module::deserialize(&self.wasmtime, artefact) }
-                    .map_err(compile_err)?;
-                let handles_term = module
-                    .imports()
-                    .any(|i| i.module() == crate::host::TERM_MODULE);
-                let pre = self.p1.instantiate_pre(&module).map_err(link_err)?;
-                if module.get_export("_start").is_none() {
-                    return Err(LoadError::Link {
-                        path: path.to_owned(),
-                        message: "the module does not export `_start` (a WASI command)".into(),
-                    });
-                }
-                Image::Module { pre, handles_term }
-            }
-            Kind::Component => {
-                let component = unsafe { Component::deserialize(&self.wasmtime, artefact) }
-                    .map_err(compile_err)?;
-                let ty = component.component_type();
-                let imports_term = ty
-                    .imports(&self.wasmtime)
-                    .any(|(name, _)| name.starts_with(crate::host::TERM_INTERFACE));
-                let instance = self.p2.instantiate_pre(&component).map_err(link_err)?;
-                // A component exporting an HTTP handler is served (as `wasmtime serve` does),
-                // whether or not it also has a `main`.
-                // A WASI 0.3 `run` is preferred to a 0.2 one, as `wasmtime run` does.
-                let p3 = || wasmtime_wasi::p3::bindings::CommandPre::new(instance.clone());
-                let p3_handler =
-                    || wasmtime_wasi_http::p3::bindings::ServicePre::new(instance.clone());
-                let entry = match ProxyPre::new(instance.clone()) {
-                    Ok(proxy) => Entry::Http(HttpPre::P2(proxy)),
-                    Err(_) if let Ok(service) = p3_handler() => Entry::Http(HttpPre::P3(service)),
-                    Err(_) if let Ok(command) = p3() => Entry::CommandP3(command),
-                    Err(_) => Entry::Command(CommandPre::new(instance.clone()).map_err(|e| {
-                        LoadError::Link {
-                            path: path.to_owned(),
-                            message: format!(
-                                "the component exports neither `wasi:cli/run` nor \
-                                 `wasi:http/incoming-handler`: {e:#}"
-                            ),
-                        }
-                    })?),
-                };
-                Image::Component {
-                    // A server stops taking requests at TERM and finishes those it has.
-                    handles_term: imports_term || matches!(entry, Entry::Http(_)),
-                    entry,
-                    instance,
-                }
-            }
-        };
-        Ok(image)
+        let twin = Twin::new(self.pool.clone());
+        // SAFETY: as the caller promised.
+        unsafe { link(&self.wasmtime, &self.linkers, path, kind, artefact, twin) }
     }
+}
+
+/// Deserializes an artefact in `wasmtime` and links it with `linkers`.
+///
+/// # Safety
+///
+/// `artefact` must be a `precompile_*` output of an engine with `wasmtime`'s configuration.
+unsafe fn link(
+    wasmtime: &wasmtime::Engine,
+    linkers: &Linkers,
+    path: &Path,
+    kind: Kind,
+    artefact: &[u8],
+    twin: Twin,
+) -> Result<Image, LoadError> {
+    let compile_err = |e: wasmtime::Error| LoadError::Compile {
+        path: path.to_owned(),
+        message: format!("{e:#}"),
+    };
+    let link_err = |e: wasmtime::Error| LoadError::Link {
+        path: path.to_owned(),
+        message: format!("{e:#}"),
+    };
+    let image = match kind {
+        Kind::Module => {
+            let module = unsafe { Module::deserialize(wasmtime, artefact) }.map_err(compile_err)?;
+            let handles_term = module
+                .imports()
+                .any(|i| i.module() == crate::host::TERM_MODULE);
+            let pre = linkers.p1.instantiate_pre(&module).map_err(link_err)?;
+            if module.get_export("_start").is_none() {
+                return Err(LoadError::Link {
+                    path: path.to_owned(),
+                    message: "the module does not export `_start` (a WASI command)".into(),
+                });
+            }
+            Image::Module {
+                pre,
+                handles_term,
+                twin,
+            }
+        }
+        Kind::Component => {
+            let component =
+                unsafe { Component::deserialize(wasmtime, artefact) }.map_err(compile_err)?;
+            let ty = component.component_type();
+            let imports_term = ty
+                .imports(wasmtime)
+                .any(|(name, _)| name.starts_with(crate::host::TERM_INTERFACE));
+            let instance = linkers.p2.instantiate_pre(&component).map_err(link_err)?;
+            // A component exporting an HTTP handler is served (as `wasmtime serve` does),
+            // whether or not it also has a `main`.
+            // A WASI 0.3 `run` is preferred to a 0.2 one, as `wasmtime run` does.
+            let p3 = || wasmtime_wasi::p3::bindings::CommandPre::new(instance.clone());
+            let p3_handler = || wasmtime_wasi_http::p3::bindings::ServicePre::new(instance.clone());
+            let entry = match ProxyPre::new(instance.clone()) {
+                Ok(proxy) => Entry::Http(HttpPre::P2(proxy)),
+                Err(_) if let Ok(service) = p3_handler() => Entry::Http(HttpPre::P3(service)),
+                Err(_) if let Ok(command) = p3() => Entry::CommandP3(command),
+                Err(_) => Entry::Command(CommandPre::new(instance.clone()).map_err(|e| {
+                    LoadError::Link {
+                        path: path.to_owned(),
+                        message: format!(
+                            "the component exports neither `wasi:cli/run` nor \
+                             `wasi:http/incoming-handler`: {e:#}"
+                        ),
+                    }
+                })?),
+            };
+            Image::Component {
+                // A server stops taking requests at TERM and finishes those it has.
+                handles_term: imports_term || matches!(entry, Entry::Http(_)),
+                entry,
+                instance,
+                twin,
+            }
+        }
+    };
+    Ok(image)
 }
 
 #[derive(Clone, Copy)]

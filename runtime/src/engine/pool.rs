@@ -1,0 +1,305 @@
+//! Short-lived instances from wasmtime's pooling allocator.
+//!
+//! A probe, a hook, a `kubectl exec` and each HTTP request run in a fresh instance that lives
+//! for microseconds to seconds. With wasmtime's on-demand allocator each such instance maps its
+//! linear memory and fiber stack and unmaps them when it ends, and every unmap of a
+//! multi-threaded process costs a TLB shootdown on the other cores: that, not wasmpod's own
+//! work, is most of a probe's CPU and of the gap to `wasmtime serve`. The pooling allocator keeps
+//! those mappings and reuses them.
+//!
+//! Containers keep the on-demand allocator: a pool reserves its slots up front (4 GiB of address
+//! space per memory, two mappings per fiber stack), which cannot be sized for the tens of
+//! thousands of long-lived instances a node runs. So the node has a second engine, made the
+//! first time a short-lived instance is wanted, whose pool holds [`SLOTS`] instances at once:
+//!
+//! - an image gets its twin in that engine (the same compiled code, deserialized again) the first
+//!   time it runs a short-lived instance, in the background; until then, and for an image whose
+//!   modules exceed the pool's per-instance limits, its instances are on demand as before;
+//! - an instance takes one of the pool's [`SLOTS`] permits, and the pool holds every permitted
+//!   instance (each may use [`MEMORIES`] memories, [`TABLES`] tables and [`STACKS`] fiber stacks;
+//!   an image that needs more has no twin), so the pool is never found exhausted; with every
+//!   permit taken, an instance is made on demand;
+//! - should the pool's engine not be made (the address space it reserves, ~1 TiB, not
+//!   available), everything stays on demand.
+//!
+//! The pool's engine has the node's configuration otherwise (artefacts load in either), its
+//! own linkers, and its epoch advanced by the node's ticker.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use wasmtime::{InstanceAllocationStrategy, PoolingAllocationConfig};
+
+use super::{Image, Kind, config, link};
+use crate::host::{GuestSockets, Linkers};
+
+/// Short-lived instances the pool holds at once.
+pub(crate) const SLOTS: u32 = 128;
+/// Linear memories an instance in the pool may have (a component's modules together).
+const MEMORIES: u32 = 2;
+/// Tables an instance in the pool may have (a component's modules together).
+const TABLES: u32 = 16;
+/// Fiber stacks an instance in the pool may use at once (a WASI 0.3 guest's concurrent tasks).
+const STACKS: u32 = 4;
+
+/// The pool's engine, made when first needed, and its permits.
+pub(crate) struct Pool {
+    sockets: GuestSockets,
+    engine: OnceLock<Option<PoolEngine>>,
+    slots: Arc<Semaphore>,
+}
+
+struct PoolEngine {
+    wasmtime: wasmtime::Engine,
+    linkers: Linkers,
+}
+
+impl Pool {
+    /// A pool whose components reach the network through `sockets` (as the node's engine's do).
+    pub(crate) fn new(sockets: GuestSockets) -> Pool {
+        Pool {
+            sockets,
+            engine: OnceLock::new(),
+            slots: Arc::new(Semaphore::new(SLOTS as usize)),
+        }
+    }
+
+    /// The pool's engine, if it was made (for its epoch).
+    pub(crate) fn made(&self) -> Option<&wasmtime::Engine> {
+        self.engine.get()?.as_ref().map(|e| &e.wasmtime)
+    }
+
+    fn engine(&self) -> Option<&PoolEngine> {
+        self.engine
+            .get_or_init(|| match PoolEngine::new(self.sockets) {
+                Ok(engine) => Some(engine),
+                Err(e) => {
+                    tracing::warn!(
+                        "no pooling allocator for probes, hooks and HTTP requests \
+                         (they allocate on demand): {e:#}"
+                    );
+                    None
+                }
+            })
+            .as_ref()
+    }
+
+    /// `image` in the pool's engine, or `None` when it cannot be there. Blocking.
+    fn twin_of(&self, image: &Image) -> Option<Image> {
+        let engine = self.engine()?;
+        let (kind, artefact) = match image {
+            Image::Module { pre, .. } => (Kind::Module, pre.module().serialize()),
+            Image::Component { instance, .. } => {
+                (Kind::Component, instance.component().serialize())
+            }
+        };
+        let twin = artefact.and_then(|artefact| {
+            // SAFETY: the artefact was just serialized from a module of the node's engine, whose
+            // configuration the pool's engine shares but for the allocator.
+            unsafe {
+                link(
+                    &engine.wasmtime,
+                    &engine.linkers,
+                    Path::new("(pooled)"),
+                    kind,
+                    &artefact,
+                    Twin::none(),
+                )
+            }
+            .map_err(|e| wasmtime::format_err!("{e}"))
+        });
+        twin.inspect_err(|e| tracing::debug!("an image stays on demand: {e:#}"))
+            .ok()
+    }
+}
+
+impl PoolEngine {
+    fn new(sockets: GuestSockets) -> wasmtime::Result<PoolEngine> {
+        let mut pool = PoolingAllocationConfig::default();
+        pool.total_component_instances(SLOTS)
+            // Core instances are only counted, not reserved.
+            .total_core_instances(SLOTS * 64)
+            .max_memories_per_component(MEMORIES)
+            .total_memories(SLOTS * MEMORIES)
+            .max_tables_per_component(TABLES)
+            .total_tables(SLOTS * TABLES)
+            .total_stacks(SLOTS * STACKS)
+            .total_gc_heaps(SLOTS);
+        let mut config = config();
+        config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        let wasmtime = wasmtime::Engine::new(&config)?;
+        let linkers = Linkers::new(&wasmtime, sockets)?;
+        Ok(PoolEngine { wasmtime, linkers })
+    }
+}
+
+/// An image's twin in the pool's engine, made the first time the image runs a short-lived
+/// instance.
+pub(crate) struct Twin {
+    /// `None` for a twin itself.
+    pool: Option<Arc<Pool>>,
+    making: AtomicBool,
+    image: OnceLock<Option<Arc<Image>>>,
+}
+
+impl Twin {
+    pub(crate) fn new(pool: Arc<Pool>) -> Twin {
+        Twin {
+            pool: Some(pool),
+            making: AtomicBool::new(false),
+            image: OnceLock::new(),
+        }
+    }
+
+    fn none() -> Twin {
+        Twin {
+            pool: None,
+            making: AtomicBool::new(false),
+            image: OnceLock::new(),
+        }
+    }
+}
+
+/// The image a short-lived instance is made from, and its place in the pool (held until the
+/// instance's store is gone: drop this after the store).
+pub(crate) struct Lease {
+    pub(crate) image: Arc<Image>,
+    _slot: Option<OwnedSemaphorePermit>,
+}
+
+impl Image {
+    /// What a short-lived instance of this image is made from: its twin in the pool when it has
+    /// one and the pool has room, else this image (on demand).
+    pub(crate) fn short_lived(self: &Arc<Image>) -> Lease {
+        let on_demand = || Lease {
+            image: self.clone(),
+            _slot: None,
+        };
+        let twin = self.twin();
+        let Some(pool) = &twin.pool else {
+            return on_demand();
+        };
+        match twin.image.get() {
+            Some(Some(image)) => match pool.slots.clone().try_acquire_owned() {
+                Ok(slot) => Lease {
+                    image: image.clone(),
+                    _slot: Some(slot),
+                },
+                Err(_) => on_demand(),
+            },
+            Some(None) => on_demand(),
+            None => {
+                // Made once, off the async runtime's threads (it compiles nothing, but
+                // deserializes and links, which takes milliseconds).
+                if !twin.making.swap(true, Ordering::AcqRel)
+                    && let Ok(runtime) = tokio::runtime::Handle::try_current()
+                {
+                    let (image, pool) = (self.clone(), pool.clone());
+                    runtime.spawn_blocking(move || {
+                        let made = pool.twin_of(&image).map(Arc::new);
+                        let _ = image.twin().image.set(made);
+                    });
+                }
+                on_demand()
+            }
+        }
+    }
+
+    fn twin(&self) -> &Twin {
+        match self {
+            Image::Module { twin, .. } | Image::Component { twin, .. } => twin,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::*;
+    use crate::engine::Engine;
+
+    fn engine_of(image: &Image) -> &wasmtime::Engine {
+        match image {
+            Image::Module { pre, .. } => pre.module().engine(),
+            Image::Component { instance, .. } => instance.engine(),
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn short_lived_instances_come_from_the_pool_while_it_has_room() {
+        let engine = Engine::new(None, GuestSockets::Pod).unwrap();
+        let wasm = wat::parse_str(
+            r#"(module (memory (export "memory") 1)
+                 (func (export "_start") (i32.store (i32.const 0) (i32.const 7)))
+                 (func (export "spin") (loop (br 0))))"#,
+        )
+        .unwrap();
+        let image = Arc::new(engine.load_bytes(Path::new("t.wasm"), &wasm).unwrap());
+        let pooled =
+            |lease: &Lease| !wasmtime::Engine::same(engine_of(&lease.image), &engine.wasmtime);
+
+        // The first is on demand; the twin is made meanwhile.
+        assert!(!pooled(&image.short_lived()));
+        let start = Instant::now();
+        let lease = loop {
+            let lease = image.short_lived();
+            if pooled(&lease) {
+                break lease;
+            }
+            assert!(start.elapsed() < Duration::from_secs(10), "no twin made");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        };
+
+        // The twin runs in a store of the pool's engine, whose epoch the node's ticker advances:
+        // a guest spinning past its deadline is stopped there too.
+        let Image::Module { pre, .. } = &*lease.image else {
+            unreachable!()
+        };
+        let memory =
+            crate::memory::PodMemory::new(Arc::new(crate::memory::NodeMemory::new(u64::MAX)));
+        let charge = crate::memory::Charge::new(memory, crate::memory::Budget::new(64 << 20));
+        let state = crate::host::P1State {
+            wasi: wasmtime_wasi::WasiCtxBuilder::new().build_p1(),
+            term: crate::host::TermSignal(tokio::sync::watch::channel(false).1),
+            limiter: crate::host::MemoryLimiter::new(charge),
+        };
+        let mut store = wasmtime::Store::new(pre.module().engine(), state);
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_trap();
+        let instance = pre.instantiate_async(&mut store).await.unwrap();
+        let start_fn = instance
+            .get_typed_func::<(), ()>(&mut store, "_start")
+            .unwrap();
+        start_fn.call_async(&mut store, ()).await.unwrap();
+        let spin = instance
+            .get_typed_func::<(), ()>(&mut store, "spin")
+            .unwrap();
+        // On a thread of its own, left behind should the guest never stop.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap();
+            let _ = tx.send(runtime.block_on(spin.call_async(&mut store, ())));
+        });
+        let trap = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the pool's epoch never advanced")
+            .unwrap_err();
+        assert_eq!(
+            trap.downcast_ref::<wasmtime::Trap>(),
+            Some(&wasmtime::Trap::Interrupt)
+        );
+        drop(lease);
+
+        // Every slot taken: the next instance is on demand; one given back, pooled again.
+        let mut leases: Vec<Lease> = (0..SLOTS).map(|_| image.short_lived()).collect();
+        assert!(leases.iter().all(pooled));
+        assert!(!pooled(&image.short_lived()));
+        leases.pop();
+        assert!(pooled(&image.short_lived()));
+    }
+}
