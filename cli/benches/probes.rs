@@ -1,6 +1,8 @@
 //! Probe cost: one exported-function probe call (fresh instance + call, through
-//! `PodHandle::exec`) for a preview1 module and a component, p50/p99; and the CPU that N
-//! containers (default 1,000; `BENCH_PODS`) each probed once a second cost the node.
+//! `PodHandle::exec`) for a preview1 module and a component, p50/p99, next to a bare wasmtime
+//! embedding doing the same (a pre-linked module, a WASI context with the probe directory
+//! preopened, instantiate, call the export) in the same run; and the CPU that N containers
+//! (default 1,000; `BENCH_PODS`) each probed once a second cost the node.
 //!
 //! `cargo bench -p wasmpod-cli --bench probes`; writes `target/wasmpod-bench/probes.json`.
 
@@ -46,6 +48,14 @@ async fn main() {
     std::fs::write(probe_dir.join("readiness"), "").unwrap();
     let mut results = serde_json::Map::new();
     println!("{:<44} {:>12} {:>12}", "measure", "p50", "p99");
+    let mut ratios = Vec::new();
+    let mut row = |name: String, mut samples: Vec<Duration>| {
+        samples.sort();
+        let (p50, p99) = (pct(&samples, 0.5), pct(&samples, 0.99));
+        println!("{name:<44} {p50:>12?} {p99:>12?}");
+        results.insert(name, json!({ "n": samples.len(), "p50_us": p50.as_secs_f64() * 1e6, "p99_us": p99.as_secs_f64() * 1e6 }));
+        p50
+    };
     for (kind, image) in [("preview1 module", "{p1}"), ("component", "{probed}")] {
         let spec = PodSpec::from_yaml(&pod("one", image, &probe_dir, false), dir.path()).unwrap();
         let handle = node.create_pod(spec, PodOptions::default()).await.unwrap();
@@ -60,17 +70,20 @@ async fn main() {
                 samples.push(t0.elapsed());
             }
         }
-        samples.sort();
-        let name = format!("exported-function probe, {kind}");
-        println!(
-            "{name:<44} {:>12?} {:>12?}",
-            pct(&samples, 0.5),
-            pct(&samples, 0.99)
-        );
-        results.insert(name, json!({ "n": samples.len(), "p50_us": pct(&samples, 0.5).as_secs_f64() * 1e6, "p99_us": pct(&samples, 0.99).as_secs_f64() * 1e6 }));
+        let probe = row(format!("exported-function probe, {kind}"), samples);
         handle.delete(Some(Duration::ZERO));
         handle.deleted().await;
+        let bare = if kind == "component" {
+            bare::component(&probe_dir, 1100).await
+        } else {
+            bare::module(&probe_dir, 1100).await
+        };
+        let bare = row(format!("bare wasmtime instantiate + call, {kind}"), bare);
+        let ratio = probe.as_secs_f64() / bare.as_secs_f64();
+        println!("probe / bare, {kind}, p50: {ratio:.2}");
+        ratios.push((format!("probe_over_bare_p50, {kind}"), json!(ratio)));
     }
+    results.extend(ratios);
 
     let n: usize = std::env::var("BENCH_PODS")
         .ok()
@@ -110,4 +123,113 @@ async fn main() {
         pod.deleted().await;
     }
     wasmpod_tests::save_bench("probes", &serde_json::Value::Object(results));
+}
+
+/// The least a wasmtime embedding does to call a probe export: what `PodHandle::exec` is
+/// measured against.
+mod bare {
+    use std::path::Path;
+    use std::time::{Duration, Instant};
+
+    use wasmtime::component::{Component, Linker as ComponentLinker, ResourceTable};
+    use wasmtime::{Config, Engine, Linker, Module, Store};
+    use wasmtime_wasi::p1::WasiP1Ctx;
+    use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+    fn engine() -> Engine {
+        let mut config = Config::new();
+        config.epoch_interruption(true);
+        Engine::new(&config).unwrap()
+    }
+
+    fn wasi(probe_dir: &Path) -> WasiCtxBuilder {
+        let mut wasi = WasiCtxBuilder::new();
+        wasi.args(&["c"])
+            .preopened_dir(probe_dir, "/probe", FsPerms::ReadWrite)
+            .unwrap();
+        wasi
+    }
+
+    /// Instantiates the preview1 `agnhost` and calls `wasmpod_probe_readiness`, `n` times.
+    pub(crate) async fn module(probe_dir: &Path, n: usize) -> Vec<Duration> {
+        let engine = engine();
+        let module = Module::from_file(&engine, wasmpod_tests::guests::AGNHOST_P1).unwrap();
+        let mut linker = Linker::<WasiP1Ctx>::new(&engine);
+        wasmtime_wasi::p1::add_to_linker_async(&mut linker, |s| s).unwrap();
+        let pre = linker.instantiate_pre(&module).unwrap();
+        let mut samples = Vec::new();
+        for i in 0..n {
+            let t0 = Instant::now();
+            let mut store = Store::new(&engine, wasi(probe_dir).build_p1());
+            store.set_epoch_deadline(u64::MAX / 2);
+            let instance = pre.instantiate_async(&mut store).await.unwrap();
+            let probe = instance
+                .get_typed_func::<(), i32>(&mut store, "wasmpod_probe_readiness")
+                .unwrap();
+            assert_eq!(probe.call_async(&mut store, ()).await.unwrap(), 0);
+            if i >= 100 {
+                samples.push(t0.elapsed());
+            }
+        }
+        samples
+    }
+
+    struct P2 {
+        wasi: WasiCtx,
+        table: ResourceTable,
+    }
+
+    impl WasiView for P2 {
+        fn ctx(&mut self) -> WasiCtxView<'_> {
+            WasiCtxView {
+                ctx: &mut self.wasi,
+                table: &mut self.table,
+            }
+        }
+    }
+
+    /// Instantiates the `probed` component and calls `wasmpod:pod/probes.readiness`, `n` times.
+    pub(crate) async fn component(probe_dir: &Path, n: usize) -> Vec<Duration> {
+        let engine = engine();
+        let component = Component::from_file(&engine, wasmpod_tests::guests::PROBED_P2).unwrap();
+        let mut linker = ComponentLinker::<P2>::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker).unwrap();
+        // The guest imports wasmpod's termination interface, which a probe does not call.
+        let mut term = linker.instance("wasmpod:pod/termination@0.1.0").unwrap();
+        for name in ["requested", "subscribe"] {
+            term.func_new(name, |_, _, _, _| {
+                Err(wasmtime::format_err!("not called by a probe"))
+            })
+            .unwrap();
+        }
+        let pre = linker.instantiate_pre(&component).unwrap();
+        let index = pre
+            .component()
+            .get_export_index(None, "wasmpod:pod/probes@0.1.0")
+            .unwrap();
+        let index = pre
+            .component()
+            .get_export_index(Some(&index), "readiness")
+            .unwrap();
+        let mut samples = Vec::new();
+        for i in 0..n {
+            let t0 = Instant::now();
+            let state = P2 {
+                wasi: wasi(probe_dir).build(),
+                table: ResourceTable::new(),
+            };
+            let mut store = Store::new(&engine, state);
+            store.set_epoch_deadline(u64::MAX / 2);
+            let instance = pre.instantiate_async(&mut store).await.unwrap();
+            let probe = instance
+                .get_typed_func::<(), (Result<(), String>,)>(&mut store, index)
+                .unwrap();
+            let (result,) = probe.call_async(&mut store, ()).await.unwrap();
+            assert_eq!(result, Ok(()));
+            if i >= 100 {
+                samples.push(t0.elapsed());
+            }
+        }
+        samples
+    }
 }
