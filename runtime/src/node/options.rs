@@ -73,9 +73,11 @@ pub struct Allocatable {
     pub pods: u64,
     /// Containers running at once, over all pods (a pod counts its regular containers and
     /// sidecars, or while it initialises its sidecars and one init container, whichever is
-    /// more); default what the process's memory-mapping limit (`vm.max_map_count`) holds at six
-    /// mappings per instance, less a reserve for probes, hooks and the runtime: a node never
-    /// starts more instances than the kernel lets the process map, which would abort it.
+    /// more); default what the process can map, less a reserve for probes, hooks and the
+    /// runtime: its memory-mapping limit (`vm.max_map_count`) at six mappings per instance, and
+    /// its address space at one linear memory reservation (4 GiB and its guard) per instance,
+    /// whichever allows fewer. A node never starts more instances than the kernel lets the
+    /// process map, which would abort it.
     pub containers: u64,
 }
 
@@ -95,7 +97,8 @@ impl Allocatable {
             .ok()
             .and_then(|s| s.trim().parse::<u64>().ok())
             .unwrap_or(65_530);
-        let containers = (max_map_count.saturating_sub(4096) / 6).max(1);
+        let by_mappings = max_map_count.saturating_sub(4096) / 6;
+        let containers = by_mappings.min(by_address_space()).max(1);
         Allocatable {
             memory,
             cpu_milli: cores * 1000,
@@ -127,6 +130,32 @@ impl Allocatable {
         self.containers = containers;
         self
     }
+}
+
+/// Address space an instance reserves: its linear memory's 4 GiB and guard, with room for its
+/// fiber stack and tables.
+const RESERVED_PER_INSTANCE: u64 = (4 << 30) + (64 << 20);
+/// Address space kept for the rest: the pool of short-lived instances (about 1 TiB), the heap,
+/// code and thread stacks.
+const RESERVED_FOR_THE_REST: u64 = 2 << 40;
+
+/// How many instances the process's address space holds: the user address space (the power of
+/// two above the stack's addresses: 128 TiB on x86-64, less with a smaller VA size or an
+/// `RLIMIT_AS`), less a reserve, at [`RESERVED_PER_INSTANCE`] each.
+fn by_address_space() -> u64 {
+    let here = 0u8;
+    let mut space = (std::ptr::addr_of!(here) as u64).next_power_of_two();
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the limit into the struct it is given.
+    if unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut limit) } == 0
+        && limit.rlim_cur != libc::RLIM_INFINITY
+    {
+        space = space.min(limit.rlim_cur);
+    }
+    space.saturating_sub(RESERVED_FOR_THE_REST) / RESERVED_PER_INSTANCE
 }
 
 impl Default for NodeOptions {
@@ -334,5 +363,23 @@ impl PodOptions {
     pub fn output(mut self, tx: mpsc::Sender<OutputLine>) -> Self {
         self.output = Some(tx);
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_container_count_fits_the_address_space() {
+        let fit = by_address_space();
+        assert!(Allocatable::from_machine().containers <= fit.max(1));
+        // x86-64's 128 TiB hold the 30,000 pods a node is sized for, and no more than the
+        // reservations themselves allow.
+        #[cfg(target_arch = "x86_64")]
+        assert!(
+            (30_000..=(128u64 << 40) / (4 << 30)).contains(&fit),
+            "{fit}"
+        );
     }
 }
