@@ -369,7 +369,7 @@ impl Engine {
     ///
     /// `artefact` must be a `precompile_*` output of an engine with this engine's configuration.
     unsafe fn link(&self, path: &Path, kind: Kind, artefact: &[u8]) -> Result<Image, LoadError> {
-        let twin = Twin::new(self.pool.clone());
+        let twin = Twin::new(Some(self.pool.clone()));
         // SAFETY: as the caller promised.
         unsafe { link(&self.wasmtime, &self.linkers, path, kind, artefact, twin) }
     }

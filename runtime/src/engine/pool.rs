@@ -105,7 +105,7 @@ impl Pool {
                     Path::new("(pooled)"),
                     kind,
                     &artefact,
-                    Twin::none(),
+                    Twin::new(None),
                 )
             }
             .map_err(|e| wasmtime::format_err!("{e}"))
@@ -145,17 +145,10 @@ pub(crate) struct Twin {
 }
 
 impl Twin {
-    pub(crate) fn new(pool: Arc<Pool>) -> Twin {
+    /// The slot for an image's twin in `pool`; `None` for a twin itself.
+    pub(crate) fn new(pool: Option<Arc<Pool>>) -> Twin {
         Twin {
-            pool: Some(pool),
-            making: AtomicBool::new(false),
-            image: OnceLock::new(),
-        }
-    }
-
-    fn none() -> Twin {
-        Twin {
-            pool: None,
+            pool,
             making: AtomicBool::new(false),
             image: OnceLock::new(),
         }

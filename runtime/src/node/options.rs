@@ -97,8 +97,7 @@ impl Allocatable {
             .ok()
             .and_then(|s| s.trim().parse::<u64>().ok())
             .unwrap_or(65_530);
-        let by_mappings = max_map_count.saturating_sub(4096) / 6;
-        let containers = by_mappings.min(by_address_space()).max(1);
+        let containers = containers_for(max_map_count);
         Allocatable {
             memory,
             cpu_milli: cores * 1000,
@@ -138,6 +137,13 @@ const RESERVED_PER_INSTANCE: u64 = (4 << 30) + (64 << 20);
 /// Address space kept for the rest: the pool of short-lived instances (about 1 TiB), the heap,
 /// code and thread stacks.
 const RESERVED_FOR_THE_REST: u64 = 2 << 40;
+
+/// The default [`Allocatable::containers`] under a `vm.max_map_count`: what both the mappings
+/// (six an instance, less a reserve) and the address space hold.
+fn containers_for(max_map_count: u64) -> u64 {
+    let by_mappings = max_map_count.saturating_sub(4096) / 6;
+    by_mappings.min(by_address_space()).max(1)
+}
 
 /// How many instances the process's address space holds: the user address space (the power of
 /// two above the stack's addresses: 128 TiB on x86-64, less with a smaller VA size or an
@@ -373,7 +379,9 @@ mod tests {
     #[test]
     fn the_default_container_count_fits_the_address_space() {
         let fit = by_address_space();
-        assert!(Allocatable::from_machine().containers <= fit.max(1));
+        // The default mapping limit bounds it first; a raised one meets the address space.
+        assert_eq!(containers_for(65_530), 10_239.min(fit).max(1));
+        assert_eq!(containers_for(1 << 24), fit.max(1));
         // x86-64's 128 TiB hold the 30,000 pods a node is sized for, and no more than the
         // reservations themselves allow.
         #[cfg(target_arch = "x86_64")]
