@@ -202,14 +202,11 @@ impl Containerd {
         reference
     }
 
-    /// `ctr run --runtime io.containerd.wasmpod.v1 FLAGS IMAGE ID /app.wasm ARGS`, started.
-    /// Without `--rm`: right after a kill, ctr's own delete can find the task not yet stopped
-    /// and exit 1 instead of with the container's code (a containerd race); the stopped tasks
-    /// and their containers are deleted with the `Containerd`.
+    /// `ctr run --rm --runtime io.containerd.wasmpod.v1 FLAGS IMAGE ID /app.wasm ARGS`, started.
     pub fn spawn(&self, flags: &[&str], image: &str, id: &str, args: &[&str]) -> Running {
         let mut child = self
             .command()
-            .args(["run", "--runtime", RUNTIME])
+            .args(["run", "--rm", "--runtime", RUNTIME])
             .args(flags)
             .args([image, id, "/app.wasm"])
             .args(args)
@@ -219,10 +216,13 @@ impl Containerd {
             .spawn()
             .unwrap();
         let stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut delete = self.command();
+        delete.args(["task", "delete", id]);
         Running {
             child,
             stdout,
             seen: String::new(),
+            delete,
         }
     }
 
@@ -238,6 +238,8 @@ pub struct Running {
     child: Child,
     stdout: BufReader<ChildStdout>,
     seen: String,
+    /// `ctr task delete ID`, for when ctr's own delete lost the race with the task's stop.
+    delete: Command,
 }
 
 impl Running {
@@ -268,10 +270,37 @@ impl Running {
             e.read_to_string(&mut stderr).unwrap();
         }
         let status = self.child.wait().unwrap();
+        let mut code = status.code().unwrap_or(-1);
+        // Once the task's exit is reported, ctr deletes it; the shim can still call it running
+        // for a moment (containerd: "task must be stopped before deletion"), and ctr then exits
+        // 1 instead of with the task's code. Delete it again until it is stopped: ctr reports a
+        // non-zero exit code as it deletes.
+        if code == 1 && stderr.contains("task must be stopped before deletion") {
+            code = self.delete_stopped();
+        }
         Run {
-            code: status.code().unwrap_or(-1),
+            code,
             stdout: self.seen,
             stderr,
+        }
+    }
+
+    /// Deletes the task once the shim calls it stopped (within 10 s): its exit code.
+    fn delete_stopped(&mut self) -> i32 {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let out = self.delete.output().unwrap();
+            let said = String::from_utf8_lossy(&out.stderr);
+            if out.status.success() {
+                return said
+                    .split("exit with non-zero exit code ")
+                    .nth(1)
+                    .and_then(|rest| rest.split_whitespace().next())
+                    .and_then(|n| n.trim_matches('"').parse().ok())
+                    .unwrap_or(0);
+            }
+            assert!(Instant::now() < deadline, "task delete: {said}");
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 }
