@@ -75,7 +75,7 @@ impl PodVolumes {
     /// Makes the pod's volume directories.
     pub(crate) fn prepare(
         spec: &PodSpec,
-        pod_dir: &Path,
+        paths: &crate::paths::PodPaths,
         uid: &str,
     ) -> std::io::Result<PodVolumes> {
         let mut volumes = PodVolumes {
@@ -102,6 +102,7 @@ impl PodVolumes {
                     (volumes.shm_dir(uid)?.join(&v.name), true)
                 }
                 VolumeSource::EmptyDir { .. } | VolumeSource::Files(_) => {
+                    let pod_dir = paths.pod_dir().map_err(std::io::Error::other)?;
                     (pod_dir.join("volumes").join(&v.name), true)
                 }
             };
@@ -245,8 +246,8 @@ impl PodVolumes {
         })
     }
 
-    /// Removes what wasmpod made for the pod.
-    pub(crate) fn remove(&self, pod_dir: &Path) {
+    /// Removes what wasmpod made for the pod (under `pod_dir` when the pod made it).
+    pub(crate) fn remove(&self, pod_dir: Option<&Path>) {
         for (dir, owned) in self.dirs.iter().zip(&self.owned) {
             if *owned
                 && let Err(e) = std::fs::remove_dir_all(dir)
@@ -255,9 +256,11 @@ impl PodVolumes {
                 tracing::warn!(dir = %dir.display(), "cannot remove a volume: {e}");
             }
         }
-        let _ = std::fs::remove_dir(pod_dir.join("volumes"));
-        let _ = std::fs::remove_dir_all(pod_dir.join(TERMINATION));
-        let _ = std::fs::remove_dir_all(pod_dir.join(FILES));
+        if let Some(pod_dir) = pod_dir {
+            let _ = std::fs::remove_dir(pod_dir.join("volumes"));
+            let _ = std::fs::remove_dir_all(pod_dir.join(TERMINATION));
+            let _ = std::fs::remove_dir_all(pod_dir.join(FILES));
+        }
         if let Some((dir, _lock)) = &self.shm {
             // The lock goes with the directory; it is released when `self` drops.
             let _ = std::fs::remove_dir_all(dir);

@@ -395,6 +395,7 @@ impl Node {
                 });
             }
         }
+        let fresh = spec.uid.is_none();
         let uid = spec
             .uid
             .clone()
@@ -402,8 +403,8 @@ impl Node {
         // Volumes under `pods/<uid>`, logs under `logs/` as the kubelet lays out
         // `/var/log/pods` (`<namespace>_<pod>_<uid>/<container>/<restart>.log`); a pod without
         // volumes makes no directory under `pods/`.
-        let paths = PodPaths::claim(&self.state_dir, &spec.namespace, &spec.name, &uid).map_err(
-            |e| match e {
+        let paths = PodPaths::claim(&self.state_dir, &spec.namespace, &spec.name, &uid, fresh)
+            .map_err(|e| match e {
                 ClaimError::InUse(uid) => Error::UidInUse(uid),
                 ClaimError::BadComponent(part) => Error::Io {
                     path: self.state_dir.clone(),
@@ -413,9 +414,8 @@ impl Node {
                     ),
                 },
                 ClaimError::Io { path, source } => Error::Io { path, source },
-            },
-        )?;
-        let (pod_dir, log_dir) = (paths.pod_dir.clone(), paths.log_dir.clone());
+            })?;
+        let (pod_dir, log_dir) = (paths.pod_dir_path().to_owned(), paths.log_dir.clone());
         let net = self.context.network.create_pod(crate::network::PodNames {
             hostname: spec.hostname.clone(),
             dns: spec.dns.clone(),

@@ -5,6 +5,11 @@
 //! Memory is bounded: a guest writes into a bounded channel, so one that floods output is slowed
 //! to the speed of the log writer instead of growing the host's memory; lines longer than
 //! [`MAX_LINE`] are split into partial (`P`) records as the kubelet does.
+//!
+//! An instance's log file is made when the instance is created ([`PodOutput::sink`] asks the
+//! writer for it), so that making it runs beside the guest's start rather than after its first
+//! line; and an instance's end is reported only once everything it printed is written
+//! ([`LogEnd::close`]): when a pod ends, its output is in its log files.
 
 mod reader;
 
@@ -107,6 +112,8 @@ struct Chunk {
     lines: Vec<(bool, String)>,
     /// The instance has ended: nothing more will come from it.
     end: bool,
+    /// Told once this chunk is written (with those before it).
+    written: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 /// Where one container instance's stdout or stderr goes.
@@ -149,6 +156,7 @@ impl LineWriter {
             time: jiff::Timestamp::now(),
             lines,
             end: false,
+            written: None,
         }
     }
 
@@ -247,9 +255,11 @@ impl LogBook {
 }
 
 impl PodOutput {
-    /// Starts the pod's log writer, writing under `dir` and forwarding lines to `tap`.
+    /// Starts the pod's log writer, writing under `dir` (a directory for each of `containers`,
+    /// made as the writer starts) and forwarding lines to `tap`.
     pub(crate) fn start(
         dir: PathBuf,
+        containers: Vec<Arc<str>>,
         tap: Option<mpsc::Sender<OutputLine>>,
         limits: LogLimits,
     ) -> PodOutput {
@@ -260,7 +270,15 @@ impl PodOutput {
             ended: Mutex::default(),
             written,
         });
-        tokio::spawn(write_logs(dir, rx, tap, book.clone(), written_tx, limits));
+        tokio::spawn(write_logs(
+            dir,
+            containers,
+            rx,
+            tap,
+            book.clone(),
+            written_tx,
+            limits,
+        ));
         PodOutput { tx, book }
     }
 
@@ -268,30 +286,90 @@ impl PodOutput {
         self.book.clone()
     }
 
-    /// Marks the end of an instance's output, after everything it wrote (its stores are gone).
+    /// Marks the end of the output of an instance that is gone already (a resumed pod's).
     pub(crate) fn ended(&self, container: &Arc<str>, instance: i32) {
-        let chunk = Chunk {
-            container: container.clone(),
-            instance,
-            stream: Stream::Stdout,
-            time: jiff::Timestamp::now(),
-            lines: Vec::new(),
-            end: true,
-        };
         let tx = self.tx.clone();
+        let chunk = end_chunk(container.clone(), instance, None);
         // The channel may be full of a flood's lines: never block the supervisor.
         if let Err(mpsc::error::TrySendError::Full(chunk)) = tx.try_send(chunk) {
             tokio::spawn(async move { tx.send(chunk).await });
         }
     }
 
-    pub(crate) fn sink(&self, container: &Arc<str>, instance: i32, stream: Stream) -> OutputSink {
-        OutputSink {
+    /// The output of a new instance of `container`: its stdout and stderr, and the marker of its
+    /// end. The writer makes the instance's log file now, while the instance starts.
+    pub(crate) fn instance(
+        &self,
+        container: &Arc<str>,
+        instance: i32,
+    ) -> (OutputSink, OutputSink, LogEnd) {
+        let sink = |stream| OutputSink {
             container: container.clone(),
             instance,
             stream,
             tx: self.tx.clone(),
+        };
+        let open = Chunk {
+            container: container.clone(),
+            instance,
+            stream: Stream::Stdout,
+            time: jiff::Timestamp::now(),
+            lines: Vec::new(),
+            end: false,
+            written: None,
+        };
+        // When the channel is full the file is made with the first line instead.
+        let _ = self.tx.try_send(open);
+        let end = LogEnd {
+            container: container.clone(),
+            instance,
+            tx: self.tx.clone(),
+        };
+        (sink(Stream::Stdout), sink(Stream::Stderr), end)
+    }
+}
+
+/// How long an instance's end waits for its output to be written before it is reported anyway
+/// (a state dir on a disk that hangs must not keep a pod from ending).
+const WRITE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The end of one instance's output, closed once the instance and its stores are gone.
+pub(crate) struct LogEnd {
+    container: Arc<str>,
+    instance: i32,
+    tx: mpsc::Sender<Chunk>,
+}
+
+impl LogEnd {
+    /// Marks the end of the instance's output and waits until everything it wrote is in its
+    /// log file (at most [`WRITE_PATIENCE`]).
+    pub(crate) async fn close(self) {
+        let (written, done) = tokio::sync::oneshot::channel();
+        let chunk = end_chunk(self.container, self.instance, Some(written));
+        let flushed = async {
+            if self.tx.send(chunk).await.is_ok() {
+                let _ = done.await;
+            }
+        };
+        if tokio::time::timeout(WRITE_PATIENCE, flushed).await.is_err() {
+            tracing::warn!("a container's log was not written within {WRITE_PATIENCE:?}");
         }
+    }
+}
+
+fn end_chunk(
+    container: Arc<str>,
+    instance: i32,
+    written: Option<tokio::sync::oneshot::Sender<()>>,
+) -> Chunk {
+    Chunk {
+        container,
+        instance,
+        stream: Stream::Stdout,
+        time: jiff::Timestamp::now(),
+        lines: Vec::new(),
+        end: true,
+        written,
     }
 }
 
@@ -300,14 +378,22 @@ pub(crate) fn log_file(dir: &std::path::Path, container: &str, instance: i32) ->
     dir.join(container).join(format!("{instance}.log"))
 }
 
+/// The pod's log writer: makes the containers' log directories, then writes what comes.
 async fn write_logs(
     dir: PathBuf,
+    containers: Vec<Arc<str>>,
     mut rx: mpsc::Receiver<Chunk>,
     tap: Option<mpsc::Sender<OutputLine>>,
     book: Arc<LogBook>,
     written: watch::Sender<()>,
     limits: LogLimits,
 ) {
+    // The directories first, while the pod's first instance is being made.
+    for name in &containers {
+        if let Err(e) = std::fs::create_dir_all(dir.join(&**name)) {
+            tracing::warn!(dir = %dir.display(), "cannot make the pod's log directory: {e}");
+        }
+    }
     let mut files: HashMap<Arc<str>, LogFile> = HashMap::new();
     let mut dropped_for_tap = 0u64;
     while let Some(chunk) = rx.recv().await {
@@ -316,7 +402,9 @@ async fn write_logs(
             batch.push(more);
         }
         let mut ended = Vec::new();
-        for chunk in &batch {
+        let mut acks = Vec::new();
+        for chunk in &mut batch {
+            acks.extend(chunk.written.take());
             if chunk.end {
                 ended.push((chunk.container.clone(), chunk.instance));
                 continue;
@@ -330,6 +418,9 @@ async fn write_logs(
                         .into_mut()
                 }),
             };
+            if chunk.lines.is_empty() {
+                continue;
+            }
             let time = chunk.time.strftime("%Y-%m-%dT%H:%M:%S%.9fZ").to_string();
             if let Some(file) = file {
                 for (partial, line) in &chunk.lines {
@@ -352,6 +443,9 @@ async fn write_logs(
             set.insert((container, instance));
         }
         written.send_replace(());
+        for ack in acks {
+            let _ = ack.send(());
+        }
         if let Some(tap) = &tap {
             // A watcher that does not keep up (a full pipe nobody reads) must not stall the
             // pod's output: past a short wait its lines are dropped (the log has them).

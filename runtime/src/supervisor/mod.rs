@@ -296,7 +296,7 @@ impl PodTask {
             published,
             memory,
         } = setup;
-        let volumes = PodVolumes::prepare(&spec, &paths.pod_dir, &uid)?;
+        let volumes = PodVolumes::prepare(&spec, &paths, &uid)?;
         let limited = spec.volumes.iter().any(|v| {
             matches!(
                 v.source,
@@ -326,7 +326,8 @@ impl PodTask {
         let (tx, rx) = mpsc::unbounded_channel();
         let journal = Arc::new(Journal::default());
         let (snapshot, snapshot_rx) = watch::channel(Snapshot::default());
-        let output = PodOutput::start(paths.log_dir.clone(), tap, node.log_limits);
+        let names = containers.iter().map(|c| c.name.clone()).collect();
+        let output = PodOutput::start(paths.log_dir.clone(), names, tap, node.log_limits);
         // A resumed container's lost instance wrote all it will: its log is complete.
         for c in containers.iter().filter(|c| c.runs > 0) {
             output.ended(&c.name, c.restart_count);

@@ -20,7 +20,6 @@ impl PodTask {
         }
         let c = &mut self.containers[index];
         c.instance = None;
-        self.output.ended(&c.name, c.restart_count);
         let started_at = match c.state {
             State::Running { started_at } => started_at,
             _ => Timestamp::now(),
@@ -41,7 +40,12 @@ impl PodTask {
         if let Some(t) = c.spec.termination.clone() {
             let (name, instance) = (c.name.clone(), c.restart_count);
             let limit = crate::spec::TERMINATION_MESSAGE_MAX;
-            match crate::volumes::termination_message(&self.paths.pod_dir, &name, &t.file, limit) {
+            match crate::volumes::termination_message(
+                self.paths.pod_dir_path(),
+                &name,
+                &t.file,
+                limit,
+            ) {
                 Some(text) => exit.message = Some(text),
                 None if t.fallback_to_logs && code != 0 => self.fallback_to_logs(index, instance),
                 None => {}

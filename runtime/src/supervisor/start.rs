@@ -16,7 +16,6 @@ use crate::engine::{Image, LoadError, Pull};
 use crate::events::{EventType, Reason};
 use crate::host::TermSignal;
 use crate::memory::Budget;
-use crate::output::Stream;
 use crate::spec::{PodInfo, VolumeSource, resolve_env};
 
 impl PodTask {
@@ -156,18 +155,22 @@ impl PodTask {
                         .map(|(name, m)| (name.clone(), &c.spec.mounts[*m]))
                         .collect();
                     Preopen {
-                        host: self.volumes.file_dir(
-                            (&self.spec, &self.paths.pod_dir, &self.uid),
-                            &c.name,
-                            n,
-                            &files,
-                        ),
+                        host: self.paths.pod_dir().and_then(|pod_dir| {
+                            self.volumes.file_dir(
+                                (&self.spec, pod_dir, &self.uid),
+                                &c.name,
+                                n,
+                                &files,
+                            )
+                        }),
                         guest: d.dir.clone(),
                         read_only: d.read_only,
                     }
                 }))
                 .chain(c.spec.termination.as_ref().map(|t| Preopen {
-                    host: crate::volumes::termination_dir(&self.paths.pod_dir, &c.name, &t.file),
+                    host: self.paths.pod_dir().and_then(|pod_dir| {
+                        crate::volumes::termination_dir(pod_dir, &c.name, &t.file)
+                    }),
                     guest: t.dir.clone(),
                     read_only: false,
                 }))
@@ -204,8 +207,7 @@ impl PodTask {
             activity: self.node.engine.activity().clone(),
             memory: self.memory.clone(),
         });
-        let stdout = self.output.sink(&c.name, c.restart_count, Stream::Stdout);
-        let stderr = self.output.sink(&c.name, c.restart_count, Stream::Stderr);
+        let (stdout, stderr, log) = self.output.instance(&c.name, c.restart_count);
         self.instances += 1;
         let id = self.instances;
         c.instance = Some(Instance {
@@ -241,6 +243,8 @@ impl PodTask {
             };
             // When it stopped, not when the supervisor gets to it (busy with other pods).
             let at = jiff::Timestamp::now();
+            // Reported once what it printed is in its log file.
+            log.close().await;
             let _ = tx.send(Msg::Exited {
                 index,
                 id,

@@ -227,7 +227,8 @@ impl PodTask {
             }
         }
         self.seat.release();
-        self.volumes.remove(&self.paths.pod_dir);
+        self.volumes
+            .remove(self.paths.made().then(|| self.paths.pod_dir_path()));
         self.pod_event(
             EventType::Normal,
             Reason::Deleted,

@@ -320,6 +320,30 @@ async fn logs_rotate_and_old_instances_are_removed() {
     pod.deleted().await;
 }
 
+/// What a container printed is in its log file by the time its pod ends, even while the log
+/// writer is held up: here by a watcher of the pod's output that reads nothing, which the writer
+/// waits for (a while) after writing `two`, as `three` and `four` come and the guest exits. The
+/// file is read from disk at once, with no reader that waits for the writer.
+#[tokio::test]
+async fn a_pods_output_is_on_disk_when_the_pod_ends() {
+    let node = TestNode::new();
+    let yaml = "apiVersion: v1\nkind: Pod\nmetadata: { name: printed }\nspec:\n  restartPolicy: Never\n  containers:\n  - name: c\n    image: \"{p1}\"\n    args: [print, one, print, two, sleep, '50', print, three, print, four]\n";
+    let (watcher, _unread) = tokio::sync::mpsc::channel(1);
+    let pod = node
+        .node
+        .create_pod(node.spec(yaml), PodOptions::default().output(watcher))
+        .await
+        .unwrap();
+    let status = tokio::time::timeout(LIMIT, pod.wait()).await.unwrap();
+    assert_eq!(status.phase.as_deref(), Some("Succeeded"));
+    let text = std::fs::read_to_string(pod.log_file("c", 0)).unwrap();
+    let printed: Vec<&str> = text
+        .lines()
+        .map(|record| record.splitn(4, ' ').nth(3).unwrap_or_default())
+        .collect();
+    assert_eq!(printed, ["one", "two", "three", "four"]);
+}
+
 /// A node raises its open-file limit, and removes what killed processes left in `/dev/shm`
 /// (a pod directory whose lock nobody holds), but not a live one's.
 #[tokio::test]
