@@ -225,5 +225,29 @@ async fn main() {
             json!({ "pod_network": p, "kernel_loopback": k, "ratio": p / k }),
         );
     }
+    let ratio = pod.mib_per_s / kernel.mib_per_s;
+    let flat = json!({
+        "pod_mib_per_s": pod.mib_per_s,
+        "kernel_mib_per_s": kernel.mib_per_s,
+        "throughput_ratio": ratio,
+        "round_trip_p50_ratio": pod.ping_p50_us / kernel.ping_p50_us,
+        "round_trip_p99_ratio": pod.ping_p99_us / kernel.ping_p99_us,
+    });
+    println!(
+        "throughput ratio {ratio:.2} (target: at least 1.5 in every run): {}",
+        if ratio >= 1.5 { "met" } else { "NOT met" }
+    );
+    wasmpod_tests::compare_bench(
+        "network",
+        &flat,
+        &[
+            "pod_mib_per_s",
+            "kernel_mib_per_s",
+            "throughput_ratio",
+            "round_trip_p50_ratio",
+            "round_trip_p99_ratio",
+        ],
+    );
+    results.insert("flat", flat);
     wasmpod_tests::save_bench("network", &json!(results));
 }
