@@ -389,8 +389,8 @@ async fn write_logs(
     limits: LogLimits,
 ) {
     // The directories first, while the pod's first instance is being made.
-    for name in &containers {
-        if let Err(e) = std::fs::create_dir_all(dir.join(&**name)) {
+    for name in containers {
+        if let Err(e) = std::fs::create_dir_all(dir.join(&*name)) {
             tracing::warn!(dir = %dir.display(), "cannot make the pod's log directory: {e}");
         }
     }
@@ -430,7 +430,7 @@ async fn write_logs(
             }
         }
         for file in files.values_mut() {
-            let _ = file.out.flush();
+            file.flush();
         }
         for (container, instance) in ended {
             if files
@@ -506,26 +506,26 @@ async fn deliver(tap: &mpsc::Sender<OutputLine>, out: OutputLine, dropping: bool
     }
 }
 
-/// The open log file of one container instance.
+/// The log file of one container instance. It is opened to write each batch and closed after:
+/// a node of many thousands of containers, most of them quiet, holds no descriptor and no buffer
+/// for them between batches.
 struct LogFile {
     instance: i32,
     path: PathBuf,
-    out: std::io::BufWriter<std::fs::File>,
+    /// Records not written yet: the writer writes them once a batch.
+    pending: Vec<u8>,
     /// Bytes in the current file.
     size: u64,
 }
 
 impl LogFile {
-    /// Opens (appending) the log of `instance`, and removes the logs of instances before the
-    /// previous one.
+    /// Makes (or finds, to append to) the log of `instance`, and removes the logs of instances
+    /// before the previous one.
     fn open(dir: &std::path::Path, container: &str, instance: i32) -> Option<LogFile> {
         let path = log_file(dir, container, instance);
         let open = || -> std::io::Result<std::fs::File> {
             std::fs::create_dir_all(path.parent().unwrap_or(dir))?;
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&path)
+            append(&path)
         };
         match open() {
             Ok(f) => {
@@ -536,7 +536,7 @@ impl LogFile {
                 Some(LogFile {
                     instance,
                     path,
-                    out: std::io::BufWriter::new(f),
+                    pending: Vec::new(),
                     size,
                 })
             }
@@ -553,31 +553,33 @@ impl LogFile {
         if self.size > 0 && self.size.saturating_add(len) > limits.max_size {
             self.rotate(limits);
         }
-        if writeln!(self.out, "{time} {stream} {tag} {line}").is_ok() {
-            self.size = self.size.saturating_add(len);
+        // Writing into a `Vec` cannot fail.
+        let _ = writeln!(self.pending, "{time} {stream} {tag} {line}");
+        self.size = self.size.saturating_add(len);
+    }
+
+    /// Writes the pending records to the file, and lets their buffer go.
+    fn flush(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let pending = std::mem::take(&mut self.pending);
+        if let Err(e) = append(&self.path).and_then(|mut f| f.write_all(&pending)) {
+            tracing::warn!(file = %self.path.display(), "cannot write the container log: {e}");
         }
     }
 
     /// Renames the current file `<n>.log.<time>`, starts a new one, and keeps at most
     /// `max_files - 1` rotated files.
     fn rotate(&mut self, limits: &LogLimits) {
-        let _ = self.out.flush();
+        self.flush();
         let stamp = jiff::Timestamp::now()
             .strftime("%Y%m%d-%H%M%S.%f")
             .to_string();
         let mut rotated = self.path.clone().into_os_string();
         rotated.push(format!(".{stamp}"));
-        let reopened = std::fs::rename(&self.path, &rotated).and_then(|()| {
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&self.path)
-        });
-        match reopened {
-            Ok(f) => {
-                self.out = std::io::BufWriter::new(f);
-                self.size = 0;
-            }
+        match std::fs::rename(&self.path, &rotated).and_then(|()| append(&self.path)) {
+            Ok(_) => self.size = 0,
             Err(e) => {
                 tracing::warn!(file = %self.path.display(), "cannot rotate the container log: {e}");
                 return;
@@ -600,6 +602,21 @@ impl LogFile {
         for file in &old[..excess] {
             let _ = std::fs::remove_file(file);
         }
+    }
+}
+
+/// `path` opened to append to, made if missing.
+fn append(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+}
+
+/// A file replaced by a newer instance's within a batch keeps what it was given.
+impl Drop for LogFile {
+    fn drop(&mut self) {
+        self.flush();
     }
 }
 
