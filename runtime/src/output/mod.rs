@@ -411,6 +411,12 @@ async fn write_logs(
             }
             let file = match files.get_mut(&chunk.container) {
                 Some(f) if f.instance == chunk.instance => Some(f),
+                // A new instance's file is made now and kept track of from its first line on:
+                // a quiet container costs the writer nothing.
+                _ if chunk.lines.is_empty() => {
+                    LogFile::open(&dir, &chunk.container, chunk.instance);
+                    continue;
+                }
                 _ => LogFile::open(&dir, &chunk.container, chunk.instance).map(|f| {
                     files
                         .entry(chunk.container.clone())
@@ -418,9 +424,6 @@ async fn write_logs(
                         .into_mut()
                 }),
             };
-            if chunk.lines.is_empty() {
-                continue;
-            }
             let time = chunk.time.strftime("%Y-%m-%dT%H:%M:%S%.9fZ").to_string();
             if let Some(file) = file {
                 for (partial, line) in &chunk.lines {
