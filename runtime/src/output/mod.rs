@@ -6,7 +6,7 @@
 //! to the speed of the log writer instead of growing the host's memory; lines longer than
 //! [`MAX_LINE`] are split into partial (`P`) records as the kubelet does.
 //!
-//! An instance's log file is made when the instance is created ([`PodOutput::sink`] asks the
+//! An instance's log file is made when the instance is created ([`PodOutput::instance`] asks the
 //! writer for it), so that making it runs beside the guest's start rather than after its first
 //! line; and an instance's end is reported only once everything it printed is written
 //! ([`LogEnd::close`]): when a pod ends, its output is in its log files.
