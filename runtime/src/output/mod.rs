@@ -345,14 +345,17 @@ impl LogEnd {
     /// log file (at most [`WRITE_PATIENCE`]).
     pub(crate) async fn close(self) {
         let (written, done) = tokio::sync::oneshot::channel();
-        let chunk = end_chunk(self.container, self.instance, Some(written));
+        let chunk = end_chunk(self.container.clone(), self.instance, Some(written));
         let flushed = async {
             if self.tx.send(chunk).await.is_ok() {
                 let _ = done.await;
             }
         };
         if tokio::time::timeout(WRITE_PATIENCE, flushed).await.is_err() {
-            tracing::warn!("a container's log was not written within {WRITE_PATIENCE:?}");
+            tracing::warn!(
+                container = %self.container,
+                "the container's log was not written within {WRITE_PATIENCE:?}"
+            );
         }
     }
 }
@@ -397,8 +400,11 @@ async fn write_logs(
     let mut files: HashMap<Arc<str>, LogFile> = HashMap::new();
     let mut dropped_for_tap = 0u64;
     while let Some(chunk) = rx.recv().await {
+        // At most a channel's worth at once: what a batch gathers for the files is bounded.
         let mut batch = vec![chunk];
-        while let Ok(more) = rx.try_recv() {
+        while batch.len() < CHANNEL_CHUNKS
+            && let Ok(more) = rx.try_recv()
+        {
             batch.push(more);
         }
         let mut ended = Vec::new();
@@ -410,26 +416,25 @@ async fn write_logs(
                 continue;
             }
             let file = match files.get_mut(&chunk.container) {
-                Some(f) if f.instance == chunk.instance => Some(f),
+                Some(f) if f.instance == chunk.instance => f,
                 // A new instance's file is made now and kept track of from its first line on:
                 // a quiet container costs the writer nothing.
                 _ if chunk.lines.is_empty() => {
-                    LogFile::open(&dir, &chunk.container, chunk.instance);
+                    LogFile::create(&dir, &chunk.container, chunk.instance);
                     continue;
                 }
-                _ => LogFile::open(&dir, &chunk.container, chunk.instance).map(|f| {
+                _ => {
+                    let file = LogFile::open(&dir, &chunk.container, chunk.instance);
                     files
                         .entry(chunk.container.clone())
-                        .insert_entry(f)
+                        .insert_entry(file)
                         .into_mut()
-                }),
+                }
             };
             let time = chunk.time.strftime("%Y-%m-%dT%H:%M:%S%.9fZ").to_string();
-            if let Some(file) = file {
-                for (partial, line) in &chunk.lines {
-                    let tag = if *partial { 'P' } else { 'F' };
-                    file.record(&time, chunk.stream.as_str(), tag, line, &limits);
-                }
+            for (partial, line) in &chunk.lines {
+                let tag = if *partial { 'P' } else { 'F' };
+                file.record(&time, chunk.stream.as_str(), tag, line, &limits);
             }
         }
         for file in files.values_mut() {
@@ -522,31 +527,33 @@ struct LogFile {
 }
 
 impl LogFile {
-    /// Makes (or finds, to append to) the log of `instance`, and removes the logs of instances
-    /// before the previous one.
-    fn open(dir: &std::path::Path, container: &str, instance: i32) -> Option<LogFile> {
+    /// Makes the log of a new `instance` (and its directory, if missing), and removes the logs
+    /// of instances before the previous one.
+    fn create(dir: &std::path::Path, container: &str, instance: i32) {
         let path = log_file(dir, container, instance);
-        let open = || -> std::io::Result<std::fs::File> {
-            std::fs::create_dir_all(path.parent().unwrap_or(dir))?;
-            append(&path)
+        let parent = path.parent().unwrap_or(dir);
+        if let Err(e) = std::fs::create_dir_all(parent).and_then(|()| append(&path)) {
+            tracing::warn!(file = %path.display(), "cannot make the container log: {e}");
+        }
+        remove_old_instances(parent, instance);
+    }
+
+    /// The log of `instance`, to append to: made when it does not exist yet (its instance's
+    /// creation could not ask for it).
+    fn open(dir: &std::path::Path, container: &str, instance: i32) -> LogFile {
+        let path = log_file(dir, container, instance);
+        let size = match std::fs::metadata(&path) {
+            Ok(meta) => meta.len(),
+            Err(_) => {
+                LogFile::create(dir, container, instance);
+                0
+            }
         };
-        match open() {
-            Ok(f) => {
-                let size = f.metadata().map_or(0, |m| m.len());
-                if let Some(parent) = path.parent() {
-                    remove_old_instances(parent, instance);
-                }
-                Some(LogFile {
-                    instance,
-                    path,
-                    pending: Vec::new(),
-                    size,
-                })
-            }
-            Err(e) => {
-                tracing::warn!(file = %path.display(), "cannot write the container log: {e}");
-                None
-            }
+        LogFile {
+            instance,
+            path,
+            pending: Vec::new(),
+            size,
         }
     }
 
