@@ -27,7 +27,6 @@ pub(crate) struct PodPaths {
     pod_dir: PathBuf,
     pub(crate) log_dir: PathBuf,
     lock: PathBuf,
-    uid: String,
     /// The lock is taken (`Some(Ok)`), or could not be (`Some(Err)`, when taken on first use).
     locked: std::sync::OnceLock<Result<(), String>>,
 }
@@ -66,7 +65,6 @@ impl PodPaths {
             pod_dir: pods.join(uid),
             log_dir: log_dir(state_dir, namespace, name, uid)?,
             lock: pods.join(format!("{uid}.lock")),
-            uid: uid.into(),
             locked: std::sync::OnceLock::new(),
         };
         if !fresh {
@@ -84,8 +82,13 @@ impl PodPaths {
         };
         let pods = self.lock.parent().unwrap_or(&self.lock);
         std::fs::create_dir_all(pods).map_err(io_err(pods))?;
-        take_lock(&self.lock, &self.uid).map_err(|e| match e {
-            Taken::InUse => ClaimError::InUse(self.uid.clone()),
+        let uid = self
+            .pod_dir
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy();
+        take_lock(&self.lock, &uid).map_err(|e| match e {
+            Taken::InUse => ClaimError::InUse(uid.into_owned()),
             Taken::Io(source) => io_err(&self.lock)(source),
         })
     }
