@@ -3,7 +3,13 @@
 //! `Started` per pod (p50/p99), the total, the node's resident memory per pod, and, with all of
 //! them running, a new pod's create → `Started` and the delivery latency of its events.
 //!
-//! `cargo bench -p wasmpod-cli --bench pods`; writes `target/wasmpod-bench/pods.json`.
+//! Memory is the growth of the process's resident set (`VmRSS`) per pod, the figure of the
+//! ≤ 80 KiB target, and beside it the growth of its proportional set (`Pss`): the resident set
+//! counts a page once per mapping of it, so the module's memory image, which every instance maps
+//! from one shared copy, is counted once per pod there and once in all in the proportional set.
+//!
+//! `cargo bench -p wasmpod-cli --bench pods`; writes `target/wasmpod-bench/pods.json` and prints
+//! the 10,000-pod run beside the `pods` entry of `docs/bench-baseline.json`.
 
 use std::time::{Duration, Instant};
 
@@ -14,6 +20,14 @@ use wasmpod::{Node, PodHandle, PodOptions, PodSpec, Reason};
 fn mappings() -> usize {
     std::fs::read_to_string("/proc/self/maps").map_or(0, |m| m.lines().count())
 }
+
+/// Proportional set size of this process, in bytes (shared pages count once in all).
+fn pss_bytes() -> u64 {
+    wasmpod_tests::proc_kib("/proc/self/smaps_rollup", "Pss:").map_or(0, |kib| kib * 1024)
+}
+
+/// The target for a sleeping pod's resident memory.
+const TARGET_BYTES_PER_POD: u64 = 80 * 1024;
 
 fn pct(s: &[Duration], p: f64) -> Duration {
     s[((s.len() - 1) as f64 * p).round() as usize]
@@ -79,6 +93,7 @@ async fn run(n: usize) -> serde_json::Value {
     // Load the module once so that the first pod does not pay for it.
     node.load_images(&spec(dir.path(), "warm")).await.unwrap();
     let before = wasmpod_tests::rss_bytes();
+    let pss_before = pss_bytes();
     let maps_before = mappings();
     let all = Instant::now();
     let mut pods = Vec::with_capacity(n);
@@ -92,6 +107,7 @@ async fn run(n: usize) -> serde_json::Value {
     // Let the pods settle into their sleep before measuring memory.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let per_pod = wasmpod_tests::rss_bytes().saturating_sub(before) / n as u64;
+    let pss_per_pod = pss_bytes().saturating_sub(pss_before) / n as u64;
     let maps_per_pod = mappings().saturating_sub(maps_before) as f64 / n as f64;
     let running = pods
         .iter()
@@ -137,13 +153,15 @@ async fn run(n: usize) -> serde_json::Value {
     lags.sort();
     println!(
         "{n:>6} pods: all started in {:>8.2?}; create→Started p50 {:>9.2?} p99 {:>9.2?}; \
-         {:>6.1} KiB resident and {maps_per_pod:.1} memory mappings per pod; \
+         {:>6.1} KiB resident ({:.1} KiB proportional) and {maps_per_pod:.1} memory mappings \
+         per pod; \
          {:.2} % of a core while they sleep; new pod create→Started p50 {:>9.2?}; \
          delete→Terminating event p50 {:>9.2?} p99 {:>9.2?}",
         total,
         pct(&samples, 0.5),
         pct(&samples, 0.99),
         per_pod as f64 / 1024.0,
+        pss_per_pod as f64 / 1024.0,
         idle_cores * 100.0,
         pct(&extra, 0.5),
         pct(&lags, 0.5),
@@ -161,6 +179,7 @@ async fn run(n: usize) -> serde_json::Value {
         "create_to_started_p50_us": pct(&samples, 0.5).as_secs_f64() * 1e6,
         "create_to_started_p99_us": pct(&samples, 0.99).as_secs_f64() * 1e6,
         "resident_bytes_per_pod": per_pod,
+        "proportional_bytes_per_pod": pss_per_pod,
         "memory_mappings_per_pod": maps_per_pod,
         "idle_cpu_cores": idle_cores,
         "new_pod_create_to_started_p50_us": pct(&extra, 0.5).as_secs_f64() * 1e6,
@@ -206,4 +225,30 @@ async fn main() {
         assert!(out.status.success(), "the {n}-pod run failed");
     }
     wasmpod_tests::save_bench("pods", &json!(results));
+    if let Some(ten_thousand) = results.iter().find(|r| r["pods"] == 10_000) {
+        wasmpod_tests::compare_bench(
+            "pods",
+            ten_thousand,
+            &[
+                "resident_bytes_per_pod",
+                "proportional_bytes_per_pod",
+                "memory_mappings_per_pod",
+                "create_to_started_p50_us",
+                "new_pod_create_to_started_p50_us",
+            ],
+        );
+        let resident = ten_thousand["resident_bytes_per_pod"]
+            .as_u64()
+            .unwrap_or(u64::MAX);
+        println!(
+            "10,000 sleeping pods: {:.1} KiB resident per pod; target ≤ {} KiB: {}",
+            resident as f64 / 1024.0,
+            TARGET_BYTES_PER_POD / 1024,
+            if resident <= TARGET_BYTES_PER_POD {
+                "met"
+            } else {
+                "NOT met"
+            }
+        );
+    }
 }

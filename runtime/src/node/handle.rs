@@ -5,13 +5,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::PodStatus;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{oneshot, watch};
 
 use super::Error;
 use crate::container::ExecOutput;
 use crate::events::{EventStream, Journal};
 use crate::output::{LogBook, LogOptions, Logs};
-use crate::supervisor::{Msg, Snapshot};
+use crate::supervisor::{Mailbox, Msg, Snapshot};
 
 pub(super) struct PodShared {
     /// `delete` was called.
@@ -20,7 +20,7 @@ pub(super) struct PodShared {
     pub(super) uid: String,
     pub(super) pod_dir: PathBuf,
     pub(super) log_dir: PathBuf,
-    pub(super) tx: mpsc::UnboundedSender<Msg>,
+    pub(super) tx: Mailbox,
     pub(super) journal: Arc<Journal>,
     pub(super) snapshot: watch::Receiver<Snapshot>,
     pub(super) logs: Arc<LogBook>,
@@ -150,7 +150,9 @@ impl PodHandle {
             reply,
         };
         let gone = || format!("pod {} is gone", self.name());
-        self.inner.tx.send(msg).map_err(|_| gone())?;
+        if !self.inner.tx.send(msg) {
+            return Err(gone());
+        }
         answer.await.map_err(|_| gone())?
     }
 
@@ -161,7 +163,9 @@ impl PodHandle {
             reply,
         };
         let gone = || format!("pod {} is gone", self.name());
-        self.inner.tx.send(msg).map_err(|_| gone())?;
+        if !self.inner.tx.send(msg) {
+            return Err(gone());
+        }
         answer.await.map_err(|_| gone())?
     }
 
@@ -174,12 +178,12 @@ impl PodHandle {
         self.inner
             .deleting
             .store(true, std::sync::atomic::Ordering::Release);
-        let _ = self.inner.tx.send(Msg::Delete { grace });
+        self.inner.tx.send(Msg::Delete { grace });
     }
 
     /// Sends the pod's supervisor a message (from the node's admission).
     pub(super) fn send(&self, msg: Msg) {
-        let _ = self.inner.tx.send(msg);
+        self.inner.tx.send(msg);
     }
 
     // What the node's admission tells the pod.

@@ -9,9 +9,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::mpsc;
-
-use super::Msg;
+use super::{Mailbox, Msg};
 use crate::container::Sandbox;
 use crate::network::client;
 use crate::spec::{Handler, Probe};
@@ -84,7 +82,7 @@ async fn bounded(
 pub(crate) struct Target {
     pub index: usize,
     pub id: u64,
-    pub tx: mpsc::UnboundedSender<Msg>,
+    pub tx: Mailbox,
 }
 
 /// The kubelet's threshold counting: a verdict changes after `success_threshold` successes or
@@ -155,7 +153,7 @@ pub(crate) async fn worker(
             failure,
             verdict: changed,
         };
-        if to.tx.send(msg).is_err() {
+        if !to.tx.send(msg) {
             return;
         }
         // Startup probing ends with its verdict; after a liveness failure the worker holds

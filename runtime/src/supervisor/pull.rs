@@ -58,7 +58,7 @@ impl PodTask {
                     command.map(String::as_str),
                 )
                 .await;
-            let _ = tx.send(Msg::Pulled { index, result });
+            tx.send(Msg::Pulled { index, result });
         });
         false
     }

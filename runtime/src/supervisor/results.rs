@@ -96,7 +96,7 @@ impl PodTask {
                 text = text[cut..].to_owned();
             }
             if !text.is_empty() {
-                let _ = tx.send(super::Msg::TerminationMessage {
+                tx.send(super::Msg::TerminationMessage {
                     index,
                     instance,
                     text,

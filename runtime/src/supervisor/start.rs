@@ -245,7 +245,7 @@ impl PodTask {
             let at = jiff::Timestamp::now();
             // Reported once what it printed is in its log file.
             log.close().await;
-            let _ = tx.send(Msg::Exited {
+            tx.send(Msg::Exited {
                 index,
                 id,
                 exit,
