@@ -4,6 +4,7 @@
 pub(crate) mod activity;
 mod cache;
 mod pool;
+mod stacks;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -224,7 +225,9 @@ impl Engine {
         cache_dir: Option<PathBuf>,
         sockets: GuestSockets,
     ) -> wasmtime::Result<Engine> {
-        let wasmtime = wasmtime::Engine::new(&config())?;
+        let mut config = config();
+        config.with_host_stack(Arc::new(stacks::Stacks::default()));
+        let wasmtime = wasmtime::Engine::new(&config)?;
         let linkers = Linkers::new(&wasmtime, sockets)?;
         let pool = Arc::new(Pool::new(sockets));
 

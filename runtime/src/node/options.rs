@@ -139,7 +139,9 @@ const RESERVED_PER_INSTANCE: u64 = (4 << 30) + (64 << 20);
 const RESERVED_FOR_THE_REST: u64 = 2 << 40;
 
 /// The default [`Allocatable::containers`] under a `vm.max_map_count`: what both the mappings
-/// (six an instance, less a reserve) and the address space hold.
+/// (six an instance, less a reserve) and the address space hold. The reserve of 4,096 is for the
+/// probe pool's mappings, the engine's free fiber stacks (two each, at most 512) and the
+/// process's own (code, heap, threads).
 fn containers_for(max_map_count: u64) -> u64 {
     let by_mappings = max_map_count.saturating_sub(4096) / 6;
     by_mappings.min(by_address_space()).max(1)

@@ -34,6 +34,34 @@ async fn trap_is_exit_134() {
     }
 }
 
+/// A guest that recurses without end traps once its wasm stack is spent (134, the trap in the
+/// message), and the instances after it, which get the fiber stack it dirtied to its depth
+/// (stacks are reused), start clean and run.
+#[tokio::test]
+async fn stack_exhaustion_is_a_trap_and_the_next_instances_run() {
+    let node = TestNode::new();
+    let path = node.dir.path().join("recurse.wasm");
+    let wat = r#"(module
+        (func $down (param i64) (result i64)
+            (i64.add (call $down (i64.add (local.get 0) (i64.const 1))) (local.get 0)))
+        (func (export "_start") (drop (call $down (i64.const 0)))))"#;
+    std::fs::write(&path, wat::parse_str(wat).unwrap()).unwrap();
+    let image = path.display().to_string();
+    for round in 0..3 {
+        let (t, status) = node.run(&one("deep", &image, "[]"), LIMIT).await;
+        assert_eq!(t.exit_codes("c"), [134], "round {round}: {t}");
+        let message = terminated(&status, "c").message.unwrap_or_default();
+        assert!(message.contains("stack"), "{message}");
+        for image in ["{p1}", "{p2}"] {
+            let (t, status) = node
+                .run(&one("after", image, "[print, hello]"), LIMIT)
+                .await;
+            assert_eq!(t.exit_codes("c"), [0], "round {round}, {image}: {t}");
+            assert_eq!(status.phase.as_deref(), Some("Succeeded"));
+        }
+    }
+}
+
 /// Exit codes reach the status: WASI exit code, 0 for a normal return.
 #[tokio::test]
 async fn exit_codes_are_reported() {
