@@ -47,11 +47,23 @@ fn main() {
     std::fs::write(&pod_file, &yaml).unwrap();
     let runtime = tokio::runtime::Runtime::new().unwrap();
 
-    // `BENCH_CASE=in-process N`: only N in-process pods, nothing printed (for a profiler).
+    // `BENCH_CASE=in-process N`: only N in-process pods and their p50/p99 (for a profiler, or
+    // builds compared run after run).
     if let Ok(case) = std::env::var("BENCH_CASE")
         && let Some(n) = case.strip_prefix("in-process ")
     {
-        runtime.block_on(in_process(tmp.path(), &yaml, n.parse().unwrap()));
+        let (started, finished) =
+            runtime.block_on(in_process(tmp.path(), &yaml, n.parse().unwrap()));
+        for (name, s) in [
+            ("create -> Started", &started),
+            ("create -> exited", &finished),
+        ] {
+            println!(
+                "{name:<20} p50 {:>10?} p99 {:>10?}",
+                s.pct(0.5),
+                s.pct(0.99)
+            );
+        }
         return;
     }
     let (started, finished) = runtime.block_on(in_process(tmp.path(), &yaml, 300));
