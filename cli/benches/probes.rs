@@ -4,7 +4,9 @@
 //! preopened, instantiate, call the export) in the same run; and the CPU that N containers
 //! (default 1,000; `BENCH_PODS`) each probed once a second cost the node.
 //!
-//! `cargo bench -p wasmpod-cli --bench probes`; writes `target/wasmpod-bench/probes.json`.
+//! `cargo bench -p wasmpod-cli --bench probes`; writes `target/wasmpod-bench/probes.json` and
+//! prints the figures beside the `probes` entry of `docs/bench-baseline.json`, with the targets'
+//! verdicts.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -122,8 +124,45 @@ async fn main() {
     for pod in &pods {
         pod.deleted().await;
     }
-    wasmpod_tests::save_bench("probes", &serde_json::Value::Object(results));
+    let results = serde_json::Value::Object(results);
+    wasmpod_tests::save_bench("probes", &results);
+    wasmpod_tests::compare_bench(
+        "probes",
+        &results,
+        &[
+            "/exported-function probe, preview1 module/p50_us",
+            "/exported-function probe, component/p50_us",
+            "probe_over_bare_p50, preview1 module",
+            "probe_over_bare_p50, component",
+            "/probed_once_a_second/cpu_cores",
+        ],
+    );
+    let verdict = |met: bool| if met { "met" } else { "NOT met" };
+    for kind in ["preview1 module", "component"] {
+        if let Some(ratio) = results[format!("probe_over_bare_p50, {kind}")].as_f64() {
+            println!(
+                "probe / bare p50, {kind}: {ratio:.2}; target ≤ {TARGET_OVER_BARE}: {}",
+                verdict(ratio <= TARGET_OVER_BARE)
+            );
+        }
+    }
+    if let Some(cores) = results
+        .pointer("/probed_once_a_second/cpu_cores")
+        .and_then(|v| v.as_f64())
+    {
+        println!(
+            "containers probed once a second: {:.1} % of a core; target ≤ {:.0} % (at 1,000): {}",
+            cores * 100.0,
+            TARGET_CORES * 100.0,
+            verdict(cores <= TARGET_CORES)
+        );
+    }
 }
+
+/// Targets: a probe's p50 within this many times the bare embedding's, and 1,000 containers
+/// probed once a second within this share of a core.
+const TARGET_OVER_BARE: f64 = 2.0;
+const TARGET_CORES: f64 = 0.10;
 
 /// The least a wasmtime embedding does to call a probe export: what `PodHandle::exec` is
 /// measured against.

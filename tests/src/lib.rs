@@ -432,7 +432,8 @@ pub fn save_bench(name: &str, results: &serde_json::Value) {
 }
 
 /// Prints `keys` of a benchmark's results beside the `name` entry of `docs/bench-baseline.json`
-/// (now / then and their ratio).
+/// (now / then and their ratio). A key starting with `/` is a JSON pointer into nested results
+/// (`/case/p99_us`).
 pub fn compare_bench(name: &str, results: &serde_json::Value, keys: &[&str]) {
     let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/bench-baseline.json");
     let base = std::fs::read_to_string(&file)
@@ -444,9 +445,20 @@ pub fn compare_bench(name: &str, results: &serde_json::Value, keys: &[&str]) {
         return;
     };
     println!("\nagainst the baseline in docs/bench-baseline.json (now / then):");
+    let at = |v: &serde_json::Value, key: &str| {
+        if key.starts_with('/') {
+            v.pointer(key).and_then(serde_json::Value::as_f64)
+        } else {
+            v.get(key).and_then(serde_json::Value::as_f64)
+        }
+    };
+    let width = keys.iter().map(|k| k.chars().count()).max().unwrap_or(0);
     for key in keys {
-        if let (Some(now), Some(then)) = (results[*key].as_f64(), base[*key].as_f64()) {
-            println!("  {key:<28} {now:>10.1} / {then:>10.1} = {:.2}", now / then);
+        if let (Some(now), Some(then)) = (at(results, key), at(&base, key)) {
+            println!(
+                "  {key:<width$} {now:>10.1} / {then:>10.1} = {:.2}",
+                now / then
+            );
         }
     }
 }
