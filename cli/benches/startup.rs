@@ -22,6 +22,9 @@ spec:
   - { name: hello, image: "{p1}", args: [print, hello] }
 "#;
 
+/// Target for a short pod: create → exited within this many times the bare run (p50).
+const TARGET_RATIO: f64 = 3.0;
+
 struct Stats {
     samples: Vec<Duration>,
 }
@@ -91,7 +94,14 @@ fn main() {
     ] {
         println!("{name:<36} {:>12?} {:>12?}", s.pct(0.5), s.pct(0.99));
     }
-    println!("overhead ratio (create->exit / bare, p50): {ratio:.2}");
+    println!(
+        "overhead ratio (create->exit / bare, p50): {ratio:.2}; target ≤ {TARGET_RATIO}: {}",
+        if ratio <= TARGET_RATIO {
+            "met"
+        } else {
+            "NOT met"
+        }
+    );
     println!(
         "wasmpod run peak RSS: cold cache {:.1} MiB, warm cache {:.1} MiB",
         cold_rss as f64 / 1048576.0,
