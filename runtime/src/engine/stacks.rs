@@ -48,10 +48,12 @@ impl Free {
     }
 
     fn put(&self, mapping: Mapping) {
-        if !mapping.clean() {
+        let lock = || self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        // A full list takes no more: the mapping is unmapped without being cleaned first.
+        if lock().len() >= FREE_MAX || !mapping.clean() {
             return;
         }
-        let mut free = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut free = lock();
         if free.len() < FREE_MAX {
             free.push(mapping);
         }

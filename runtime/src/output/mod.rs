@@ -292,7 +292,7 @@ impl PodOutput {
     /// Marks the end of the output of an instance that is gone already (a resumed pod's).
     pub(crate) fn ended(&self, container: &Arc<str>, instance: i32) {
         let tx = self.tx.clone();
-        let chunk = end_chunk(container.clone(), instance, None);
+        let chunk = marker(container.clone(), instance, true, None);
         // The channel may be full of a flood's lines: never block the supervisor.
         if let Err(mpsc::error::TrySendError::Full(chunk)) = tx.try_send(chunk) {
             tokio::spawn(async move { tx.send(chunk).await });
@@ -312,17 +312,10 @@ impl PodOutput {
             stream,
             tx: self.tx.clone(),
         };
-        let open = Box::new(Chunk {
-            container: container.clone(),
-            instance,
-            stream: Stream::Stdout,
-            time: jiff::Timestamp::now(),
-            lines: Vec::new(),
-            end: false,
-            written: None,
-        });
         // When the channel is full the file is made with the first line instead.
-        let _ = self.tx.try_send(open);
+        let _ = self
+            .tx
+            .try_send(marker(container.clone(), instance, false, None));
         let end = LogEnd {
             container: container.clone(),
             instance,
@@ -348,7 +341,7 @@ impl LogEnd {
     /// log file (at most [`WRITE_PATIENCE`]).
     pub(crate) async fn close(self) {
         let (written, done) = tokio::sync::oneshot::channel();
-        let chunk = end_chunk(self.container.clone(), self.instance, Some(written));
+        let chunk = marker(self.container.clone(), self.instance, true, Some(written));
         let flushed = async {
             if self.tx.send(chunk).await.is_ok() {
                 let _ = done.await;
@@ -363,9 +356,11 @@ impl LogEnd {
     }
 }
 
-fn end_chunk(
+/// A chunk without lines: an instance's start (its file is made) or its `end`.
+fn marker(
     container: Arc<str>,
     instance: i32,
+    end: bool,
     written: Option<tokio::sync::oneshot::Sender<()>>,
 ) -> Box<Chunk> {
     Box::new(Chunk {
@@ -374,7 +369,7 @@ fn end_chunk(
         stream: Stream::Stdout,
         time: jiff::Timestamp::now(),
         lines: Vec::new(),
-        end: true,
+        end,
         written,
     })
 }
