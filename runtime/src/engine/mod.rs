@@ -228,7 +228,7 @@ impl Engine {
         let mut config = config();
         config.with_host_stack(Arc::new(stacks::Stacks::default()));
         let wasmtime = wasmtime::Engine::new(&config)?;
-        let linkers = Linkers::new(&wasmtime, sockets)?;
+        let linkers = Linkers::new(&wasmtime, sockets);
         let pool = Arc::new(Pool::new(sockets));
 
         let stop_ticker = Arc::new(AtomicBool::new(false));
@@ -405,7 +405,10 @@ unsafe fn link(
             let handles_term = module
                 .imports()
                 .any(|i| i.module() == crate::host::TERM_MODULE);
-            let pre = linkers.p1.instantiate_pre(&module).map_err(link_err)?;
+            let pre = linkers
+                .p1()
+                .and_then(|linker| linker.instantiate_pre(&module))
+                .map_err(link_err)?;
             if module.get_export("_start").is_none() {
                 return Err(LoadError::Link {
                     path: path.to_owned(),
@@ -425,7 +428,10 @@ unsafe fn link(
             let imports_term = ty
                 .imports(wasmtime)
                 .any(|(name, _)| name.starts_with(crate::host::TERM_INTERFACE));
-            let instance = linkers.p2.instantiate_pre(&component).map_err(link_err)?;
+            let instance = linkers
+                .p2()
+                .and_then(|linker| linker.instantiate_pre(&component))
+                .map_err(link_err)?;
             // A component exporting an HTTP handler is served (as `wasmtime serve` does),
             // whether or not it also has a `main`.
             // A WASI 0.3 `run` is preferred to a 0.2 one, as `wasmtime run` does.

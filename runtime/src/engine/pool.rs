@@ -130,7 +130,7 @@ impl PoolEngine {
         let mut config = config();
         config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
         let wasmtime = wasmtime::Engine::new(&config)?;
-        let linkers = Linkers::new(&wasmtime, sockets)?;
+        let linkers = Linkers::new(&wasmtime, sockets);
         Ok(PoolEngine { wasmtime, linkers })
     }
 }

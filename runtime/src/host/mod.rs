@@ -5,7 +5,7 @@
 mod http;
 mod term;
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use wasmtime::component::{Linker as ComponentLinker, ResourceTable};
 use wasmtime::{Linker, ResourceLimiter};
@@ -19,33 +19,55 @@ use crate::network::wasi::{Sockets, SocketsView};
 pub(crate) use http::Outgoing;
 pub(crate) use term::{KillClock, Killed, PodExport, TERM_INTERFACE, TERM_MODULE, TermSignal};
 
-/// The linkers of an engine: what preview1 modules and components may import.
+/// The linkers of an engine: what preview1 modules and components may import. Each is built the
+/// first time an image of its kind is linked (a component's linker, with WASI 0.2 and 0.3, the
+/// pod network and `wasi:http`, takes a `wasmpod run` of a preview1 module a tenth of its time).
 pub(crate) struct Linkers {
-    pub(crate) p1: Linker<P1State>,
-    pub(crate) p2: ComponentLinker<P2State>,
+    engine: wasmtime::Engine,
+    sockets: GuestSockets,
+    p1: OnceLock<Linker<P1State>>,
+    p2: OnceLock<ComponentLinker<P2State>>,
 }
 
 impl Linkers {
-    /// WASI preview1 and preview2 (wasmtime-wasi's), with `wasi:sockets` as `sockets` says,
-    /// WASI 0.3, `wasi:http` (wasmtime-wasi-http's) and `wasmpod:pod/termination`.
-    pub(crate) fn new(
-        engine: &wasmtime::Engine,
-        sockets: GuestSockets,
-    ) -> wasmtime::Result<Linkers> {
-        let mut p1 = Linker::new(engine);
+    /// Linkers for `engine`'s guests, with `wasi:sockets` as `sockets` says.
+    pub(crate) fn new(engine: &wasmtime::Engine, sockets: GuestSockets) -> Linkers {
+        Linkers {
+            engine: engine.clone(),
+            sockets,
+            p1: OnceLock::new(),
+            p2: OnceLock::new(),
+        }
+    }
+
+    /// WASI preview1 and `wasmpod:pod/termination`.
+    pub(crate) fn p1(&self) -> wasmtime::Result<&Linker<P1State>> {
+        if let Some(linker) = self.p1.get() {
+            return Ok(linker);
+        }
+        let mut p1 = Linker::new(&self.engine);
         wasmtime_wasi::p1::add_to_linker_async(&mut p1, |s: &mut P1State| &mut s.wasi)?;
         term::add_p1_termination(&mut p1)?;
-        let mut p2 = ComponentLinker::new(engine);
+        Ok(self.p1.get_or_init(|| p1))
+    }
+
+    /// WASI preview2 (wasmtime-wasi's), with `wasi:sockets` as `sockets` says, WASI 0.3,
+    /// `wasi:http` (wasmtime-wasi-http's) and `wasmpod:pod/termination`.
+    pub(crate) fn p2(&self) -> wasmtime::Result<&ComponentLinker<P2State>> {
+        if let Some(linker) = self.p2.get() {
+            return Ok(linker);
+        }
+        let mut p2 = ComponentLinker::new(&self.engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut p2)?;
         wasmtime_wasi::p3::add_to_linker(&mut p2)?;
-        if sockets == GuestSockets::Pod {
+        if self.sockets == GuestSockets::Pod {
             crate::network::wasi::add_to_linker(&mut p2)?;
             crate::network::p3::add_to_linker(&mut p2)?;
         }
         wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut p2)?;
         wasmtime_wasi_http::p3::add_to_linker(&mut p2)?;
         term::add_p2_termination(&mut p2)?;
-        Ok(Linkers { p1, p2 })
+        Ok(self.p2.get_or_init(|| p2))
     }
 }
 
