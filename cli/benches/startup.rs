@@ -1,11 +1,12 @@
 //! Start-up benchmark: how long a one-container pod takes, in process and as a whole `wasmpod run`,
-//! next to a bare wasmtime embedding running the same module.
+//! next to a bare wasmtime embedding running the same module and, when a wasmtime-cli is at hand
+//! (`$WASMTIME` or `wasmtime` on `PATH`), next to `wasmtime run` of it with a warm cache.
 //!
 //! `cargo bench -p wasmpod-cli --bench startup` prints a table, writes it as JSON to
 //! `target/wasmpod-bench/startup.json`, and compares with `docs/bench-baseline.json` when present.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::{Value, json};
@@ -69,44 +70,68 @@ fn main() {
         }
         return;
     }
+    // First, while this process is small (see `run_timed`).
+    let whole = whole_process(tmp.path(), &pod_file);
     let (started, finished) = runtime.block_on(in_process(tmp.path(), &yaml, 300));
     let bare = runtime.block_on(bare_wasmtime(300));
-    let (cold, warm, cold_rss, warm_rss) = whole_process(tmp.path(), &pod_file);
 
     let ratio = finished.pct(0.5).as_secs_f64() / bare.pct(0.5).as_secs_f64();
-    let results = json!({
+    let mut results = json!({
         "pod_create_to_started": started.json(),
         "pod_create_to_exit": finished.json(),
         "bare_wasmtime_instantiate_and_run": bare.json(),
         "overhead_ratio_p50": ratio,
-        "wasmpod_run_cold_cache": cold.json(),
-        "wasmpod_run_warm_cache": warm.json(),
-        "wasmpod_run_peak_rss_cold_bytes": cold_rss,
-        "wasmpod_run_peak_rss_warm_bytes": warm_rss,
+        "wasmpod_run_cold_cache": whole.cold.json(),
+        "wasmpod_run_warm_cache": whole.warm.json(),
+        "wasmpod_run_peak_rss_cold_bytes": whole.cold_rss,
+        "wasmpod_run_peak_rss_warm_bytes": whole.warm_rss,
     });
     println!("{:<36} {:>12} {:>12}", "measure", "p50", "p99");
-    for (name, s) in [
+    let mut rows = vec![
         ("pod create -> Started (in process)", &started),
         ("pod create -> exited (in process)", &finished),
         ("bare wasmtime instantiate + run", &bare),
-        ("wasmpod run, cold compile cache", &cold),
-        ("wasmpod run, warm compile cache", &warm),
-    ] {
+        ("wasmpod run, cold compile cache", &whole.cold),
+        ("wasmpod run, warm compile cache", &whole.warm),
+    ];
+    if let Some((_, theirs, _)) = &whole.wasmtime {
+        rows.push(("wasmtime run, warm cache", theirs));
+    }
+    for (name, s) in rows {
         println!("{name:<36} {:>12?} {:>12?}", s.pct(0.5), s.pct(0.99));
     }
     println!(
         "overhead ratio (create->exit / bare, p50): {ratio:.2}; target ≤ {TARGET_RATIO}: {}",
-        if ratio <= TARGET_RATIO {
-            "met"
-        } else {
-            "NOT met"
-        }
+        verdict(ratio <= TARGET_RATIO)
     );
+    let mib = |bytes: u64| bytes as f64 / 1048576.0;
     println!(
-        "wasmpod run peak RSS: cold cache {:.1} MiB, warm cache {:.1} MiB",
-        cold_rss as f64 / 1048576.0,
-        warm_rss as f64 / 1048576.0
+        "wasmpod run peak RSS: cold cache {:.1} MiB, warm cache {:.1} MiB (this bench's own \
+         peak before the runs, a floor for either: {:.1} MiB)",
+        mib(whole.cold_rss),
+        mib(whole.warm_rss),
+        mib(whole.floor)
     );
+    if let Some((version, theirs, their_rss)) = &whole.wasmtime {
+        let over = whole.warm.pct(0.5).as_secs_f64() / theirs.pct(0.5).as_secs_f64();
+        println!(
+            "wasmpod run / wasmtime run ({version}), warm, p50: {over:.2}; \
+             target ≤ 1 (no slower than wasmtime): {}",
+            verdict(over <= 1.0)
+        );
+        println!(
+            "peak RSS, wasmpod run / wasmtime run: {:.1} / {:.1} MiB",
+            mib(whole.warm_rss),
+            mib(*their_rss)
+        );
+        results["wasmtime_run_warm_cache"] = theirs.json();
+        results["wasmtime_run_peak_rss_bytes"] = json!(their_rss);
+        results["wasmpod_run_over_wasmtime_run_p50"] = json!(over);
+    } else {
+        println!(
+            "no wasmtime found (set WASMTIME): `wasmpod run` not compared with `wasmtime run`"
+        );
+    }
     compare_with_baseline(&results);
     wasmpod_tests::save_bench("startup", &results);
 }
@@ -184,48 +209,110 @@ async fn bare_wasmtime(n: usize) -> Stats {
     Stats::new(samples)
 }
 
-/// `wasmpod run` as a process, cold (empty compile cache) and warm: wall time, and peak resident
-/// memory (the child's `ru_maxrss` from `wait4`), in bytes.
-fn whole_process(dir: &Path, pod: &Path) -> (Stats, Stats, u64, u64) {
+/// `wasmpod run` as a process, cold (empty compile cache) and warm, and `wasmtime run` of the
+/// same module with a warm cache, the two warm runs alternating.
+struct WholeProcess {
+    cold: Stats,
+    warm: Stats,
+    cold_rss: u64,
+    warm_rss: u64,
+    /// `wasmtime run`'s runs and peak, when a wasmtime is at hand (`$WASMTIME` or `PATH`).
+    wasmtime: Option<(String, Stats, u64)>,
+    /// This bench's own peak before the runs: a child's figure cannot be below it (below).
+    floor: u64,
+}
+
+/// Wall time and peak resident memory of one run of `command`: the child's `ru_maxrss` from
+/// `wait4`. The child is spawned with `vfork`, so the kernel counts the memory it shared with
+/// this process until its `exec` as well: the figure is the larger of the child's own peak and
+/// this process's (hence measured first, while this process is small, and printed beside).
+fn run_timed(command: &mut Command) -> (Duration, u64) {
+    let t0 = Instant::now();
+    #[expect(
+        clippy::zombie_processes,
+        reason = "reaped below by wait4, for its rusage"
+    )]
+    let child = command.stdout(Stdio::null()).spawn().unwrap();
+    let mut status = 0;
+    // SAFETY: a zeroed rusage is a valid value for wait4 to fill in.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waits for our own child, with valid pointers to locals.
+    let pid = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
+    let took = t0.elapsed();
+    assert!(
+        pid > 0 && libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "{command:?} failed"
+    );
+    (took, usage.ru_maxrss as u64 * 1024)
+}
+
+/// This process's peak resident memory so far (`VmHWM`), in bytes.
+fn own_peak() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kib| kib * 1024)
+}
+
+fn whole_process(dir: &Path, pod: &Path) -> WholeProcess {
+    let floor = own_peak();
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_wasmpod"));
-    let run = |cache: &Path| {
-        let t0 = Instant::now();
-        #[expect(
-            clippy::zombie_processes,
-            reason = "reaped below by wait4, for its rusage"
-        )]
-        let child = Command::new(&bin)
+    let wasmpod = |cache: &Path| {
+        let mut command = Command::new(&bin);
+        command
             .args(["run", "--state-dir"])
             .arg(dir.join("state"))
             .arg("--cache-dir")
             .arg(cache)
-            .arg(pod)
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut status = 0;
-        // SAFETY: a zeroed rusage is a valid value for wait4 to fill in.
-        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-        // SAFETY: waits for our own child, with valid pointers to locals.
-        let pid = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
-        let took = t0.elapsed();
-        assert!(pid > 0 && libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
-        (took, usage.ru_maxrss as u64 * 1024)
+            .arg(pod);
+        run_timed(&mut command)
     };
+    let wasmtime = std::env::var("WASMTIME").unwrap_or_else(|_| "wasmtime".into());
+    let version = Command::new(&wasmtime)
+        .arg("--version")
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
+    let wasmtime_run = || {
+        let mut command = Command::new(&wasmtime);
+        command
+            .args(["run", "-C", "cache=y", AGNHOST_P1])
+            .args(["print", "hello"]);
+        run_timed(&mut command)
+    };
+
     let cold: Vec<_> = (0..5)
-        .map(|i| run(&dir.join(format!("cold-{i}"))))
+        .map(|i| wasmpod(&dir.join(format!("cold-{i}"))))
         .collect();
     let warm_cache = dir.join("warm");
-    run(&warm_cache);
-    let warm: Vec<_> = (0..20).map(|_| run(&warm_cache)).collect();
+    wasmpod(&warm_cache);
+    if version.is_some() {
+        wasmtime_run();
+    }
+    let (mut warm, mut theirs) = (Vec::new(), Vec::new());
+    for _ in 0..20 {
+        warm.push(wasmpod(&warm_cache));
+        if version.is_some() {
+            theirs.push(wasmtime_run());
+        }
+    }
     let peak = |runs: &[(Duration, u64)]| runs.iter().map(|r| r.1).max().unwrap_or(0);
-    let (cold_rss, warm_rss) = (peak(&cold), peak(&warm));
-    (
-        Stats::new(cold.into_iter().map(|r| r.0).collect()),
-        Stats::new(warm.into_iter().map(|r| r.0).collect()),
-        cold_rss,
-        warm_rss,
-    )
+    let times = |runs: &[(Duration, u64)]| Stats::new(runs.iter().map(|r| r.0).collect());
+    WholeProcess {
+        cold: times(&cold),
+        warm: times(&warm),
+        cold_rss: peak(&cold),
+        warm_rss: peak(&warm),
+        wasmtime: version.map(|v| (v, times(&theirs), peak(&theirs))),
+        floor,
+    }
+}
+
+fn verdict(met: bool) -> &'static str {
+    if met { "met" } else { "NOT met" }
 }
 
 fn compare_with_baseline(results: &Value) {
