@@ -49,10 +49,19 @@ fn main() {
     let yaml = wasmpod_tests::fill(POD);
     let pod_file = tmp.path().join("pod.yaml");
     std::fs::write(&pod_file, &yaml).unwrap();
-    let runtime = tokio::runtime::Runtime::new().unwrap();
+    // `BENCH_RT=current`: the node on one thread, every hand-off between its tasks a call on
+    // that thread: what a pod's own work costs, without waking other threads.
+    let runtime = if std::env::var("BENCH_RT").as_deref() == Ok("current") {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    } else {
+        tokio::runtime::Runtime::new().unwrap()
+    };
 
     // `BENCH_CASE=in-process N`: only N in-process pods and their p50/p99 (for a profiler, or
-    // builds compared run after run).
+    // builds compared run after run; with `BENCH_RT=current`, on one thread).
     if let Ok(case) = std::env::var("BENCH_CASE")
         && let Some(n) = case.strip_prefix("in-process ")
     {

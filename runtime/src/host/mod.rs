@@ -21,7 +21,7 @@ pub(crate) use term::{KillClock, Killed, PodExport, TERM_INTERFACE, TERM_MODULE,
 
 /// The linkers of an engine: what preview1 modules and components may import. Each is built the
 /// first time an image of its kind is linked (a component's linker, with WASI 0.2 and 0.3, the
-/// pod network and `wasi:http`, takes a `wasmpod run` of a preview1 module a tenth of its time).
+/// pod network and `wasi:http`, was a sixth of the CPU of a `wasmpod run` of a preview1 module).
 pub(crate) struct Linkers {
     engine: wasmtime::Engine,
     sockets: GuestSockets,
