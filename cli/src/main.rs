@@ -318,13 +318,17 @@ fn main() -> ExitCode {
         }
         Command::Run(args) => {
             let runtime = tokio::runtime::Runtime::new().expect("cannot start the async runtime");
-            match runtime.block_on(run(*args)) {
+            let code = match runtime.block_on(run(*args)) {
                 Ok(code) => code,
                 Err(e) => {
                     eprintln!("wasmpod: {e:#}");
                     ExitCode::from(2)
                 }
-            }
+            };
+            // Nor is the runtime shut down (its idle threads woken and joined): the pod is gone
+            // and its output written.
+            std::mem::forget(runtime);
+            code
         }
     }
 }
@@ -413,6 +417,9 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         file.write_all(json.as_bytes())
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
+    // The process ends here: the node is not torn down (every module's code unmapped, every
+    // table freed) only for the kernel to do it again at exit.
+    std::mem::forget(node);
     Ok(match status.phase.as_deref() {
         Some("Succeeded") => ExitCode::SUCCESS,
         _ => ExitCode::from(1),
