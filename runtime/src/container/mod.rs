@@ -15,6 +15,7 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{FsPerms, I32Exit, WasiCtxBuilder};
 
 mod http;
+mod trap;
 
 pub(crate) use http::{DEFAULT_PORT, HttpServe};
 
@@ -513,8 +514,8 @@ fn exit_of(result: wasmtime::Result<i32>, oom: bool) -> Exit {
             if e.downcast_ref::<Killed>().is_some() {
                 return Exit::code(EXIT_KILLED);
             }
-            let cause = e.root_cause().to_string();
             if oom {
+                let cause = e.root_cause();
                 return Exit {
                     oom: true,
                     message: Some(format!("memory limit reached: {cause}")),
@@ -522,7 +523,7 @@ fn exit_of(result: wasmtime::Result<i32>, oom: bool) -> Exit {
                 };
             }
             Exit {
-                message: Some(cause),
+                message: Some(trap::message(&e)),
                 ..Exit::code(EXIT_TRAP)
             }
         }

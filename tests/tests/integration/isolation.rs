@@ -17,7 +17,8 @@ fn one(name: &str, image: &str, args: &str) -> String {
         .build()
 }
 
-/// A trap ends the container with 134, reason Error, the trap in the message.
+/// A trap ends the container with 134, reason Error, the trap in the message and where in the
+/// guest it happened (the innermost frames of its wasm backtrace, names demangled).
 #[tokio::test]
 async fn trap_is_exit_134() {
     let node = TestNode::new();
@@ -29,7 +30,14 @@ async fn trap_is_exit_134() {
             (term.exit_code, term.reason.as_deref()),
             (134, Some("Error"))
         );
-        assert!(term.message.unwrap().contains("unreachable"), "{image}");
+        let message = term.message.clone().unwrap_or_default();
+        let lines: Vec<&str> = message.lines().collect();
+        assert!(lines[0].contains("unreachable"), "{image}: {message}");
+        assert_eq!(lines.get(1), Some(&"wasm backtrace:"), "{image}: {message}");
+        assert!(
+            lines.iter().any(|l| l.ends_with("!agnhost::main")),
+            "{image}: {message}"
+        );
         assert_eq!(status.phase.as_deref(), Some("Failed"));
     }
 }
@@ -52,6 +60,9 @@ async fn stack_exhaustion_is_a_trap_and_the_next_instances_run() {
         assert_eq!(t.exit_codes("c"), [134], "round {round}: {t}");
         let message = terminated(&status, "c").message.unwrap_or_default();
         assert!(message.contains("stack"), "{message}");
+        // Thousands of frames deep: the message keeps the innermost ten.
+        assert!(message.lines().count() <= 13, "{message}");
+        assert!(message.ends_with("more frames"), "{message}");
         for image in ["{p1}", "{p2}"] {
             let (t, status) = node
                 .run(&one("after", image, "[print, hello]"), LIMIT)
