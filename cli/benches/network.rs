@@ -235,7 +235,7 @@ async fn main() {
     });
     println!(
         "throughput ratio {ratio:.2} (target: at least 1.5 in every run): {}",
-        if ratio >= 1.5 { "met" } else { "NOT met" }
+        wasmpod_tests::verdict(ratio >= 1.5)
     );
     wasmpod_tests::compare_bench(
         "network",

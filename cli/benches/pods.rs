@@ -244,11 +244,7 @@ async fn main() {
             "10,000 sleeping pods: {:.1} KiB resident per pod; target ≤ {} KiB: {}",
             resident as f64 / 1024.0,
             TARGET_BYTES_PER_POD / 1024,
-            if resident <= TARGET_BYTES_PER_POD {
-                "met"
-            } else {
-                "NOT met"
-            }
+            wasmpod_tests::verdict(resident <= TARGET_BYTES_PER_POD)
         );
     }
 }

@@ -137,12 +137,11 @@ async fn main() {
             "/probed_once_a_second/cpu_cores",
         ],
     );
-    let verdict = |met: bool| if met { "met" } else { "NOT met" };
     for kind in ["preview1 module", "component"] {
         if let Some(ratio) = results[format!("probe_over_bare_p50, {kind}")].as_f64() {
             println!(
                 "probe / bare p50, {kind}: {ratio:.2}; target ≤ {TARGET_OVER_BARE}: {}",
-                verdict(ratio <= TARGET_OVER_BARE)
+                wasmpod_tests::verdict(ratio <= TARGET_OVER_BARE)
             );
         }
     }
@@ -154,7 +153,7 @@ async fn main() {
             "containers probed once a second: {:.1} % of a core; target ≤ {:.0} % (at 1,000): {}",
             cores * 100.0,
             TARGET_CORES * 100.0,
-            verdict(cores <= TARGET_CORES)
+            wasmpod_tests::verdict(cores <= TARGET_CORES)
         );
     }
 }

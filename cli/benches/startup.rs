@@ -111,7 +111,7 @@ fn main() {
     }
     println!(
         "overhead ratio (create->exit / bare, p50): {ratio:.2}; target ≤ {TARGET_RATIO}: {}",
-        verdict(ratio <= TARGET_RATIO)
+        wasmpod_tests::verdict(ratio <= TARGET_RATIO)
     );
     let mib = |bytes: u64| bytes as f64 / 1048576.0;
     println!(
@@ -126,7 +126,7 @@ fn main() {
         println!(
             "wasmpod run / wasmtime run ({version}), warm, p50: {over:.2}; \
              target ≤ 1 (no slower than wasmtime): {}",
-            verdict(over <= 1.0)
+            wasmpod_tests::verdict(over <= 1.0)
         );
         println!(
             "peak RSS, wasmpod run / wasmtime run: {:.1} / {:.1} MiB",
@@ -141,8 +141,22 @@ fn main() {
             "no wasmtime found (set WASMTIME): `wasmpod run` not compared with `wasmtime run`"
         );
     }
-    compare_with_baseline(&results);
     wasmpod_tests::save_bench("startup", &results);
+    wasmpod_tests::compare_bench(
+        "startup",
+        &results,
+        &[
+            "/pod_create_to_started/p50_us",
+            "/pod_create_to_exit/p50_us",
+            "/bare_wasmtime_instantiate_and_run/p50_us",
+            "overhead_ratio_p50",
+            "/wasmpod_run_cold_cache/p50_us",
+            "/wasmpod_run_warm_cache/p50_us",
+            "/wasmtime_run_warm_cache/p50_us",
+            "wasmpod_run_over_wasmtime_run_p50",
+            "wasmpod_run_peak_rss_warm_bytes",
+        ],
+    );
 }
 
 /// Pod create -> first container Started, and create -> every container stopped.
@@ -317,33 +331,5 @@ fn whole_process(dir: &Path, pod: &Path) -> WholeProcess {
         warm_rss: peak(&warm),
         wasmtime: version.map(|v| (v, times(&theirs), peak(&theirs))),
         floor,
-    }
-}
-
-fn verdict(met: bool) -> &'static str {
-    if met { "met" } else { "NOT met" }
-}
-
-fn compare_with_baseline(results: &Value) {
-    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/bench-baseline.json");
-    let Ok(text) = std::fs::read_to_string(&file) else {
-        return;
-    };
-    let Ok(baseline) = serde_json::from_str::<Value>(&text) else {
-        return;
-    };
-    let Some(base) = baseline.get("startup") else {
-        return;
-    };
-    println!("\nagainst the baseline in docs/bench-baseline.json (p50, now / then):");
-    for (key, now) in results.as_object().unwrap() {
-        if let (Some(now), Some(then)) = (now["p50_us"].as_f64(), base[key]["p50_us"].as_f64()) {
-            println!(
-                "  {key:<36} {:>8.0} µs / {:>8.0} µs = {:.2}",
-                now,
-                then,
-                now / then
-            );
-        }
     }
 }

@@ -144,11 +144,7 @@ async fn main() {
             "{BLOCKED}, p99: {:.1} ms; target ≤ {} ms: {}",
             p99 / 1e3,
             TARGET_BLOCKED_P99.as_millis(),
-            if p99 <= TARGET_BLOCKED_P99.as_secs_f64() * 1e6 {
-                "met"
-            } else {
-                "NOT met"
-            }
+            wasmpod_tests::verdict(p99 <= TARGET_BLOCKED_P99.as_secs_f64() * 1e6)
         );
     }
 }

@@ -431,6 +431,11 @@ pub fn save_bench(name: &str, results: &serde_json::Value) {
     .unwrap();
 }
 
+/// A target's verdict as the benchmarks print it.
+pub fn verdict(met: bool) -> &'static str {
+    if met { "met" } else { "NOT met" }
+}
+
 /// Prints `keys` of a benchmark's results beside the `name` entry of `docs/bench-baseline.json`
 /// (now / then and their ratio). A key starting with `/` is a JSON pointer into nested results
 /// (`/case/p99_us`).
