@@ -6,11 +6,13 @@ use std::fmt::Write;
 
 /// The innermost frames of a trap's wasm backtrace its message keeps.
 const FRAMES: usize = 10;
-/// The most characters of a frame's function name kept (a generic's demangled name can be long).
+/// The most characters of a frame's module or function name kept (a generic's demangled name can
+/// be long; a guest names its module and functions as it likes).
 const NAME_CHARS: usize = 160;
 
 /// `error`'s root cause, then the innermost [`FRAMES`] frames of its wasm backtrace (module,
-/// demangled function name without its hash), one a line, and how many more there were.
+/// demangled function name without its hash, both [`printable`]), one a line, and how many more
+/// there were.
 pub(super) fn message(error: &wasmtime::Error) -> String {
     let mut message = error.root_cause().to_string();
     let Some(trace) = error.downcast_ref::<wasmtime::WasmBacktrace>() else {
@@ -22,15 +24,11 @@ pub(super) fn message(error: &wasmtime::Error) -> String {
     }
     message.push_str("\nwasm backtrace:");
     for (i, frame) in frames.iter().take(FRAMES).enumerate() {
-        let module = frame.module().name().unwrap_or("<module>");
-        let mut func = match frame.func_name() {
-            Some(name) => format!("{:#}", rustc_demangle::demangle(name)),
+        let module = printable(frame.module().name().unwrap_or("<module>"));
+        let func = match frame.func_name() {
+            Some(name) => printable(&format!("{:#}", rustc_demangle::demangle(name))),
             None => format!("<wasm function {}>", frame.func_index()),
         };
-        if let Some((cut, _)) = func.char_indices().nth(NAME_CHARS) {
-            func.truncate(cut);
-            func.push('…');
-        }
         // Writing to a `String` cannot fail.
         let _ = write!(message, "\n  {i}: {module}!{func}");
     }
@@ -38,6 +36,20 @@ pub(super) fn message(error: &wasmtime::Error) -> String {
         let _ = write!(message, "\n  … {} more frames", frames.len() - FRAMES);
     }
     message
+}
+
+/// A name from the guest's name section, as it may be shown: at most [`NAME_CHARS`] characters,
+/// control characters (a newline that would forge a line, a terminal escape) replaced.
+fn printable(name: &str) -> String {
+    let mut shown: String = name
+        .chars()
+        .take(NAME_CHARS)
+        .map(|c| if c.is_control() { '\u{fffd}' } else { c })
+        .collect();
+    if name.chars().nth(NAME_CHARS).is_some() {
+        shown.push('…');
+    }
+    shown
 }
 
 #[cfg(test)]
@@ -80,5 +92,19 @@ mod tests {
         assert_eq!(message.lines().count(), 2 + FRAMES + 1, "{message}");
         assert!(message.ends_with("more frames"), "{message}");
         assert!(message.len() < 4096, "{}", message.len());
+    }
+
+    #[test]
+    fn names_the_guest_chose_cannot_forge_lines_or_grow_the_message() {
+        let long = "m".repeat(100_000);
+        let error = trap_of(&format!(
+            r#"(module (@name "{long}")
+                 (func (@name "evil\0aname\1b[2J") unreachable)
+                 (func (export "run") call 0))"#
+        ));
+        let message = message(&error);
+        assert_eq!(message.lines().count(), 4, "{message}");
+        assert!(message.contains("evil\u{fffd}name\u{fffd}[2J"), "{message}");
+        assert!(message.len() < 1024, "{}", message.len());
     }
 }
