@@ -102,7 +102,15 @@ async fn read(path: &Path) -> Result<(Static, Value), String> {
     let text = tokio::fs::read_to_string(path)
         .await
         .map_err(|e| e.to_string())?;
-    let mut pod: Value = serde_yaml_ng::from_str(&text).map_err(|e| e.to_string())?;
+    let mut pod = match wasmpod::read_documents(text.as_bytes()).map_err(|e| e.to_string())? {
+        docs if docs.len() == 1 => docs.into_iter().next().unwrap_or_default(),
+        docs => {
+            return Err(format!(
+                "{} documents: a manifest holds one Pod",
+                docs.len()
+            ));
+        }
+    };
     if pod.get("kind").and_then(Value::as_str) != Some("Pod") {
         return Err("not a Pod".into());
     }

@@ -55,7 +55,9 @@ pub use images::{ImageGc, PullProgress};
 pub use network::Egress;
 pub use node::{Allocatable, Error, Node, NodeOptions, PodHandle, PodOptions};
 pub use output::{LogLimits, LogOptions, Logs, OutputLine, Stream};
-pub use spec::{FieldError, FieldErrorKind, InvalidPod, PodSpec, read_priority_classes};
+pub use spec::{
+    FieldError, FieldErrorKind, InvalidPod, PodSpec, read_documents, read_priority_classes,
+};
 pub use supervisor::BackoffOptions;
 
 /// The Kubernetes API types wasmpod speaks (`Pod`, `PodStatus`, ...), re-exported.

@@ -232,7 +232,7 @@ impl Api {
         }
     }
 
-    fn authorized(&self, req: &Request<Incoming>) -> bool {
+    pub(crate) fn authorized(&self, req: &Request<Incoming>) -> bool {
         let Some(given) = req
             .headers()
             .get(header::AUTHORIZATION)
@@ -395,22 +395,31 @@ async fn read_object(
     parse_json(&body)
 }
 
+/// A body of one object, sent as JSON or YAML (server-side apply sends YAML, and so may any
+/// client), read by the bounded reader every document of wasmpod goes through.
 pub(crate) fn parse_json(body: &[u8]) -> Result<Value, ApiError> {
-    match serde_json::from_slice::<Value>(body) {
-        Ok(v) => Ok(v),
-        Err(json_error) => {
-            // YAML (server-side apply sends it, and so may any client).
-            let text = std::str::from_utf8(body).map_err(|_| {
-                ApiError::bad_request(format!("the body is not valid JSON: {json_error}"))
-            })?;
-            serde_yaml_ng::from_str::<Value>(text)
-                .ok()
-                .filter(Value::is_object)
-                .ok_or_else(|| {
-                    ApiError::bad_request(format!("the body is not valid JSON: {json_error}"))
-                })
+    let refused = |e: wasmpod::FieldError| {
+        let message = format!("the body is not a valid object: {e}");
+        match e.kind {
+            wasmpod::FieldErrorKind::TooLarge => ApiError::too_large(message),
+            _ => ApiError::bad_request(message),
         }
+    };
+    let mut docs =
+        wasmpod::read_documents(body).map_err(|mut e| refused(e.errors.swap_remove(0)))?;
+    if docs.len() != 1 {
+        return Err(ApiError::bad_request(format!(
+            "the body holds {} documents, not one object",
+            docs.len()
+        )));
     }
+    let object = docs.swap_remove(0);
+    if !object.is_object() {
+        return Err(ApiError::bad_request(
+            "the body is not an object: expected a JSON or YAML mapping",
+        ));
+    }
+    Ok(object)
 }
 
 async fn read_optional_json(req: Request<Incoming>) -> Result<Option<Value>, ApiError> {

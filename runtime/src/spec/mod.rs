@@ -42,6 +42,7 @@ pub(crate) use names::{MAX_DURATION, check_subdomain};
 pub(crate) use placement::{Placement, PodTerm};
 pub use priority::read_priority_classes;
 pub(crate) use serving::Serving;
+pub use yaml::read_documents;
 
 #[cfg(test)]
 mod tests;

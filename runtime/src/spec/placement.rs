@@ -522,8 +522,13 @@ mod tests {
             .collect()
     }
 
+    fn from_yaml(yaml: &str) -> k8s::PodSpec {
+        let doc = super::super::yaml::documents(yaml).expect("YAML").remove(0);
+        serde_json::from_value(doc).expect("pod spec")
+    }
+
     fn parse(yaml: &str) -> (Placement, Vec<FieldError>) {
-        let spec: k8s::PodSpec = serde_yaml_ng::from_str(yaml).expect("pod spec");
+        let spec: k8s::PodSpec = from_yaml(yaml);
         let mut errors = Vec::new();
         let own = labels(&[("app", "web"), ("rev", "7")]);
         (check(&spec, "default", &own, &mut errors), errors)
@@ -584,7 +589,7 @@ mod tests {
             "containers: []\naffinity:\n  podAntiAffinity:\n    requiredDuringSchedulingIgnoredDuringExecution: [ {} ]\n",
             term.repeat(65)
         );
-        let spec: k8s::PodSpec = serde_yaml_ng::from_str(&yaml).unwrap();
+        let spec: k8s::PodSpec = from_yaml(&yaml);
         let mut errors = Vec::new();
         check(&spec, "default", &labels(&[]), &mut errors);
         assert_eq!(

@@ -1,13 +1,20 @@
-//! Reading YAML documents with bounds, so that a small hostile input cannot cost much memory or
-//! time: the text's size, the nesting depth, and the size of each document once its aliases are
-//! expanded (nodes and scalar bytes) are capped, and a mapping may not repeat a key. Each
-//! violation is an error that names the field where it happened.
+//! The one bounded reader of YAML and JSON documents: Pod files, `--config` files, static-pod
+//! manifests and every body the agent's API takes go through [`documents`]. A small hostile input
+//! cannot cost much memory or time: the text's size, the nesting depth, and the values of the
+//! whole text once its aliases are expanded (nodes and scalar bytes) are capped, a mapping may not
+//! repeat a key, and every violation is an error that names the field where it happened.
+//!
+//! The YAML is read as a stream of parser events (saphyr-parser) and each value is built as its
+//! events arrive, so a bound stops the reading where it is crossed: a text 100,000 levels deep is
+//! refused at its 65th level, and an alias is charged its whole expanded size before it is copied.
+//! The time is proportional to the bytes read. Scalars are resolved as the YAML 1.2 core schema
+//! (and serde_yaml) resolve them: `null`/`~`, booleans, decimal, `0x`, `0o`, `0b` integers,
+//! floats; numbers written with leading zeros (`0644`) stay strings.
 
-use std::cell::Cell;
-use std::fmt;
+use std::collections::HashMap;
+use std::fmt::Write as _;
 
-use serde::Deserialize;
-use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
+use saphyr_parser::{Event, Parser, ScalarStyle, ScanError, Tag};
 use serde_json::{Map, Value};
 
 use super::{FieldError, InvalidPod};
@@ -17,273 +24,535 @@ use super::{FieldError, InvalidPod};
 pub(crate) const MAX_INPUT: usize = 3 * 1024 * 1024;
 /// The deepest nesting of mappings and sequences (a Pod needs fewer than 15 levels).
 pub(crate) const MAX_DEPTH: usize = 64;
-/// The most nodes (scalars, mappings, sequences) in one document, aliases expanded.
+/// The most nodes (scalars, mappings, sequences) in one text, aliases expanded.
 pub(crate) const MAX_NODES: u64 = 200_000;
-/// The most bytes of scalars in one document, aliases expanded.
+/// The most bytes of scalars in one text, aliases expanded.
 pub(crate) const MAX_SCALAR_BYTES: u64 = 8 * 1024 * 1024;
 
-/// The YAML documents of a text (empty ones skipped), each within the bounds above.
-pub(crate) fn documents(text: &str) -> Result<Vec<Value>, InvalidPod> {
-    let invalid = |message: String| InvalidPod {
+fn refused(error: FieldError) -> InvalidPod {
+    InvalidPod {
         file: None,
-        errors: vec![FieldError::invalid("", message)],
-    };
-    if text.len() > MAX_INPUT {
-        return Err(InvalidPod {
-            file: None,
-            errors: vec![FieldError::too_large(
-                "",
-                format!(
-                    "too large: {} bytes, at most {MAX_INPUT} are read",
-                    text.len()
-                ),
-            )],
-        });
+        errors: vec![error],
     }
+}
+
+/// The documents of a text of YAML or JSON (empty ones skipped), each within the bounds above.
+pub(crate) fn documents(text: &str) -> Result<Vec<Value>, InvalidPod> {
+    if text.len() > MAX_INPUT {
+        return Err(refused(FieldError::too_large(
+            "",
+            format!(
+                "too large: {} bytes, at most {MAX_INPUT} are read",
+                text.len()
+            ),
+        )));
+    }
+    // JSON (what API clients send) through serde_json, whose own recursion limit bounds the
+    // stack; its depth and size are then checked as YAML's are. Anything else, and JSON that
+    // serde_json refuses, is read as YAML (of which JSON is a part), whose errors name the field.
+    if text.trim_start().starts_with(['{', '['])
+        && let Ok(value) = serde_json::from_str::<Value>(text)
+    {
+        check_json(&value)?;
+        return Ok(vec![value]);
+    }
+    let mut reader = Reader::default();
     let mut docs = Vec::new();
-    for (i, doc) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
-        let budget = Budget::default();
-        let seed = Node {
-            budget: &budget,
-            path: Path::Root,
-            depth: 0,
-        };
-        let value = seed.deserialize(doc).map_err(|e| {
-            let message = e.to_string();
-            match budget.failure.take() {
-                Some(error) => InvalidPod {
-                    file: None,
-                    errors: vec![error],
-                },
-                None if docs.is_empty() && i == 0 => invalid(format!("not valid YAML: {message}")),
-                None => invalid(format!("document {}: not valid YAML: {message}", i + 1)),
+    for event in Parser::new_from_str(text) {
+        let (event, _) = event.map_err(|e| {
+            // The parser's own bound on nesting, met while it looks ahead for a key.
+            if e.info().contains("recursion limit") {
+                return refused(reader.too_large(deep()));
             }
+            refused(FieldError::invalid(
+                reader.path(),
+                format!("not valid YAML: {}", scan_error(&e)),
+            ))
         })?;
-        if !value.is_null() {
+        if let Some(value) = reader.event(event).map_err(refused)?
+            && !value.is_null()
+        {
             docs.push(value);
         }
     }
     if docs.is_empty() {
-        return Err(invalid(
-            "not a Kubernetes object: expected a mapping with apiVersion and kind".into(),
-        ));
+        return Err(refused(FieldError::invalid(
+            "",
+            "not a Kubernetes object: expected a mapping with apiVersion and kind",
+        )));
     }
     Ok(docs)
 }
 
-/// What one document has used so far, and the first bound it crossed (with its field).
-#[derive(Default)]
+/// Reads the documents of a YAML or JSON text (a file, an API request's body) with the bounds
+/// every input of wasmpod is read with: at most 3 MiB, 64 levels of nesting, 200,000 values and
+/// 8 MiB of scalars once aliases are expanded, no repeated key; refused in time proportional to
+/// what was read, with an error naming the field. Empty documents are skipped; a text with none
+/// is an error.
+pub fn read_documents(text: &[u8]) -> Result<Vec<Value>, InvalidPod> {
+    let text = std::str::from_utf8(text).map_err(|e| {
+        refused(FieldError::invalid(
+            "",
+            format!("not UTF-8 text: invalid byte at offset {}", e.valid_up_to()),
+        ))
+    })?;
+    documents(text)
+}
+
+fn scan_error(e: &ScanError) -> String {
+    let at = e.marker();
+    format!("{} at line {} column {}", e.info(), at.line(), at.col() + 1)
+}
+
+/// Checks a JSON value against the bounds, without recursion.
+fn check_json(value: &Value) -> Result<(), InvalidPod> {
+    let mut budget = Budget::default();
+    let mut stack = vec![(value, 0usize)];
+    while let Some((v, depth)) = stack.pop() {
+        let too_large = |message: String| refused(FieldError::too_large("", message));
+        match v {
+            Value::Array(items) => {
+                budget.charge(0).map_err(too_large)?;
+                if depth >= MAX_DEPTH {
+                    return Err(too_large(deep()));
+                }
+                stack.extend(items.iter().map(|i| (i, depth + 1)));
+            }
+            Value::Object(map) => {
+                budget.charge(0).map_err(too_large)?;
+                if depth >= MAX_DEPTH {
+                    return Err(too_large(deep()));
+                }
+                for (k, v) in map {
+                    budget.charge(k.len()).map_err(too_large)?;
+                    stack.push((v, depth + 1));
+                }
+            }
+            Value::String(s) => budget.charge(s.len()).map_err(too_large)?,
+            _ => budget.charge(8).map_err(too_large)?,
+        }
+    }
+    Ok(())
+}
+
+fn deep() -> String {
+    format!("nested too deeply: at most {MAX_DEPTH} levels")
+}
+
+/// What the text has used so far.
+#[derive(Debug, Default, Clone, Copy)]
 struct Budget {
-    nodes: Cell<u64>,
-    bytes: Cell<u64>,
-    failure: Cell<Option<FieldError>>,
+    nodes: u64,
+    bytes: u64,
 }
 
 impl Budget {
-    fn charge<E: de::Error>(&self, path: &Path<'_>, bytes: usize) -> Result<(), E> {
-        let nodes = self.nodes.get().saturating_add(1);
-        let bytes = self.bytes.get().saturating_add(bytes as u64);
-        self.nodes.set(nodes);
-        self.bytes.set(bytes);
-        if nodes > MAX_NODES {
-            return self.fail(
-                path,
-                format!(
-                    "the document is too large: more than {MAX_NODES} values (aliases expanded)"
-                ),
-            );
+    /// Counts one node of `bytes` bytes; the message of the first bound crossed.
+    fn charge(&mut self, bytes: usize) -> Result<(), String> {
+        self.add(Budget {
+            nodes: 1,
+            bytes: bytes as u64,
+        })
+    }
+
+    fn add(&mut self, cost: Budget) -> Result<(), String> {
+        self.nodes = self.nodes.saturating_add(cost.nodes);
+        self.bytes = self.bytes.saturating_add(cost.bytes);
+        if self.nodes > MAX_NODES {
+            return Err(format!(
+                "the document is too large: more than {MAX_NODES} values (aliases expanded)"
+            ));
         }
-        if bytes > MAX_SCALAR_BYTES {
-            return self.fail(
-                path,
-                format!(
-                    "the document is too large: more than {MAX_SCALAR_BYTES} bytes of values \
-                     (aliases expanded)"
-                ),
-            );
-        }
-        Ok(())
-    }
-
-    fn fail<T, E: de::Error>(&self, path: &Path<'_>, message: String) -> Result<T, E> {
-        self.refuse(FieldError::too_large(path.to_string(), message))
-    }
-
-    fn refuse<T, E: de::Error>(&self, error: FieldError) -> Result<T, E> {
-        let text = error.to_string();
-        self.failure.set(Some(error));
-        Err(E::custom(text))
-    }
-}
-
-/// Where a node is, for error messages: `spec.containers[0].name`.
-#[derive(Clone, Copy)]
-enum Path<'a> {
-    Root,
-    Key(&'a Path<'a>, &'a str),
-    Index(&'a Path<'a>, usize),
-}
-
-impl fmt::Display for Path<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Path::Root => Ok(()),
-            Path::Key(Path::Root, key) => f.write_str(key),
-            Path::Key(parent, key) => write!(f, "{parent}.{key}"),
-            Path::Index(parent, i) => write!(f, "{parent}[{i}]"),
-        }
-    }
-}
-
-/// Deserializes one node into a JSON value within the document's budget.
-struct Node<'a> {
-    budget: &'a Budget,
-    path: Path<'a>,
-    depth: usize,
-}
-
-impl<'de> DeserializeSeed<'de> for Node<'_> {
-    type Value = Value;
-
-    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-impl Node<'_> {
-    fn scalar<E: de::Error>(&self, bytes: usize, value: Value) -> Result<Value, E> {
-        self.budget.charge(&self.path, bytes)?;
-        Ok(value)
-    }
-
-    fn nest<E: de::Error>(&self) -> Result<(), E> {
-        self.budget.charge(&self.path, 0)?;
-        if self.depth >= MAX_DEPTH {
-            return self.budget.fail(
-                &self.path,
-                format!("nested too deeply: at most {MAX_DEPTH} levels"),
-            );
+        if self.bytes > MAX_SCALAR_BYTES {
+            return Err(format!(
+                "the document is too large: more than {MAX_SCALAR_BYTES} bytes of values \
+                 (aliases expanded)"
+            ));
         }
         Ok(())
     }
-}
 
-impl<'de> Visitor<'de> for Node<'_> {
-    type Value = Value;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a YAML value")
-    }
-
-    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Value, E> {
-        self.scalar(1, Value::Bool(v))
-    }
-
-    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Value, E> {
-        self.scalar(8, Value::from(v))
-    }
-
-    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Value, E> {
-        self.scalar(8, Value::from(v))
-    }
-
-    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
-        // JSON has no NaN or infinities; like serde_json, they become null.
-        self.scalar(8, Value::from(v))
-    }
-
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<Value, E> {
-        self.scalar(v.len(), Value::String(v.to_owned()))
-    }
-
-    fn visit_string<E: de::Error>(self, v: String) -> Result<Value, E> {
-        self.scalar(v.len(), Value::String(v))
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<Value, E> {
-        self.scalar(0, Value::Null)
-    }
-
-    fn visit_none<E: de::Error>(self) -> Result<Value, E> {
-        self.scalar(0, Value::Null)
-    }
-
-    fn visit_some<D: de::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
-        self.deserialize(d)
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
-        self.nest()?;
-        let mut items = Vec::new();
-        loop {
-            let seed = Node {
-                budget: self.budget,
-                path: Path::Index(&self.path, items.len()),
-                depth: self.depth + 1,
-            };
-            match seq.next_element_seed(seed)? {
-                Some(v) => items.push(v),
-                None => break,
-            }
+    fn since(self, start: Budget) -> Budget {
+        Budget {
+            nodes: self.nodes - start.nodes,
+            bytes: self.bytes - start.bytes,
         }
-        Ok(Value::Array(items))
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
-        self.nest()?;
-        let mut out = Map::new();
-        while let Some(key) = map.next_key::<Key>()? {
-            let key = key.0;
-            self.budget.charge(&self.path, key.len())?;
-            if out.contains_key(&key) {
-                return self.budget.refuse(FieldError::duplicate(
-                    Path::Key(&self.path, &key).to_string(),
-                    "duplicate key: a mapping may give each key once",
-                ));
-            }
-            let value = map.next_value_seed(Node {
-                budget: self.budget,
-                path: Path::Key(&self.path, &key),
-                depth: self.depth + 1,
-            })?;
-            out.insert(key, value);
-        }
-        Ok(Value::Object(out))
     }
 }
 
-/// A mapping key: a string, or a scalar written as one (`1: x` has the key `"1"`).
-struct Key(String);
+/// A mapping or sequence whose events are still arriving.
+#[derive(Debug)]
+struct Open {
+    anchor: usize,
+    /// The budget when it opened: what it cost is the difference at its end.
+    start: Budget,
+    kind: OpenKind,
+}
 
-impl<'de> Deserialize<'de> for Key {
-    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Key, D::Error> {
-        struct KeyVisitor;
-        impl Visitor<'_> for KeyVisitor {
-            type Value = Key;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a string key")
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Key, E> {
-                Ok(Key(v.to_owned()))
-            }
-            fn visit_string<E: de::Error>(self, v: String) -> Result<Key, E> {
-                Ok(Key(v))
-            }
-            fn visit_bool<E: de::Error>(self, v: bool) -> Result<Key, E> {
-                Ok(Key(v.to_string()))
-            }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Key, E> {
-                Ok(Key(v.to_string()))
-            }
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Key, E> {
-                Ok(Key(v.to_string()))
-            }
-            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Key, E> {
-                Ok(Key(v.to_string()))
+#[derive(Debug)]
+enum OpenKind {
+    Seq(Vec<Value>),
+    /// Its entries so far and, between a key and its value, the key.
+    Map(Map<String, Value>, Option<String>),
+}
+
+/// A value that an alias may repeat, with what it costs each time.
+#[derive(Debug)]
+struct Anchored {
+    value: Value,
+    cost: Budget,
+}
+
+/// Builds the documents' values from the parser's events.
+#[derive(Debug, Default)]
+struct Reader {
+    budget: Budget,
+    open: Vec<Open>,
+    anchors: HashMap<usize, Anchored>,
+}
+
+impl Reader {
+    /// Where the next value goes, for error messages: `spec.containers[0].name`.
+    fn path(&self) -> String {
+        let mut path = String::new();
+        for open in &self.open {
+            match &open.kind {
+                OpenKind::Seq(items) => {
+                    let _ = write!(path, "[{}]", items.len());
+                }
+                OpenKind::Map(_, Some(key)) => {
+                    if !path.is_empty() {
+                        path.push('.');
+                    }
+                    path.push_str(key);
+                }
+                OpenKind::Map(_, None) => {}
             }
         }
-        d.deserialize_str(KeyVisitor)
+        path
     }
+
+    fn too_large(&self, message: String) -> FieldError {
+        FieldError::too_large(self.path(), message)
+    }
+
+    /// Takes one event; a document's value when the event ends it.
+    fn event(&mut self, event: Event<'_>) -> Result<Option<Value>, FieldError> {
+        match event {
+            Event::Scalar(text, style, anchor, tag) => {
+                if self
+                    .open
+                    .last()
+                    .is_some_and(|o| matches!(o.kind, OpenKind::Map(_, None)))
+                {
+                    // A mapping key: its text, as written.
+                    if tag.is_some() && !matches!(tag.as_deref(), Some(t) if is_core(t, "str")) {
+                        return Err(FieldError::invalid(
+                            self.path(),
+                            "a mapping key must be a string",
+                        ));
+                    }
+                    self.budget
+                        .charge(text.len())
+                        .map_err(|m| self.too_large(m))?;
+                    if anchor > 0 {
+                        self.anchors.insert(
+                            anchor,
+                            Anchored {
+                                value: Value::String(text.to_string()),
+                                cost: Budget {
+                                    nodes: 1,
+                                    bytes: text.len() as u64,
+                                },
+                            },
+                        );
+                    }
+                    return self.key(text.into_owned()).map(|()| None);
+                }
+                let value = resolve(&text, style, tag.as_deref())
+                    .map_err(|m| FieldError::invalid(self.path(), m))?;
+                let bytes = match &value {
+                    Value::String(s) => s.len(),
+                    Value::Null => 0,
+                    Value::Bool(_) => 1,
+                    _ => 8,
+                };
+                self.budget.charge(bytes).map_err(|m| self.too_large(m))?;
+                if anchor > 0 {
+                    self.anchors.insert(
+                        anchor,
+                        Anchored {
+                            value: value.clone(),
+                            cost: Budget {
+                                nodes: 1,
+                                bytes: bytes as u64,
+                            },
+                        },
+                    );
+                }
+                self.complete(value)
+            }
+            Event::SequenceStart(anchor, tag) => {
+                self.check_collection_tag(tag.as_deref(), "seq")?;
+                self.start(anchor, OpenKind::Seq(Vec::new()))
+            }
+            Event::MappingStart(anchor, tag) => {
+                self.check_collection_tag(tag.as_deref(), "map")?;
+                self.start(anchor, OpenKind::Map(Map::new(), None))
+            }
+            Event::SequenceEnd | Event::MappingEnd => {
+                let Some(open) = self.open.pop() else {
+                    return Ok(None);
+                };
+                let value = match open.kind {
+                    OpenKind::Seq(items) => Value::Array(items),
+                    OpenKind::Map(map, _) => Value::Object(map),
+                };
+                if open.anchor > 0 {
+                    self.anchors.insert(
+                        open.anchor,
+                        Anchored {
+                            value: value.clone(),
+                            cost: self.budget.since(open.start),
+                        },
+                    );
+                }
+                self.complete(value)
+            }
+            Event::Alias(id) => {
+                let Some(anchored) = self.anchors.get(&id) else {
+                    return Err(FieldError::invalid(self.path(), "an alias of no anchor"));
+                };
+                // Charged in full before it is copied.
+                let (cost, is_key) = (
+                    anchored.cost,
+                    self.open
+                        .last()
+                        .is_some_and(|o| matches!(o.kind, OpenKind::Map(_, None))),
+                );
+                self.budget.add(cost).map_err(|m| self.too_large(m))?;
+                let value = self.anchors[&id].value.clone();
+                if is_key {
+                    return match value {
+                        Value::String(key) => self.key(key).map(|()| None),
+                        _ => Err(FieldError::invalid(
+                            self.path(),
+                            "a mapping key must be a string",
+                        )),
+                    };
+                }
+                self.complete(value)
+            }
+            Event::DocumentStart(_) => {
+                self.open.clear();
+                Ok(None)
+            }
+            Event::DocumentEnd => {
+                self.anchors.clear();
+                Ok(None)
+            }
+            Event::StreamStart | Event::StreamEnd | Event::Nothing => Ok(None),
+        }
+    }
+
+    fn check_collection_tag(&self, tag: Option<&Tag>, core: &str) -> Result<(), FieldError> {
+        match tag {
+            None => Ok(()),
+            Some(t) if is_core(t, core) => Ok(()),
+            Some(t) => Err(FieldError::invalid(
+                self.path(),
+                format!("unsupported tag {t}"),
+            )),
+        }
+    }
+
+    fn start(&mut self, anchor: usize, kind: OpenKind) -> Result<Option<Value>, FieldError> {
+        if self
+            .open
+            .last()
+            .is_some_and(|o| matches!(o.kind, OpenKind::Map(_, None)))
+        {
+            return Err(FieldError::invalid(
+                self.path(),
+                "a mapping key must be a string",
+            ));
+        }
+        self.budget.charge(0).map_err(|m| self.too_large(m))?;
+        if self.open.len() >= MAX_DEPTH {
+            return Err(self.too_large(deep()));
+        }
+        self.open.push(Open {
+            anchor,
+            start: self.budget,
+            kind,
+        });
+        Ok(None)
+    }
+
+    /// A mapping's next key.
+    fn key(&mut self, key: String) -> Result<(), FieldError> {
+        let Some(Open {
+            kind: OpenKind::Map(map, pending),
+            ..
+        }) = self.open.last_mut()
+        else {
+            return Ok(());
+        };
+        if map.contains_key(&key) {
+            let mut path = self.path();
+            if !path.is_empty() {
+                path.push('.');
+            }
+            path.push_str(&key);
+            return Err(FieldError::duplicate(
+                path,
+                "duplicate key: a mapping may give each key once",
+            ));
+        }
+        *pending = Some(key);
+        Ok(())
+    }
+
+    /// A whole value: into the collection that holds it, or the document's own.
+    fn complete(&mut self, value: Value) -> Result<Option<Value>, FieldError> {
+        match self.open.last_mut() {
+            None => Ok(Some(value)),
+            Some(Open {
+                kind: OpenKind::Seq(items),
+                ..
+            }) => {
+                items.push(value);
+                Ok(None)
+            }
+            Some(Open {
+                kind: OpenKind::Map(map, key),
+                ..
+            }) => {
+                if let Some(key) = key.take() {
+                    map.insert(key, value);
+                }
+                Ok(None)
+            }
+        }
+    }
+}
+
+fn is_core(tag: &Tag, suffix: &str) -> bool {
+    tag.is_yaml_core_schema() && tag.suffix == suffix
+}
+
+/// A scalar's value: quoted and block scalars are strings; plain ones resolve by the core schema;
+/// the core tags (`!!str`, `!!int`, ...) say what to resolve to.
+fn resolve(text: &str, style: ScalarStyle, tag: Option<&Tag>) -> Result<Value, String> {
+    let Some(tag) = tag else {
+        return Ok(match style {
+            ScalarStyle::Plain => plain(text),
+            _ => Value::String(text.to_owned()),
+        });
+    };
+    let wrong = || format!("invalid value {text:?} for the tag {tag}");
+    if !tag.is_yaml_core_schema() {
+        return Err(format!("unsupported tag {tag}"));
+    }
+    match tag.suffix.as_str() {
+        "str" => Ok(Value::String(text.to_owned())),
+        "null" if null(text) => Ok(Value::Null),
+        "bool" => boolean(text).map(Value::Bool).ok_or_else(wrong),
+        "int" => int(text).ok_or_else(wrong),
+        "float" => float(text)
+            .or_else(|| int(text).and_then(|v| v.as_f64()))
+            .map(Value::from)
+            .ok_or_else(wrong),
+        _ => Err(wrong()),
+    }
+}
+
+fn plain(text: &str) -> Value {
+    if null(text) {
+        return Value::Null;
+    }
+    if let Some(b) = boolean(text) {
+        return Value::Bool(b);
+    }
+    if let Some(n) = int(text) {
+        return n;
+    }
+    if !leading_zeros(text)
+        && let Some(f) = float(text)
+    {
+        return Value::from(f);
+    }
+    Value::String(text.to_owned())
+}
+
+fn null(text: &str) -> bool {
+    matches!(text, "" | "~" | "null" | "Null" | "NULL")
+}
+
+fn boolean(text: &str) -> Option<bool> {
+    match text {
+        "true" | "True" | "TRUE" => Some(true),
+        "false" | "False" | "FALSE" => Some(false),
+        _ => None,
+    }
+}
+
+/// `0644` and the like: digits after a leading zero are a string in YAML 1.2.
+fn leading_zeros(text: &str) -> bool {
+    let digits = text.strip_prefix(['-', '+']).unwrap_or(text);
+    digits.len() > 1 && digits.starts_with('0') && digits[1..].bytes().all(|b| b.is_ascii_digit())
+}
+
+/// A core-schema integer that fits in 64 bits: decimal, or `0x`, `0o`, `0b` with an optional sign.
+fn int(text: &str) -> Option<Value> {
+    let (negative, unsigned) = match text.as_bytes().first()? {
+        b'-' => (true, &text[1..]),
+        b'+' => (false, &text[1..]),
+        _ => (false, text),
+    };
+    let (radix, digits) = if let Some(d) = unsigned.strip_prefix("0x") {
+        (16, d)
+    } else if let Some(d) = unsigned.strip_prefix("0o") {
+        (8, d)
+    } else if let Some(d) = unsigned.strip_prefix("0b") {
+        (2, d)
+    } else {
+        if leading_zeros(text) {
+            return None;
+        }
+        (10, unsigned)
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let magnitude = u64::from_str_radix(digits, radix).ok()?;
+    if !negative {
+        return Some(Value::from(magnitude));
+    }
+    match magnitude {
+        0 => Some(Value::from(0)),
+        m if m <= i64::MAX as u64 + 1 => Some(Value::from(0i64.wrapping_sub_unsigned(m))),
+        _ => None,
+    }
+}
+
+fn float(text: &str) -> Option<f64> {
+    let unsigned = match text.strip_prefix('+') {
+        Some(rest) if rest.starts_with(['+', '-']) => return None,
+        Some(rest) => rest,
+        None => text,
+    };
+    match unsigned {
+        ".inf" | ".Inf" | ".INF" => return Some(f64::INFINITY),
+        "-.inf" | "-.Inf" | "-.INF" => return Some(f64::NEG_INFINITY),
+        ".nan" | ".NaN" | ".NAN" => return Some(f64::NAN),
+        _ => {}
+    }
+    // Rust reads `inf`, `nan` and `infinity` too, which YAML does not.
+    if !unsigned.bytes().any(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    unsigned.parse::<f64>().ok().filter(|f| f.is_finite())
 }
 
 /// File modes written the YAML 1.1 way (`defaultMode: 0644`), which Kubernetes' YAML reader
@@ -368,6 +637,92 @@ mod tests {
         assert!(e.message.contains("nested too deeply"), "{e}");
         let big = format!("a: {}\n", "z".repeat(MAX_INPUT));
         assert!(error_of(&big).message.starts_with("too large"));
+    }
+
+    /// Worst cases of 3 MiB each: refused at once, not after a pass over the whole text.
+    #[test]
+    fn hostile_texts_are_refused_in_time_proportional_to_what_is_read() {
+        let n = MAX_INPUT - 64;
+        let cases = [
+            ("flow sequences", format!("spec: {}", "[".repeat(n))),
+            ("flow mappings", format!("spec: {}", "{a: ".repeat(n / 4))),
+            ("block sequences", format!("spec:\n{}", "- ".repeat(n / 2))),
+            ("block mappings", {
+                let mut t = String::from("spec:\n");
+                let mut indent = 1;
+                while t.len() + indent + 4 < n {
+                    t += &" ".repeat(indent);
+                    t += "a:\n";
+                    indent += 1;
+                }
+                t
+            }),
+            ("many values", format!("spec: [{}]", "1,".repeat(n / 2 - 8))),
+            ("JSON", format!("{{\"spec\": {}", "[".repeat(n))),
+        ];
+        for (what, text) in cases {
+            let start = std::time::Instant::now();
+            let e = documents(&text).map(|_| ()).expect_err(what);
+            let took = start.elapsed();
+            // Generous for a debug build on a loaded machine; the release figure is in
+            // docs/security.md.
+            assert!(
+                took < std::time::Duration::from_secs(2),
+                "{what}: {took:?}: {e}"
+            );
+            // In JSON the parser meets its own bound before the first value.
+            if what != "JSON" {
+                assert!(e.errors[0].path.starts_with("spec"), "{what}: {e}");
+            }
+            assert_eq!(
+                e.errors[0].kind,
+                crate::FieldErrorKind::TooLarge,
+                "{what}: {e}"
+            );
+        }
+        // A long value is no bound crossed, and is read in time too.
+        let start = std::time::Instant::now();
+        let long = documents(&format!("spec: {}", "x".repeat(n))).unwrap();
+        assert!(start.elapsed() < std::time::Duration::from_secs(2));
+        assert_eq!(long[0]["spec"].as_str().map(str::len), Some(n));
+    }
+
+    #[test]
+    fn scalars_resolve_as_the_core_schema() {
+        let docs = documents(
+            "a: 0644\nb: 0x1F\nc: -12\nd: 1.5\ne: ~\nf: True\ng: '1'\nh: !!str 2\n\
+             i: 18446744073709551615\nj: 1e3\nk: .inf\nl: yes\nm: |\n  x\nn: -0o7\n3: k\n",
+        )
+        .unwrap();
+        let d = &docs[0];
+        assert_eq!(d["a"], "0644");
+        assert_eq!(d["b"], 31);
+        assert_eq!(d["c"], -12);
+        assert_eq!(d["d"], 1.5);
+        assert_eq!(d["e"], Value::Null);
+        assert_eq!(d["f"], true);
+        assert_eq!(d["g"], "1");
+        assert_eq!(d["h"], "2");
+        assert_eq!(d["i"], u64::MAX);
+        assert_eq!(d["j"], 1000.0);
+        assert_eq!(d["k"], Value::Null);
+        assert_eq!(d["l"], "yes");
+        assert_eq!(d["m"], "x\n");
+        assert_eq!(d["n"], -7);
+        assert_eq!(d["3"], "k");
+        let e = error_of("a: !custom x\n");
+        assert!(e.message.contains("unsupported tag"), "{e}");
+        assert_eq!(e.path, "a");
+    }
+
+    #[test]
+    fn json_is_bounded_as_yaml_is() {
+        let deep = format!("{{\"a\": {}1{}}}", "[".repeat(100), "]".repeat(100));
+        assert!(error_of(&deep).message.contains("nested too deeply"));
+        let wide = format!("[{}0]", "0,".repeat(MAX_NODES as usize));
+        assert!(error_of(&wide).message.contains("values"));
+        let docs = documents(r#"{"kind": "Pod", "spec": {"a": [1, "x"]}}"#).unwrap();
+        assert_eq!(docs[0]["spec"]["a"][1], "x");
     }
 
     #[test]
