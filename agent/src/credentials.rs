@@ -48,10 +48,12 @@ impl Credentials {
         };
         let tls = server_config(&cert_pem, &key_pem).map_err(|e| tls_error(dir, CERT, e))?;
         let kubeconfig = dir.join(KUBECONFIG);
-        write_private(
-            &kubeconfig,
-            kubeconfig_yaml(&ca_pem.0, listen, node, &token).as_bytes(),
-        )?;
+        // Written only when it changes (a new address or token): an agent restarted on a full
+        // disk starts with the kubeconfig it has.
+        let yaml = kubeconfig_yaml(&ca_pem.0, listen, node, &token);
+        if std::fs::read(&kubeconfig).ok().as_deref() != Some(yaml.as_bytes()) {
+            write_private(&kubeconfig, yaml.as_bytes())?;
+        }
         Ok(Credentials {
             token,
             tls,

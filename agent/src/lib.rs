@@ -25,6 +25,7 @@
 
 mod api;
 mod body;
+mod bounds;
 mod credentials;
 mod kubelet;
 mod manifests;

@@ -42,6 +42,10 @@ impl ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, "BadRequest", message)
     }
 
+    pub(crate) fn too_many_requests(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::TOO_MANY_REQUESTS, "TooManyRequests", message)
+    }
+
     pub(crate) fn unauthorized() -> ApiError {
         ApiError::new(StatusCode::UNAUTHORIZED, "Unauthorized", "Unauthorized")
     }

@@ -209,6 +209,10 @@ impl Store {
             }
             v
         });
+        // Checked without recursion before anything recurses on it (serializing, cloning).
+        if let Some(v) = &next {
+            crate::bounds::check_depth(v)?;
+        }
         let bytes = match &next {
             Some(v) => Some(serde_json::to_vec(v).map_err(internal)?),
             None => None,

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use super::resources::Resource;
 use super::select::{Fields, Labels};
 use super::{Api, Call, json, patch, table};
-use crate::body::Body;
+use crate::body::{Body, Ended};
 use crate::status::{ApiError, Cause};
 use crate::store::{ChangeKind, Durable};
 
@@ -305,11 +305,14 @@ impl Api {
                     },
                 };
                 if wanted(change.resource, &change.object)
-                    && tx
-                        .send(line(change.kind, &change.object, change.rv))
-                        .await
-                        .is_err()
+                    && let Err(why) = tx.send(line(change.kind, &change.object, change.rv)).await
                 {
+                    if why == Ended::TooSlow {
+                        tracing::debug!(
+                            resource = resource.name,
+                            "a watch that did not read what it was sent is ended"
+                        );
+                    }
                     return;
                 }
             }
@@ -394,9 +397,16 @@ impl Api {
             && !resource.is("nodes")
             && self.store.get(resource.name, ns, name).is_none()
         {
+            if let Some(ns) = namespace {
+                self.namespace_exists(ns)?;
+            }
             let mut object = super::parse_json(body)?;
-            if object.pointer("/metadata/name").is_none() {
-                object["metadata"]["name"] = json!(name);
+            match object.get_mut("metadata") {
+                None | Some(Value::Null) => object["metadata"] = json!({"name": name}),
+                Some(Value::Object(meta)) => {
+                    meta.entry("name").or_insert_with(|| json!(name));
+                }
+                Some(_) => return Err(ApiError::bad_request("metadata: must be an object")),
             }
             return self.create(resource, namespace, object, call).await;
         }
@@ -404,10 +414,13 @@ impl Api {
             let mut next = current.clone();
             match kind {
                 "application/json-patch+json" => {
-                    let ops: json_patch::Patch = serde_json::from_slice(body)
-                        .map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
-                    json_patch::patch(&mut next, &ops)
-                        .map_err(|e| ApiError::invalid(resource.kind, name, vec![Cause { reason: "FieldValueInvalid".into(), field: String::new(), message: e.to_string() }]))?;
+                    crate::bounds::json_patch(&mut next, body).map_err(|message| {
+                        ApiError::invalid(resource.kind, name, vec![Cause {
+                            reason: "FieldValueInvalid".into(),
+                            field: String::new(),
+                            message,
+                        }])
+                    })?;
                 }
                 "application/merge-patch+json" => {
                     json_patch::merge(&mut next, &super::parse_json(body)?);

@@ -56,6 +56,12 @@ impl Api {
                 ),
             ));
         }
+        // The node's own mark of a static pod's mirror: only the node sets it (as the API server
+        // lets only a kubelet create mirror pods); from a client it would make the pod one that
+        // the API can neither change nor delete.
+        if is_mirror(&pod) {
+            return Err(mirror_annotation_refused(name));
+        }
         self.admit_pod(ns, name, pod, dry_run).await
     }
 
@@ -383,6 +389,18 @@ pub(crate) fn is_mirror(pod: &Value) -> bool {
         .is_some()
 }
 
+fn mirror_annotation_refused(name: &str) -> ApiError {
+    ApiError::forbidden(
+        "pods",
+        name,
+        format!(
+            "pods \"{name}\" is forbidden: metadata.annotations[{}]: only the node sets it, on \
+             the mirrors of its static pods",
+            crate::manifests::MIRROR
+        ),
+    )
+}
+
 fn mirror_refused(name: &str, what: &str) -> ApiError {
     ApiError::forbidden(
         "pods",
@@ -403,6 +421,9 @@ pub(crate) fn check_update(current: &Value, next: &mut Value) -> Result<(), ApiE
         .unwrap_or("");
     if is_mirror(current) {
         return Err(mirror_refused(name, "changed"));
+    }
+    if is_mirror(next) {
+        return Err(mirror_annotation_refused(name));
     }
     // Status is the kubelet's; what the client sends of it is ignored.
     next["status"] = current.get("status").cloned().unwrap_or(json!({}));
