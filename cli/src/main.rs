@@ -7,6 +7,8 @@ use std::io::{IsTerminal, Write};
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -382,6 +384,8 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     // thread only (the node drops lines for a watcher that does not keep up; the logs have
     // them), never the pod or wasmpod's exit.
     let (printed_tx, printed) = tokio::sync::oneshot::channel::<()>();
+    let written = Arc::new(AtomicU64::new(0));
+    let progress = written.clone();
     std::thread::spawn(move || {
         // Write errors (a closed pipe: `wasmpod run pod.yaml | head`) are ignored: the pod runs
         // on and its output stays in the log files.
@@ -390,10 +394,11 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
                 Stream::Stdout => writeln!(std::io::stdout(), "[{}] {}", out.container, out.line),
                 Stream::Stderr => writeln!(std::io::stderr(), "[{}] {}", out.container, out.line),
             };
+            progress.fetch_add(1, Ordering::Relaxed);
         }
         drop(printed_tx);
     });
-    let events = events_out.map(|out| write_events(pod.clone(), out));
+    let events = events_out.map(|out| write_events(pod.clone(), out, written.clone()));
     tokio::spawn(forward_signals(signals, pod.clone()));
     tokio::spawn(report_pending(pod.clone()));
     if std::io::stderr().is_terminal() {
@@ -403,19 +408,22 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let status = pod.wait().await;
     pod.delete(None);
     pod.deleted().await;
-    // Everything the pod printed is on stdout before `run` ends, unless nobody reads it.
-    let _ = tokio::time::timeout(OUTPUT_PATIENCE, printed).await;
+    // Everything the pod printed is on stdout before `run` ends, unless nobody reads it: the
+    // writers are waited for only while they make progress.
+    let _ = drain(printed, &written).await;
     if let Some(events) = events {
-        // Bounded: an event stream to a pipe nobody reads does not keep wasmpod from exiting.
-        match tokio::time::timeout(OUTPUT_PATIENCE, events).await {
-            Ok(written) => written?.context("cannot write the event stream")?,
-            Err(_) => eprintln!("wasmpod: the event stream could not be written in time"),
+        match drain(events, &written).await {
+            Some(result) => result.context("cannot write the event stream")?,
+            None => eprintln!("wasmpod: the event stream could not be written: nobody reads it"),
         }
     }
     if let (Some(path), Some(mut file)) = (&args.status, status_out) {
         let json = serde_json::to_string_pretty(&status)? + "\n";
         file.write_all(json.as_bytes())
             .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    if status.phase.as_deref() != Some("Succeeded") {
+        report_failures(&args.pod, &status);
     }
     // The process ends here: the node is not torn down (every module's code unmapped, every
     // table freed) only for the kernel to do it again at exit.
@@ -424,6 +432,40 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         Some("Succeeded") => ExitCode::SUCCESS,
         _ => ExitCode::from(1),
     })
+}
+
+/// Why each container that failed did (its last end that was not a success: reason, exit code,
+/// message), on stderr, as `kubectl describe` shows a container's last state.
+fn report_failures(pod: &Path, status: &wasmpod::k8s_openapi::api::core::v1::PodStatus) {
+    let statuses = status
+        .init_container_statuses
+        .iter()
+        .chain(&status.container_statuses)
+        .flatten();
+    for c in statuses {
+        let ends = [&c.state, &c.last_state];
+        let failed = ends
+            .into_iter()
+            .filter_map(|s| s.as_ref()?.terminated.as_ref())
+            .find(|t| t.exit_code != 0);
+        if let Some(t) = failed {
+            let message = t
+                .message
+                .as_deref()
+                .map(|m| format!(": {}", m.trim_end()))
+                .unwrap_or_default();
+            eprintln!(
+                "wasmpod: {}: container {} ended {} (exit code {}){message}",
+                pod.display(),
+                c.name,
+                t.reason.as_deref().unwrap_or("Error"),
+                t.exit_code,
+            );
+        }
+    }
+    if let Some(message) = &status.message {
+        eprintln!("wasmpod: {}: {message}", pod.display());
+    }
 }
 
 /// `wasmpod serve`: the node agent, until SIGTERM or Ctrl-C.
@@ -454,8 +496,31 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// How long `run` waits, once the pod is gone, for its event stream to be written out.
+/// How long `run` waits, once the pod is gone, for its output and event stream to be written
+/// out, at most, and for the writers to write anything at all.
 const OUTPUT_PATIENCE: Duration = Duration::from_secs(5);
+const OUTPUT_STALL: Duration = Duration::from_millis(300);
+
+/// Waits for a writer thread to finish while the writers make progress (`written` counts their
+/// lines): a stdout or event stream nobody reads stalls them, and `run` then ends without the
+/// rest (the log files have it), however much is left.
+async fn drain<T>(done: tokio::sync::oneshot::Receiver<T>, written: &AtomicU64) -> Option<T> {
+    let deadline = tokio::time::Instant::now() + OUTPUT_PATIENCE;
+    tokio::pin!(done);
+    let mut seen = written.load(Ordering::Relaxed);
+    loop {
+        match tokio::time::timeout(OUTPUT_STALL, &mut done).await {
+            Ok(result) => return result.ok(),
+            Err(_) => {
+                let now = written.load(Ordering::Relaxed);
+                if now == seen || tokio::time::Instant::now() >= deadline {
+                    return None;
+                }
+                seen = now;
+            }
+        }
+    }
+}
 
 /// The PriorityClass documents of the pod file and the `--config` files.
 fn priority_classes(pod: &Path, config: &[PathBuf]) -> Result<Vec<PriorityClass>, InvalidPod> {
@@ -491,6 +556,7 @@ fn open_output(path: &Path) -> anyhow::Result<Box<dyn Write + Send>> {
 fn write_events(
     pod: PodHandle,
     mut out: Box<dyn Write + Send>,
+    written: Arc<AtomicU64>,
 ) -> tokio::sync::oneshot::Receiver<std::io::Result<()>> {
     let (lines_tx, mut lines) = tokio::sync::mpsc::channel::<Vec<u8>>(1024);
     let (done_tx, done) = tokio::sync::oneshot::channel();
@@ -503,6 +569,7 @@ fn write_events(
                 result = Err(e);
                 break;
             }
+            written.fetch_add(1, Ordering::Relaxed);
         }
         let _ = done_tx.send(result);
     });

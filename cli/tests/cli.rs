@@ -476,6 +476,108 @@ spec:
     assert_eq!(events[pos("Exited")]["exitCode"], 143);
 }
 
+/// SIGTERM acts while nobody reads stdout: with `--events -` to a pipe that is never read (and
+/// so full), the pod is deleted and wasmpod exits at once, without the output it could not
+/// write (the log files have it).
+#[cfg(unix)]
+#[test]
+fn sigterm_acts_while_stdout_is_not_read() {
+    let dir = Dir::new();
+    let pod = dir.write(
+        "pod.yaml",
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: { name: loud }
+spec:
+  containers:
+  - { name: c, image: "{p1}", args: [print, started, flood, "20000", sleep, "100000"] }
+"#,
+    );
+    let mut child = dir
+        .run_command(&pod, &["--events", "-"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The pipe (64 KiB) fills with the flood and stays full: nothing reads it.
+    let log = dir.path("state").join("logs");
+    let start = Instant::now();
+    while !std::fs::read_dir(&log).is_ok_and(|mut d| d.next().is_some())
+        || !std::fs::read_to_string(dir.log_dir("c").join("0.log"))
+            .unwrap_or_default()
+            .contains("flood line 19999")
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the pod never flooded"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let sent = Instant::now();
+    sigterm(&child);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            sent.elapsed() < Duration::from_secs(10),
+            "SIGTERM did nothing while stdout was not read"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let took = sent.elapsed();
+    assert!(
+        took < Duration::from_secs(2),
+        "exited {took:?} after SIGTERM"
+    );
+    assert_eq!(status.code(), Some(1));
+}
+
+/// A container that cannot be created (here: the process may not reserve a memory's address
+/// space) is a `StartError`, not a trap, and `wasmpod run` says why on stderr.
+#[cfg(unix)]
+#[test]
+fn a_container_that_cannot_be_created_is_reported() {
+    let dir = Dir::new();
+    // One container: the node's capacity follows the address space, which holds one here.
+    let pod = dir.write(
+        "pod.yaml",
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: { name: cramped }
+spec:
+  restartPolicy: Never
+  containers:
+  - { name: c, image: "{p1}", args: [print, hello] }
+"#,
+    );
+    let st = dir.path("status.json");
+    let mut cmd = Command::new("timeout");
+    cmd.args(["60", "prlimit", "--as=4294967296"])
+        .arg(env!("CARGO_BIN_EXE_wasmpod"))
+        .arg("run")
+        .arg("--state-dir")
+        .arg(dir.path("state"))
+        .arg("--cache-dir")
+        .arg(wasmpod_tests::shared_cache())
+        .arg("--status")
+        .arg(&st)
+        .arg(&pod);
+    let out = cmd.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let status: Value = serde_json::from_str(&std::fs::read_to_string(&st).unwrap()).unwrap();
+    let terminated = &status["containerStatuses"][0]["state"]["terminated"];
+    assert_eq!(terminated["reason"], "StartError", "{status}");
+    assert_eq!(terminated["exitCode"], 128, "{status}");
+    assert!(
+        stderr.contains("ended StartError (exit code 128): cannot create the container's instance"),
+        "{stderr}"
+    );
+}
+
 /// A second Ctrl-C (SIGTERM) forces the deletion: a guest that ignores TERM is killed at once
 /// instead of at the end of its grace period.
 #[cfg(unix)]

@@ -94,11 +94,6 @@ impl Budget {
         })
     }
 
-    /// The most bytes it holds.
-    pub(crate) fn limit(&self) -> u64 {
-        self.limit
-    }
-
     /// Takes `bytes` from the budget if they fit.
     fn take(&self, bytes: u64) -> bool {
         self.used

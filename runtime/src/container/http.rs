@@ -2,8 +2,9 @@
 //! container's TCP ports inside the pod network, each request in a fresh instance made from the
 //! pre-instantiated component (as `wasmtime serve` does).
 //!
-//! The container runs while it serves. Each instance has the container's env, volumes and
-//! memory limit (its own budget of that size) and CPU limit; at most
+//! The container runs while it serves. Each instance has the container's env and volumes, draws
+//! its memory from the container's one budget (a request that does not fit in what the requests
+//! in flight leave traps and is answered 500) and has the container's CPU limit; at most
 //! [`Serving::concurrency`] requests run at once, the rest wait. A request that traps, runs past
 //! [`Serving::timeout`] or never answers is answered 500 (504 for the timeout), counted and
 //! logged on the container's stderr; the container keeps serving. TERM closes the ports (new
@@ -32,10 +33,9 @@ use wasmtime_wasi_http::p2::bindings::http::types::Scheme;
 use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
 use wasmtime_wasi_http::p3;
 
-use super::{EXIT_START_ERROR, Exit, Sandbox, exit_of};
+use super::{Exit, Sandbox, exit_of, not_started};
 use crate::engine::{Entry, HttpPre, Image};
 use crate::host::P2State;
-use crate::memory::Budget;
 use crate::network::HostStream;
 use crate::spec::Serving;
 
@@ -46,6 +46,8 @@ pub(crate) const DEFAULT_PORT: u16 = 8080;
 /// each holds a task and its buffers, so a client opening connections cannot grow them without
 /// bound.
 const MAX_CONNECTIONS: usize = 1024;
+/// How long a client has to send each request head.
+const HEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Where and how a handler container serves.
 pub(crate) struct HttpServe {
@@ -106,16 +108,11 @@ impl Sandbox {
         let (stdout, stderr) = (Shared::new(stdout), Shared::new(stderr));
         let mut wasi = match self.wasi(&self.argv, stdout.clone(), stderr.clone()) {
             Ok(wasi) => wasi,
-            Err(e) => {
-                return Exit {
-                    message: Some(e.to_string()),
-                    ..Exit::code(EXIT_START_ERROR)
-                };
-            }
+            Err(e) => return Exit::start_error(e.to_string()),
         };
         let mut store = self.p2_store(pre.engine(), &mut wasi, self.budget.clone());
         if let Err(e) = pre.instantiate(&mut store).await {
-            return exit_of(Err(e), store.data().limiter.hit);
+            return not_started(e, store.data().limiter.hit);
         }
         drop(store);
 
@@ -127,12 +124,7 @@ impl Sandbox {
         for &port in &http.ports {
             let listener = match Acceptor::bind(self, port).await {
                 Ok(listener) => listener,
-                Err(e) => {
-                    return Exit {
-                        message: Some(format!("cannot listen on port {port}: {e}")),
-                        ..Exit::code(EXIT_START_ERROR)
-                    };
-                }
+                Err(e) => return Exit::start_error(format!("cannot listen on port {port}: {e}")),
             };
             let (accepted_tx, open) = (accepted_tx.clone(), open.clone());
             acceptors.spawn(async move {
@@ -225,6 +217,9 @@ where
             async move { Ok::<_, Infallible>(server.handle(request).await) }
         });
         let conn = hyper::server::conn::http1::Builder::new()
+            .timer(hyper_util::rt::TokioTimer::new())
+            // A client that trickles its request head (slowloris) loses its connection.
+            .header_read_timeout(HEADER_TIMEOUT)
             .keep_alive(true)
             // A client may shut its sending side down after the request and still read.
             .half_close(true)
@@ -252,7 +247,9 @@ where
             Ok(wasi) => wasi,
             Err(e) => return plain(500, &e.to_string()),
         };
-        let budget = Budget::new(sandbox.budget.limit());
+        // Every request in flight draws from the container's one budget, as every process of a
+        // container counts in its cgroup: concurrent requests cannot multiply the limit.
+        let budget = sandbox.budget.clone();
         // The request's instance comes from the pool when the handler has its twin there.
         let lease = sandbox.image.short_lived();
         let pre = match &*lease.image {

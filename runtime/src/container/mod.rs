@@ -78,6 +78,8 @@ pub(crate) struct Sandbox {
 pub(crate) struct Exit {
     pub(crate) code: i32,
     pub(crate) oom: bool,
+    /// The instance could not be made (no guest code ran): the kubelet's `StartError`.
+    pub(crate) start_failed: bool,
     /// The instance was lost with the node's previous process (its end was not seen).
     pub(crate) lost: bool,
     pub(crate) message: Option<String>,
@@ -88,8 +90,18 @@ impl Exit {
         Exit {
             code,
             oom: false,
+            start_failed: false,
             lost: false,
             message: None,
+        }
+    }
+
+    /// A container that could not be started, and why: exit code 128, reason `StartError`.
+    pub(crate) fn start_error(message: impl Into<String>) -> Exit {
+        Exit {
+            start_failed: true,
+            message: Some(message.into()),
+            ..Exit::code(EXIT_START_ERROR)
         }
     }
 
@@ -107,6 +119,7 @@ impl Exit {
     pub(crate) fn reason(&self) -> &'static str {
         match (self.oom, self.code) {
             _ if self.lost => "ContainerStatusUnknown",
+            _ if self.start_failed => "StartError",
             (true, _) => "OOMKilled",
             (false, 0) => "Completed",
             (false, _) => "Error",
@@ -239,10 +252,7 @@ impl Sandbox {
         }
         match self.wasi(&self.argv, stdout, stderr) {
             Ok(wasi) => self.run_entry(&self.image, wasi).await,
-            Err(e) => Exit {
-                message: Some(e.to_string()),
-                ..Exit::code(EXIT_START_ERROR)
-            },
+            Err(e) => Exit::start_error(e.to_string()),
         }
     }
 
@@ -250,8 +260,11 @@ impl Sandbox {
         match image {
             Image::Module { pre, .. } => {
                 let mut store = self.p1_store(pre.module().engine(), &mut wasi);
+                let instance = match pre.instantiate_async(&mut store).await {
+                    Ok(instance) => instance,
+                    Err(e) => return not_started(e, store.data().limiter.hit),
+                };
                 let result = async {
-                    let instance = pre.instantiate_async(&mut store).await?;
                     let start = instance.get_typed_func::<(), ()>(&mut store, "_start")?;
                     start.call_async(&mut store, ()).await
                 }
@@ -263,11 +276,11 @@ impl Sandbox {
                 ..
             } => {
                 let mut store = self.p2_store(pre.engine(), &mut wasi, self.budget.clone());
-                let result = async {
-                    let command = pre.instantiate_async(&mut store).await?;
-                    command.wasi_cli_run().call_run(&mut store).await
-                }
-                .await;
+                let command = match pre.instantiate_async(&mut store).await {
+                    Ok(command) => command,
+                    Err(e) => return not_started(e, store.data().limiter.hit),
+                };
+                let result = command.wasi_cli_run().call_run(&mut store).await;
                 exit_of(
                     result.map(|r| if r.is_ok() { 0 } else { 1 }),
                     store.data().limiter.hit,
@@ -278,13 +291,14 @@ impl Sandbox {
                 ..
             } => {
                 let mut store = self.p2_store(pre.engine(), &mut wasi, self.budget.clone());
-                let result = async {
-                    let command = pre.instantiate_async(&mut store).await?;
-                    store
-                        .run_concurrent(async |store| command.wasi_cli_run().call_run(store).await)
-                        .await?
-                }
-                .await;
+                let command = match pre.instantiate_async(&mut store).await {
+                    Ok(command) => command,
+                    Err(e) => return not_started(e, store.data().limiter.hit),
+                };
+                let result = store
+                    .run_concurrent(async |store| command.wasi_cli_run().call_run(store).await)
+                    .await
+                    .and_then(|r| r);
                 exit_of(
                     result.map(|r| if r.is_ok() { 0 } else { 1 }),
                     store.data().limiter.hit,
@@ -294,10 +308,7 @@ impl Sandbox {
             Image::Component {
                 entry: Entry::Http(_),
                 ..
-            } => Exit {
-                message: Some("an HTTP handler component has no command to run".into()),
-                ..Exit::code(EXIT_START_ERROR)
-            },
+            } => Exit::start_error("an HTTP handler component has no command to run"),
         }
     }
 
@@ -502,6 +513,16 @@ struct Throttle {
     entered: Option<Instant>,
     ran: f64,
     debt: f64,
+}
+
+/// An instantiation that failed: a start function's trap or exit, or the memory limit, end the
+/// container as they would in its entry point; anything else (the host could not make the
+/// instance: its memory's address space, its stack) is a start error, not the guest's doing.
+pub(super) fn not_started(e: wasmtime::Error, oom: bool) -> Exit {
+    if oom || e.is::<wasmtime::Trap>() || e.is::<I32Exit>() || e.is::<Killed>() {
+        return exit_of(Err(e), oom);
+    }
+    Exit::start_error(format!("cannot create the container's instance: {e:#}"))
 }
 
 fn exit_of(result: wasmtime::Result<i32>, oom: bool) -> Exit {

@@ -56,9 +56,16 @@ pub(crate) fn publish(
 
 /// How long the accept loop of a published port waits after a failed accept.
 const ACCEPT_BACKOFF: std::time::Duration = std::time::Duration::from_millis(100);
+/// Connections one published port carries at once; more wait in the kernel's backlog, so that
+/// a flood of idle connections to one port costs the process a bounded number of descriptors.
+pub(crate) const MAX_FORWARDED: usize = 256;
 
 async fn forward(listener: tokio::net::TcpListener, pod: Weak<PodNetwork>, port: u16) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_FORWARDED));
     loop {
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
         let (mut outside, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
             Err(e) => {
@@ -73,6 +80,7 @@ async fn forward(listener: tokio::net::TcpListener, pod: Weak<PodNetwork>, port:
             return;
         };
         tokio::spawn(async move {
+            let _slot = slot;
             match pod.connect_from_host(port).await {
                 Ok(mut inside) => {
                     let _ = tokio::io::copy_bidirectional(&mut outside, &mut inside).await;

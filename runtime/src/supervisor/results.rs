@@ -8,7 +8,7 @@ use tokio::sync::oneshot;
 use super::PodTask;
 use super::container::{HookState, State, Terminated};
 use super::probe::{HookKind, ProbeKind};
-use crate::container::{EXIT_START_ERROR, Exit};
+use crate::container::Exit;
 use crate::events::{EventType, Reason};
 use crate::spec::Role;
 
@@ -34,7 +34,7 @@ impl PodTask {
         let start_error = exit
             .message
             .as_ref()
-            .filter(|_| code == EXIT_START_ERROR)
+            .filter(|_| exit.start_failed)
             .map(|detail| format!("Error: {detail}"));
         let mut exit = exit;
         if let Some(t) = c.spec.termination.clone() {

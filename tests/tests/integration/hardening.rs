@@ -219,10 +219,113 @@ async fn a_module_with_too_many_memories_does_not_start() {
     let (t, status) = node
         .run(&pod("many", "", &format!("    image: {image}\n")), LIMIT)
         .await;
-    // Instantiation fails (it would otherwise grow its first memory 500 times and exit 500).
-    assert_eq!(t.exit_codes("c"), [134], "{t}");
-    let message = terminated(&status, "c").message.unwrap_or_default();
+    // Instantiation fails (it would otherwise grow its first memory 500 times and exit 500):
+    // the container could not be created, which is no trap of the guest's.
+    assert_eq!(t.exit_codes("c"), [128], "{t}");
+    let c = terminated(&status, "c");
+    assert_eq!(c.reason.as_deref(), Some("StartError"));
+    let message = c.message.unwrap_or_default();
     assert!(message.contains("memor"), "{message}");
+}
+
+/// The tables and memories a module declares are charged before it runs: 40 tables of a
+/// million elements (320 MB) do not fit in 1Mi, and the guest never runs.
+#[tokio::test]
+async fn declared_tables_are_charged_before_the_guest_runs() {
+    let node = TestNode::new();
+    let tables: String = (0..40)
+        .map(|i| format!("(table $t{i} 1000000 funcref)\n"))
+        .collect();
+    let image = module(
+        node.dir.path(),
+        "tables40.wasm",
+        &format!(
+            r#"(module
+  (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
+  {tables}
+  (memory (export "memory") 1)
+  (func (export "_start") (call $exit (i32.const 7))))"#
+        ),
+    );
+    let (t, status) = node
+        .run(
+            &pod(
+                "tables40",
+                "",
+                &format!("    image: {image}\n    resources: {{ limits: {{ memory: 1Mi }} }}\n"),
+            ),
+            LIMIT,
+        )
+        .await;
+    assert_eq!(t.exit_codes("c"), [137], "{t}");
+    let c = terminated(&status, "c");
+    assert_eq!(c.reason.as_deref(), Some("OOMKilled"), "{c:?}");
+    assert!(
+        c.message.unwrap_or_default().contains("memory limit"),
+        "{t}"
+    );
+}
+
+/// A published port carries a bounded number of connections at once: a flood of idle
+/// connections costs the process a bounded number of descriptors (the rest wait in the
+/// kernel's backlog), and the port serves again once they go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_published_port_bounds_its_connections() {
+    let node = TestNode::new();
+    let port = wasmpod_tests::free_port();
+    let yaml = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{ name: flood }}\nspec:\n  containers:\n  - name: c\n    image: \"{{p2}}\"\n    args: [echo-server, \"0.0.0.0:8080\"]\n    ports: [ {{ containerPort: 8080, hostPort: {port} }} ]\n"
+    );
+    let pod = node.start(&yaml).await;
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    // The server is up once it echoes.
+    let echo = |addr| {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(addr)?;
+        s.set_read_timeout(Some(Duration::from_secs(5)))?;
+        s.write_all(b"hi")?;
+        s.shutdown(std::net::Shutdown::Write)?;
+        let mut reply = String::new();
+        s.read_to_string(&mut reply)?;
+        Ok::<_, std::io::Error>(reply)
+    };
+    let start = std::time::Instant::now();
+    while echo(addr).ok().as_deref() != Some("hi") {
+        assert!(start.elapsed() < LIMIT, "the echo server never answered");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let fds = || std::fs::read_dir("/proc/self/fd").unwrap().count();
+    let before = fds();
+    // Connected at once; those the full backlog holds back give up.
+    let attempts: Vec<_> = (0..1000)
+        .map(|_| {
+            tokio::spawn(tokio::time::timeout(
+                Duration::from_secs(1),
+                tokio::net::TcpStream::connect(addr),
+            ))
+        })
+        .collect();
+    let mut idle = Vec::new();
+    for attempt in attempts {
+        if let Ok(Ok(Ok(stream))) = attempt.await {
+            idle.push(stream);
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // 256 a port (docs/security.md), with room for what the tests running beside this one open.
+    let held = fds().saturating_sub(before + idle.len());
+    assert!(
+        held < 600,
+        "1,000 idle connections to a published port hold {held} descriptors of the node"
+    );
+    drop(idle);
+    let start = std::time::Instant::now();
+    while echo(addr).ok().as_deref() != Some("hi") {
+        assert!(start.elapsed() < LIMIT, "the port never served again");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    pod.delete(Some(Duration::ZERO));
+    pod.deleted().await;
 }
 
 /// Socket buffers count against the container's memory: a guest cannot hold connections

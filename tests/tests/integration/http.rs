@@ -265,6 +265,80 @@ async fn a_failing_request_is_a_500_and_the_next_one_succeeds() {
     pod.deleted().await;
 }
 
+/// Requests in flight draw from the container's one memory budget: four requests holding
+/// 12 MiB at once do not all fit in 32Mi (each once had a budget of its own), and the container
+/// keeps serving.
+#[tokio::test]
+async fn requests_in_flight_share_the_containers_memory_limit() {
+    let node = TestNode::new();
+    let port = free_port();
+    let yaml = handler_pod(
+        "shared",
+        port,
+        "",
+        "    resources: { limits: { memory: 32Mi } }",
+    );
+    let pod = node.start(&yaml).await;
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    wait_for(&pod, LIMIT, ready).await;
+    let all: Vec<_> = (0..4)
+        .map(|_| tokio::spawn(get(addr, "/hold/12/1500")))
+        .collect();
+    let mut codes = Vec::new();
+    for reply in all {
+        codes.push(reply.await.unwrap().status);
+    }
+    codes.sort_unstable();
+    assert!(codes.contains(&200), "{codes:?}");
+    assert!(
+        codes.contains(&500),
+        "four requests of 12 MiB ran within 32Mi: {codes:?}"
+    );
+    assert_eq!(get(addr, "/hold/12/0").await.status, 200);
+    pod.delete(Some(Duration::ZERO));
+    pod.deleted().await;
+}
+
+/// A client that sends its request head slowly (slowloris) loses its connection after the
+/// header timeout; others are served meanwhile.
+#[tokio::test]
+async fn a_slow_request_head_loses_its_connection() {
+    let node = TestNode::new();
+    let port = free_port();
+    let pod = node.start(&handler_pod("slow", port, "", "")).await;
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    wait_for(&pod, LIMIT, ready).await;
+    let closed = tokio::task::spawn_blocking(move || {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.write_all(b"GET / HTTP/1.1\r\nHost: test\r\n").unwrap();
+        s.set_read_timeout(Some(LIMIT)).unwrap();
+        let start = Instant::now();
+        let mut buf = [0u8; 64];
+        // One more header line a second: never a whole head.
+        loop {
+            let _ = s.write_all(b"X-Slow: 1\r\n");
+            s.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+            match s.read(&mut buf) {
+                Ok(0) => return start.elapsed(),
+                Ok(_) => return start.elapsed(),
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::WouldBlock
+                        || e.kind() == std::io::ErrorKind::TimedOut => {}
+                Err(_) => return start.elapsed(),
+            }
+            assert!(
+                start.elapsed() < LIMIT,
+                "a trickled head kept its connection"
+            );
+        }
+    });
+    assert_eq!(get(addr, "/").await.status, 200);
+    let took = closed.await.unwrap();
+    assert!(took < Duration::from_secs(20), "closed after {took:?}");
+    pod.delete(Some(Duration::ZERO));
+    pod.deleted().await;
+}
+
 /// A request past `wasmpod.dev/http-request-timeout` is cut: a spinning one is answered 504, one
 /// whose body is still streaming loses its connection; the next request is served.
 #[tokio::test]

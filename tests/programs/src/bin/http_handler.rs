@@ -120,6 +120,16 @@ impl wasip2::exports::http::incoming_handler::Guest for Handler {
                     format!("allocated {}\n", v.len() >> 20).as_bytes(),
                 )
             }
+            // `hold/MIB/MS`: holds MIB MiB for MS milliseconds, then answers.
+            "hold" => {
+                let (mib, ms) = rest.split_once('/').unwrap();
+                let mut v = vec![0u8; mib.parse::<usize>().unwrap() << 20];
+                for i in (0..v.len()).step_by(4096) {
+                    v[i] = 1;
+                }
+                sleep_ms(ms.parse().unwrap());
+                respond(out, 200, format!("held {}\n", v.len() >> 20).as_bytes())
+            }
             "read" => match std::fs::read(format!("/{rest}")) {
                 Ok(bytes) => respond(out, 200, &bytes),
                 Err(e) => respond(out, 404, format!("{e}\n").as_bytes()),
