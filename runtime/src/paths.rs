@@ -207,6 +207,31 @@ pub(crate) fn log_dir(
         .join(log_dir_name(namespace, name, uid)))
 }
 
+/// Makes the node's trees under `state_dir` that hold pods' data (`pods/`: volumes, Secret
+/// files; `logs/`) private to the node's user (0700), whatever the mode of the state dir the
+/// operator made, so that no other local user reads a pod's Secrets or logs.
+pub(crate) fn make_private_trees(state_dir: &Path) -> io::Result<()> {
+    for tree in ["pods", "logs"] {
+        private_dir(&state_dir.join(tree))?;
+    }
+    Ok(())
+}
+
+/// `dir` made if missing, and its mode set to 0700.
+pub(crate) fn private_dir(dir: &Path) -> io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+    }
+    #[cfg(not(unix))]
+    std::fs::create_dir_all(dir)
+}
+
 /// Removes what a pod left under `state_dir`: its logs, and, unless a live process holds its UID
 /// lock, its volumes and the lock.
 pub(crate) fn remove_left(

@@ -133,8 +133,10 @@ impl PodVolumes {
         if let Some((dir, _)) = &self.shm {
             return Ok(dir.clone());
         }
+        // Private to the node's user: /dev/shm is every user's.
         let dir = Path::new(SHM).join("wasmpod").join(uid);
-        std::fs::create_dir_all(&dir)?;
+        crate::paths::private_dir(&Path::new(SHM).join("wasmpod"))?;
+        crate::paths::private_dir(&dir)?;
         let lock = File::create(dir.join(SHM_LOCK))?;
         lock.try_lock().map_err(|_| {
             std::io::Error::new(

@@ -71,10 +71,12 @@ impl Node {
         crate::volumes::remove_orphans();
         let engine = Engine::new(options.cache_dir.clone(), crate::host::GuestSockets::Pod)
             .map_err(|e| Error::Engine(format!("{e:#}")))?;
-        std::fs::create_dir_all(&options.state_dir).map_err(|source| Error::Io {
-            path: options.state_dir.clone(),
-            source,
-        })?;
+        std::fs::create_dir_all(&options.state_dir)
+            .and_then(|()| crate::paths::make_private_trees(&options.state_dir))
+            .map_err(|source| Error::Io {
+                path: options.state_dir.clone(),
+                source,
+            })?;
         let priorities = Priorities::new(&options.priority_classes)?;
         let allocatable = options.allocatable;
         let threshold = options.eviction_threshold.unwrap_or_else(|| {

@@ -480,3 +480,39 @@ async fn a_node_cleans_orphans_and_raises_the_fd_limit() {
     );
     assert_eq!(limit.rlim_cur, limit.rlim_max);
 }
+
+/// On a state dir the operator made readable by all (0755), what holds pods' data — volumes
+/// with Secret files, logs, the memory `emptyDir` under `/dev/shm` — is the node's user's alone.
+#[cfg(unix)]
+#[tokio::test]
+async fn pods_data_is_private_whatever_the_state_dirs_mode() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    for d in [&state, &state.join("pods"), &state.join("logs")] {
+        std::fs::create_dir_all(d).unwrap();
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let node = wasmpod::Node::new(
+        wasmpod::NodeOptions::default()
+            .state_dir(&state)
+            .cache_dir(Some(wasmpod_tests::shared_cache())),
+    )
+    .unwrap();
+    let yaml = wasmpod_tests::fill(
+        "apiVersion: v1\nkind: Pod\nmetadata: { name: secretive }\nspec:\n  volumes: [ { name: shm, emptyDir: { medium: Memory } } ]\n  containers:\n  - { name: c, image: \"{p1}\", args: [print, hi, sleep, '60000'], volumeMounts: [ { name: shm, mountPath: /shm } ] }\n",
+    );
+    let spec = wasmpod::PodSpec::from_yaml(&yaml, dir.path()).unwrap();
+    let pod = node.create_pod(spec, PodOptions::default()).await.unwrap();
+    wait_for(&pod, LIMIT, |s| is_running(s, "c")).await;
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&state.join("pods")), 0o700);
+    assert_eq!(mode(&state.join("logs")), 0o700);
+    let shm = Path::new("/dev/shm/wasmpod");
+    if shm.is_dir() {
+        assert_eq!(mode(shm), 0o700);
+        assert_eq!(mode(&shm.join(pod.uid())), 0o700);
+    }
+    pod.delete(Some(Duration::ZERO));
+    pod.deleted().await;
+}
