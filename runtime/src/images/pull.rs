@@ -21,6 +21,10 @@ use super::Counters;
 pub(crate) const MAX_BLOB: u64 = 512 << 20;
 /// The most bytes of an image config.
 const MAX_CONFIG: u64 = 4 << 20;
+/// How long a registry has to accept a connection, and to send anything at all while a pull
+/// reads from it.
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+const READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 const WASM_LAYERS: &[&str] = &[
     "application/wasm",
@@ -61,6 +65,10 @@ impl Puller {
         Client::new(ClientConfig {
             protocol: ClientProtocol::HttpsExcept(self.insecure.clone()),
             platform_resolver: Some(Box::new(wasm_platform)),
+            // A registry that stops answering fails the pull (the kubelet's image pull
+            // progress deadline is a minute too) rather than holding it for ever.
+            connect_timeout: Some(CONNECT_TIMEOUT),
+            read_timeout: Some(READ_TIMEOUT),
             ..ClientConfig::default()
         })
     }
