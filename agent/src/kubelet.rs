@@ -348,7 +348,7 @@ impl Kubelet {
             }
             if self
                 .store
-                .create("events", &ns, &event_name, object)
+                .create_as("events", &ns, &event_name, object, Durable::Later)
                 .is_err()
             {
                 continue;

@@ -280,13 +280,25 @@ impl Store {
         Ok(object)
     }
 
-    /// Creates an object; `AlreadyExists` if one of that name is there.
+    /// Creates an object durably; `AlreadyExists` if one of that name is there.
     pub(crate) fn create(
         &self,
         resource: &'static str,
         namespace: &str,
         name: &str,
         value: Value,
+    ) -> Result<Arc<Value>, ApiError> {
+        self.create_as(resource, namespace, name, value, Durable::Now)
+    }
+
+    /// Creates an object, committed as `durable` says (events: with the next durable write).
+    pub(crate) fn create_as(
+        &self,
+        resource: &'static str,
+        namespace: &str,
+        name: &str,
+        value: Value,
+        durable: Durable,
     ) -> Result<Arc<Value>, ApiError> {
         let mut state = self.state();
         let exists = state
@@ -309,14 +321,7 @@ impl Store {
                 ),
             ));
         }
-        self.commit(
-            &mut state,
-            resource,
-            namespace,
-            name,
-            Some(value),
-            Durable::Now,
-        )
+        self.commit(&mut state, resource, namespace, name, Some(value), durable)
     }
 
     /// Changes an object with `change`, which sees the current value; an unchanged object is
