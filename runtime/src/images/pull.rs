@@ -21,6 +21,8 @@ use super::Counters;
 pub(crate) const MAX_BLOB: u64 = 512 << 20;
 /// The most bytes of an image config.
 const MAX_CONFIG: u64 = 4 << 20;
+/// The most bytes of an image config's `Entrypoint` and `Cmd` together.
+const MAX_IMAGE_ARGV: usize = 128 << 10;
 /// How long a registry has to accept a connection, and to send anything at all while a pull
 /// reads from it.
 const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
@@ -155,6 +157,20 @@ impl Puller {
             )
         };
         let (entrypoint, cmd) = (list("Entrypoint"), list("Cmd"));
+        // They become the container's argv, and its status shows them: bounded as a pod's own
+        // command and args are.
+        let size: usize = [&entrypoint, &cmd]
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|a| a.len() + 1)
+            .sum();
+        if size > MAX_IMAGE_ARGV {
+            return Err(format!(
+                "the image config's Entrypoint and Cmd hold {size} bytes: at most \
+                 {MAX_IMAGE_ARGV} are taken"
+            ));
+        }
         let Some(program) = command
             .map(str::to_owned)
             .or_else(|| entrypoint.as_ref().and_then(|e| e.first().cloned()))

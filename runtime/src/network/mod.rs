@@ -95,6 +95,7 @@ impl NodeNetwork {
             tcp: Mutex::default(),
             udp: Mutex::default(),
             next_port: Mutex::new(*EPHEMERAL.start()),
+            outside: Arc::new(tokio::sync::Semaphore::new(MAX_OUTSIDE_CONNECTIONS)),
         });
         pods.by_ip.insert(ip, Arc::downgrade(&pod));
         pod
@@ -132,9 +133,20 @@ pub(crate) struct PodNetwork {
     tcp: Mutex<Ports<Option<Arc<Listener>>>>,
     udp: Mutex<Ports<Arc<Inbox>>>,
     next_port: Mutex<u16>,
+    /// Slots for connections through the host's network, each a host descriptor.
+    outside: Arc<tokio::sync::Semaphore>,
 }
 
+/// TCP connections one pod may have through the host's network at once (each holds a host
+/// descriptor); past it a connect fails with `new-socket-limit`.
+pub(crate) const MAX_OUTSIDE_CONNECTIONS: usize = 1024;
+
 impl PodNetwork {
+    /// A slot for one more connection through the host's network, while the pod has one.
+    pub(crate) fn outside_slot(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        self.outside.clone().try_acquire_owned().ok()
+    }
+
     /// The pod's IP, as `status.podIP` shows it.
     pub(crate) fn ip(&self) -> Ipv4Addr {
         self.ip

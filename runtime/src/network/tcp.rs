@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
+use tokio::sync::OwnedSemaphorePermit;
 
 use wasmtime::component::Resource;
 use wasmtime_wasi::p2::{DynInputStream, DynOutputStream, DynPollable, Pollable, subscribe};
@@ -32,7 +33,11 @@ enum State {
         to: SocketAddr,
     },
     /// Connecting through the host's network (egress).
-    Dialing(tokio::task::JoinHandle<io::Result<tokio::net::TcpStream>>),
+    Dialing(
+        tokio::task::JoinHandle<io::Result<tokio::net::TcpStream>>,
+        /// The pod's slot for it, held as long as the connection.
+        OwnedSemaphorePermit,
+    ),
     ConnectDone(Result<Conn, ErrorCode>),
     /// Established; the socket keeps the pipes to shut them down.
     Connected {
@@ -158,7 +163,12 @@ impl TcpSocket {
             },
             Route::Unreachable => State::ConnectDone(Err(ErrorCode::RemoteUnreachable)),
             Route::Outside if net.egress() == Egress::Deny => return Err(ErrorCode::AccessDenied),
-            Route::Outside => State::Dialing(tokio::spawn(tokio::net::TcpStream::connect(to))),
+            Route::Outside => match net.outside_slot() {
+                Some(slot) => {
+                    State::Dialing(tokio::spawn(tokio::net::TcpStream::connect(to)), slot)
+                }
+                None => State::ConnectDone(Err(ErrorCode::NewSocketLimit)),
+            },
         };
         Ok(())
     }
@@ -176,10 +186,10 @@ impl TcpSocket {
                     Poll::Pending => return Poll::Pending,
                 }
             }
-            State::Dialing(task) => {
+            State::Dialing(task, _) => {
                 let mut noop = Context::from_waker(Waker::noop());
                 match Pin::new(task).poll(cx.unwrap_or(&mut noop)) {
-                    Poll::Ready(result) => self.state = State::ConnectDone(dialed(result)),
+                    Poll::Ready(result) => self.dialed(result),
                     Poll::Pending => return Poll::Pending,
                 }
             }
@@ -298,11 +308,23 @@ impl Pollable for TcpSocket {
                 let result = poll_fn(|cx| listener.poll_connect(Some(cx), from, to)).await;
                 self.state = State::ConnectDone(result);
             }
-            State::Dialing(task) => {
+            State::Dialing(task, _) => {
                 let result = task.await;
-                self.state = State::ConnectDone(dialed(result));
+                self.dialed(result);
             }
             _ => {}
+        }
+    }
+}
+
+impl TcpSocket {
+    /// A dial's outcome: connected (holding the pod's slot for it) or failed.
+    fn dialed(
+        &mut self,
+        result: Result<io::Result<tokio::net::TcpStream>, tokio::task::JoinError>,
+    ) {
+        if let State::Dialing(_, slot) = std::mem::replace(&mut self.state, State::Closed) {
+            self.state = State::ConnectDone(dialed(result, slot));
         }
     }
 }
@@ -311,6 +333,7 @@ impl Pollable for TcpSocket {
 /// (and the same half-close and backpressure) as inside the pod.
 fn dialed(
     result: Result<io::Result<tokio::net::TcpStream>, tokio::task::JoinError>,
+    slot: OwnedSemaphorePermit,
 ) -> Result<Conn, ErrorCode> {
     let mut stream = match result {
         Ok(Ok(stream)) => stream,
@@ -327,6 +350,7 @@ fn dialed(
         writer: relay.writer,
     };
     tokio::spawn(async move {
+        let _slot = slot;
         let _ = tokio::io::copy_bidirectional(&mut stream, &mut relay).await;
     });
     Ok(guest)

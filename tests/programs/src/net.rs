@@ -255,6 +255,22 @@ pub fn run<'a>(word: &str, arg: &mut dyn FnMut() -> &'a str, kept: &mut Vec<TcpL
             }
             println!("held {}", held.len());
         }
+        "hold-out" => {
+            // Opens up to N connections to ADDR and keeps them; reports how many it got.
+            let addr = arg();
+            let n = arg().parse::<usize>().expect("hold-out ADDR N");
+            let mut held = Vec::new();
+            for _ in 0..n {
+                match TcpStream::connect(addr) {
+                    Ok(c) => held.push(c),
+                    Err(e) => {
+                        println!("held {} then {:?}", held.len(), e.kind());
+                        return true;
+                    }
+                }
+            }
+            println!("held {}", held.len());
+        }
         "ping" => {
             let (addr, n) = (arg(), arg().parse::<usize>().expect("ping ADDR N"));
             drop(dial(addr));

@@ -356,3 +356,30 @@ async fn unused_images_are_garbage_collected() {
     assert_eq!(ended(&kept).await.phase.as_deref(), Some("Succeeded"));
     in_use.delete(Some(Duration::ZERO));
 }
+
+/// An image config whose `Entrypoint` is megabytes long is refused at the pull with a message
+/// (its argv would otherwise be the container's, shown in its status), and nothing runs.
+#[tokio::test]
+async fn an_oversized_entrypoint_is_refused() {
+    let registry = Registry::start(false);
+    let wasm = p1();
+    let huge = "x".repeat(1 << 20);
+    let entrypoint: Vec<&str> = vec!["/app.wasm", &huge, &huge, &huge];
+    registry
+        .push_image("big:1.0", &[("app.wasm", &wasm)], &entrypoint, &[])
+        .await;
+    let node = node(&registry);
+    let image = format!("{}/big:1.0", registry.host);
+    let p = node.start(&pod("big", &image, "")).await;
+    wait_for(&p, LIMIT, |s| {
+        waiting_reason(s, "c").as_deref() == Some("ImagePullBackOff")
+    })
+    .await;
+    let failed = messages(&p, Reason::Failed).await;
+    assert!(
+        failed[0].contains("Entrypoint and Cmd hold") && failed[0].len() < 1024,
+        "{:?}",
+        failed[0].get(..200)
+    );
+    p.delete(Some(Duration::ZERO));
+}

@@ -436,6 +436,36 @@ spec:
     assert!(log.contains("error PermissionDenied"), "{log}");
 }
 
+/// A pod's connections through the host's network are bounded (each is a host descriptor): a
+/// guest opening 1,100 to a host server gets 1,024, then `new-socket-limit`.
+#[tokio::test]
+async fn a_pods_outside_connections_are_bounded() {
+    let server = TcpListener::bind((host_address(), 0)).unwrap();
+    let addr = server.local_addr().unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let accepting = stop.clone();
+    // Accepts and keeps what it accepts until the test ends.
+    std::thread::spawn(move || {
+        server.set_nonblocking(true).unwrap();
+        let mut kept = Vec::new();
+        while !accepting.load(std::sync::atomic::Ordering::Relaxed) {
+            match server.accept() {
+                Ok((s, _)) => kept.push(s),
+                Err(_) => std::thread::sleep(Duration::from_millis(1)),
+            }
+        }
+    });
+    let yaml = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{ name: many }}\nspec:\n  restartPolicy: Never\n  containers:\n  - {{ name: main, image: \"{{p2}}\", args: [hold-out, \"{addr}\", \"1100\"] }}\n"
+    );
+    let node = TestNode::new();
+    let pod = node.start(&yaml).await;
+    tokio::time::timeout(LIMIT, pod.wait()).await.unwrap();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let log = read(&pod.log_file("main", 0));
+    assert!(log.contains("held 1024 then "), "{log}");
+}
+
 /// httpGet and tcpSocket probes go through the pod network to the pod IP: a 200 makes the pod
 /// Ready (with the probe's headers and path seen by the server), a 500 is Unhealthy with the
 /// kubelet's message, a closed port fails tcpSocket.
