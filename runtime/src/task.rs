@@ -233,7 +233,10 @@ impl Task {
                 .collect(),
             working_dir: options.working_dir,
             budget: Budget::new(options.memory_limit.unwrap_or(u64::MAX)),
-            cpu_share: options.cpu_share.filter(|f| *f > 0.0 && *f < 1.0),
+            cpu: options
+                .cpu_share
+                .filter(|f| *f > 0.0 && *f < 1.0)
+                .map(crate::container::CpuLimit::new),
             term: TermSignal(term_rx),
             kill: Default::default(),
             net: NodeNetwork::new(Egress::Allow).create_pod(names),

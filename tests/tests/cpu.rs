@@ -34,6 +34,13 @@ async fn cpu_limit_caps_a_spinning_guest() {
         unlimited > 0.8,
         "an unlimited spinner uses a whole core: {unlimited:.2}"
     );
+    // Four requests spinning at once in a handler limited to 250m share the container's
+    // limit (each once had one of its own: a whole core between them).
+    let handler = handler_share(&node).await;
+    assert!(
+        handler < 0.45,
+        "four spinning requests under 250m used {handler:.3} of a core"
+    );
     for (limit, share) in [("100m", 0.1), ("500m", 0.5)] {
         let measured = share_of(&node, limit).await;
         // the bench reports the precise figure; here: within ±50 % on a shared CI machine
@@ -42,4 +49,41 @@ async fn cpu_limit_caps_a_spinning_guest() {
             "{limit}: measured {measured:.3} of a core"
         );
     }
+}
+
+/// The share of a core four spinning requests use in an HTTP handler limited to 250m.
+async fn handler_share(node: &TestNode) -> f64 {
+    let port = wasmpod_tests::free_port();
+    let yaml = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{ name: web, annotations: {{ wasmpod.dev/http-request-timeout: 3s }} }}\nspec:\n  containers:\n  - {{ name: web, image: \"{{http}}\", ports: [ {{ containerPort: 8080, hostPort: {port} }} ], resources: {{ limits: {{ cpu: 250m }} }} }}\n"
+    );
+    let pod = node.start(&yaml).await;
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let start = std::time::Instant::now();
+    while std::net::TcpStream::connect(addr).is_err() {
+        assert!(start.elapsed() < Duration::from_secs(10), "never served");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let spinning: Vec<_> = (0..4)
+        .map(|_| {
+            std::thread::spawn(move || {
+                use std::io::{Read, Write};
+                let mut s = std::net::TcpStream::connect(addr).unwrap();
+                s.write_all(b"GET /spin HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+                    .unwrap();
+                let mut answer = Vec::new();
+                let _ = s.read_to_end(&mut answer);
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (cpu, wall) = (wasmpod_tests::cpu_time(), std::time::Instant::now());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let share = (wasmpod_tests::cpu_time() - cpu).as_secs_f64() / wall.elapsed().as_secs_f64();
+    for t in spinning {
+        t.join().unwrap();
+    }
+    pod.delete(Some(Duration::ZERO));
+    pod.deleted().await;
+    share
 }

@@ -4,7 +4,7 @@
 //!
 //! The container runs while it serves. Each instance has the container's env and volumes, draws
 //! its memory from the container's one budget (a request that does not fit in what the requests
-//! in flight leave traps and is answered 500) and has the container's CPU limit; at most
+//! in flight leave traps and is answered 500) and from the container's one CPU limit; at most
 //! [`Serving::concurrency`] requests run at once, the rest wait. A request that traps, runs past
 //! [`Serving::timeout`] or never answers is answered 500 (504 for the timeout), counted and
 //! logged on the container's stderr; the container keeps serving. TERM closes the ports (new

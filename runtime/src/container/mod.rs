@@ -55,8 +55,8 @@ pub(crate) struct Sandbox {
     pub(crate) working_dir: Option<String>,
     /// The container's memory budget, shared by all its instances.
     pub(crate) budget: Arc<Budget>,
-    /// The CPU limit as a share of one core, below 1.
-    pub(crate) cpu_share: Option<f64>,
+    /// The CPU limit (a share of one core, below 1), shared by all its instances.
+    pub(crate) cpu: Option<Arc<CpuLimit>>,
     pub(crate) term: TermSignal,
     /// The kill deadline, once TERM was sent.
     pub(crate) kill: KillClock,
@@ -197,7 +197,7 @@ impl Sandbox {
         prepare(
             &mut store,
             |s| &mut s.limiter,
-            self.cpu_share,
+            self.cpu.clone(),
             self.kill.clone(),
             self.activity.clone(),
         );
@@ -229,7 +229,7 @@ impl Sandbox {
         prepare(
             &mut store,
             |s| &mut s.limiter,
-            self.cpu_share,
+            self.cpu.clone(),
             self.kill.clone(),
             self.activity.clone(),
         );
@@ -436,7 +436,7 @@ pub struct ExecOutput {
 fn prepare<T: 'static>(
     store: &mut Store<T>,
     limiter: fn(&mut T) -> &mut MemoryLimiter,
-    cpu_share: Option<f64>,
+    cpu: Option<Arc<CpuLimit>>,
     kill: KillClock,
     activity: Arc<Activity>,
 ) {
@@ -445,20 +445,19 @@ fn prepare<T: 'static>(
     // poll its timers and I/O before the guest runs again: a busy guest cannot delay a kill
     // deadline, a probe or a neighbour's wake-up by more than one tick.
     //
-    // A guest with a CPU limit (a share f of one core) owes ran × (1 − f) / f of idle time for
-    // the time it ran wasm; it pays once the debt reaches THROTTLE_PAUSE, and time overslept is
-    // credited back, so that over a few pauses it uses f of a core. Only time inside wasm counts
-    // (the call hooks say when the guest enters and leaves it): time blocked in host calls,
-    // sleeping or waiting for I/O, is not CPU.
-    let throttle = cpu_share.map(|f| (f, Arc::new(std::sync::Mutex::new(Throttle::default()))));
-    let hook = throttle.as_ref().map(|(_, t)| t.clone());
+    // A guest with a CPU limit charges the wasm time it ran to its container's `CpuLimit` at
+    // each tick, and pauses while the container owes more than THROTTLE_PAUSE. Only time inside
+    // wasm counts (the call hooks say when the guest enters and leaves it): time blocked in host
+    // calls, sleeping or waiting for I/O, is not CPU.
+    let clock = Arc::new(std::sync::Mutex::new(WasmClock::default()));
+    let hook = cpu.as_ref().map(|_| clock.clone());
     crate::engine::activity::track(store, activity, move |inside| {
-        if let Some(t) = &hook {
-            let mut t = t.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(clock) = &hook {
+            let mut c = clock.lock().unwrap_or_else(|e| e.into_inner());
             if inside {
-                t.entered = Some(Instant::now());
-            } else if let Some(entered) = t.entered.take() {
-                t.ran += entered.elapsed().as_secs_f64();
+                c.entered = Some(Instant::now());
+            } else if let Some(at) = c.entered.take() {
+                c.ran += at.elapsed().as_secs_f64();
             }
         }
     });
@@ -467,36 +466,34 @@ fn prepare<T: 'static>(
         if kill.passed() {
             return Err(Killed.into());
         }
-        // An unlimited guest only yields; a limited one pays its debt once it is large enough.
-        let Some((f, throttle)) = &throttle else {
+        // An unlimited guest only yields; a limited one pays its container's debt once it is
+        // large enough.
+        let Some(cpu) = &cpu else {
             return Ok(UpdateDeadline::YieldCustom(
                 1,
                 Box::pin(tokio::task::yield_now()),
             ));
         };
-        let pause = {
-            let mut t = throttle.lock().unwrap_or_else(|e| e.into_inner());
-            let now = Instant::now();
-            if let Some(entered) = t.entered.replace(now) {
-                t.ran += now.saturating_duration_since(entered).as_secs_f64();
+        let now = Instant::now();
+        let spent = {
+            let mut c = clock.lock().unwrap_or_else(|e| e.into_inner());
+            let mut spent = std::mem::take(&mut c.ran);
+            if let Some(at) = c.entered.replace(now) {
+                spent += now.saturating_duration_since(at).as_secs_f64();
             }
-            t.debt += std::mem::take(&mut t.ran) * (1.0 - f) / f;
-            (t.debt >= THROTTLE_PAUSE.as_secs_f64()).then(|| Duration::from_secs_f64(t.debt))
+            spent
         };
-        let Some(pause) = pause else {
+        let Some(pause) = cpu.charge(spent, now) else {
             return Ok(UpdateDeadline::YieldCustom(
                 1,
                 Box::pin(tokio::task::yield_now()),
             ));
         };
-        let throttle = throttle.clone();
+        let clock = clock.clone();
         let slice = async move {
-            let start = Instant::now();
             tokio::time::sleep(pause).await;
-            let mut t = throttle.lock().unwrap_or_else(|e| e.into_inner());
-            t.debt = (t.debt - start.elapsed().as_secs_f64()).max(-THROTTLE_PAUSE.as_secs_f64());
             // The pause was not wasm time.
-            t.entered = Some(Instant::now());
+            clock.lock().unwrap_or_else(|e| e.into_inner()).entered = Some(Instant::now());
         };
         Ok(UpdateDeadline::YieldCustom(1, Box::pin(slice)))
     });
@@ -505,14 +502,45 @@ fn prepare<T: 'static>(
 /// The shortest pause of a CPU-limited guest; shorter ones would be mostly timer rounding.
 const THROTTLE_PAUSE: Duration = Duration::from_millis(10);
 
-/// CPU accounting of a CPU-limited guest: since when it executes wasm (if it does), the seconds
-/// of wasm it ran since the last tick, and the idle time it owes (seconds; negative when it
-/// overslept).
+/// One instance's wasm time: since when it executes wasm (if it does), and the seconds it ran
+/// since the last tick.
 #[derive(Default)]
-struct Throttle {
+struct WasmClock {
     entered: Option<Instant>,
     ran: f64,
-    debt: f64,
+}
+
+/// A container's CPU limit, shared by every instance of it (the entry point, probes, hooks,
+/// exec, an HTTP handler's requests) as a cgroup's quota is by its processes: a bucket that
+/// fills with `share` seconds of CPU each second (holding at most [`THROTTLE_PAUSE`] of credit)
+/// and that each instance draws the wasm time it ran from. An instance that finds the container
+/// owing more than [`THROTTLE_PAUSE`] sleeps until the bucket is full again, so that together
+/// the instances use `share` of a core.
+#[derive(Debug)]
+pub(crate) struct CpuLimit {
+    share: f64,
+    /// Seconds of CPU the container may still use (negative: owes), as of an instant.
+    bucket: std::sync::Mutex<(f64, Instant)>,
+}
+
+impl CpuLimit {
+    pub(crate) fn new(share: f64) -> Arc<CpuLimit> {
+        Arc::new(CpuLimit {
+            share,
+            bucket: std::sync::Mutex::new((0.0, Instant::now())),
+        })
+    }
+
+    /// Draws `spent` seconds of CPU at `now`; how long to pause, if the container owes enough.
+    fn charge(&self, spent: f64, now: Instant) -> Option<Duration> {
+        let mut bucket = self.bucket.lock().unwrap_or_else(|e| e.into_inner());
+        let (tokens, updated) = &mut *bucket;
+        let refill = now.saturating_duration_since(*updated).as_secs_f64() * self.share;
+        *tokens = (*tokens + refill).min(THROTTLE_PAUSE.as_secs_f64()) - spent;
+        *updated = now;
+        let owed = -*tokens / self.share;
+        (owed >= THROTTLE_PAUSE.as_secs_f64()).then(|| Duration::from_secs_f64(owed))
+    }
 }
 
 /// An instantiation that failed: a start function's trap or exit, or the memory limit, end the

@@ -11,7 +11,7 @@ use super::container::{HookState, Instance, State};
 use super::probe::{self, HookKind, ProbeKind};
 use super::stopping::Stopping;
 use super::{MIN_GRACE, Msg, PodTask, after};
-use crate::container::{DEFAULT_PORT, EXIT_KILLED, Exit, HttpServe, Preopen, Sandbox};
+use crate::container::{CpuLimit, DEFAULT_PORT, EXIT_KILLED, Exit, HttpServe, Preopen, Sandbox};
 use crate::engine::{Image, LoadError, Pull};
 use crate::events::{EventType, Reason};
 use crate::host::TermSignal;
@@ -182,7 +182,7 @@ impl PodTask {
                     .memory_limit
                     .unwrap_or(self.node.memory_limit as u64),
             ),
-            cpu_share: c.spec.resources.cpu_share(),
+            cpu: c.spec.resources.cpu_share().map(CpuLimit::new),
             term: TermSignal(term_rx),
             kill: Default::default(),
             net: self.net.clone(),
