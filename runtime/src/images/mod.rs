@@ -117,6 +117,9 @@ pub(crate) struct Images {
     inflight: Mutex<HashMap<String, Flight>>,
     progress: Mutex<HashMap<String, Arc<Counters>>>,
     in_use: Arc<Mutex<HashMap<String, usize>>>,
+    /// Blobs a pull wrote that no container has leased yet: the garbage collection of another
+    /// pull keeps them.
+    fresh: Mutex<std::collections::HashSet<String>>,
 }
 
 impl Images {
@@ -146,6 +149,7 @@ impl Images {
             inflight: Mutex::default(),
             progress: Mutex::default(),
             in_use: Arc::default(),
+            fresh: Mutex::default(),
         })
     }
 
@@ -236,7 +240,14 @@ impl Images {
         let wasm = store
             .existing(&record.wasm)
             .ok_or_else(|| PullError::Failed("the pulled image is gone from the store".into()))?;
-        Ok(self.resolved(record, wasm, Some(started.elapsed())))
+        let digest = record.wasm.clone();
+        let resolved = self.resolved(record, wasm, Some(started.elapsed()));
+        // Leased now: the collection sees it as in use.
+        self.fresh
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&digest);
+        Ok(resolved)
     }
 
     /// The image of `record`, held (leased) for a container; `pulled`: how long its pull took.
@@ -292,6 +303,10 @@ impl Images {
         let fetched = fetched?;
         let store = self.store()?;
         let wasm = store.put_blob(fetched.wasm_digest.as_deref(), &fetched.wasm)?;
+        self.fresh
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(wasm.clone());
         let record = Record {
             reference: name.to_owned(),
             image_id: format!(
@@ -320,6 +335,7 @@ impl Images {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
+        let fresh = self.fresh.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let gc = self.gc;
         let Ok(store) = self.store() else {
             return Vec::new();
@@ -327,7 +343,7 @@ impl Images {
         let removed = store.collect(
             gc.limit,
             (u64::from(gc.high_percent), u64::from(gc.low_percent)),
-            |digest| digest == pulled || in_use.contains_key(digest),
+            |digest| digest == pulled || in_use.contains_key(digest) || fresh.contains(digest),
         );
         for r in &removed {
             tracing::info!(image = %r, "image garbage-collected");
