@@ -105,8 +105,9 @@ pub(crate) struct Container {
     pub(crate) runs: u64,
     /// The module as loaded when the pod was created, used by the first start.
     pub(crate) preloaded: Option<(Arc<Image>, Pull)>,
-    /// A registry image's pull is under way.
-    pub(crate) pulling: bool,
+    /// A registry image's pull under way: it ends with the container (the pod gone, its
+    /// pull is cancelled rather than left to outlive it).
+    pub(crate) pulling: Option<PullTask>,
     /// The registry image it runs, and `runs` when it was pulled.
     pub(crate) pulled: Option<(crate::images::Resolved, u64)>,
     /// Its image changed while the pod ran: it starts again with the new one, whatever the
@@ -138,7 +139,7 @@ impl Container {
             instance: None,
             runs: 0,
             preloaded,
-            pulling: false,
+            pulling: None,
             pulled: None,
             changed: false,
         }
@@ -238,5 +239,15 @@ fn state(s: &State) -> k8s::ContainerState {
             }),
             ..Default::default()
         },
+    }
+}
+
+/// A pull's task, aborted when dropped.
+#[derive(Debug)]
+pub(crate) struct PullTask(pub(crate) tokio::task::AbortHandle);
+
+impl Drop for PullTask {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }

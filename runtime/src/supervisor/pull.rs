@@ -6,7 +6,7 @@
 
 use std::time::Instant;
 
-use super::container::State;
+use super::container::{PullTask, State};
 use super::start::fmt_duration;
 use super::{Msg, PodTask, after};
 use crate::events::{EventType, Reason};
@@ -27,11 +27,10 @@ impl PodTask {
             }
             _ => {}
         }
-        if c.pulling {
+        if c.pulling.is_some() {
             return false;
         }
         let pull = pull.clone();
-        c.pulling = true;
         c.pulled = None;
         if let State::Terminated(t) = std::mem::replace(
             &mut c.state,
@@ -48,7 +47,7 @@ impl PodTask {
             self.container_event(index, EventType::Normal, Reason::Pulling, message, None);
         }
         let (tx, secrets) = (self.tx.clone(), self.spec.pull_secrets.clone());
-        tokio::spawn(async move {
+        let task = tokio::spawn(async move {
             let command = pull.command.as_ref().and_then(|c| c.first());
             let result = images
                 .ensure(
@@ -60,6 +59,7 @@ impl PodTask {
                 .await;
             tx.send(Msg::Pulled { index, result });
         });
+        self.containers[index].pulling = Some(PullTask(task.abort_handle()));
         false
     }
 
@@ -68,7 +68,7 @@ impl PodTask {
         let now = Instant::now();
         let options = self.node.backoff;
         let c = &mut self.containers[index];
-        c.pulling = false;
+        c.pulling = None;
         let Some(pull) = c.spec.pull.clone() else {
             return;
         };

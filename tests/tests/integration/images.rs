@@ -383,3 +383,39 @@ async fn an_oversized_entrypoint_is_refused() {
     );
     p.delete(Some(Duration::ZERO));
 }
+
+/// A pull does not outlive its pod: deleting a pod whose image a registry never sends closes
+/// the connection to the registry at once (not at the pull's read timeout).
+#[tokio::test]
+async fn a_deleted_pods_pull_is_cancelled() {
+    use tokio::io::AsyncReadExt;
+    let stalling = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let host = stalling.local_addr().unwrap().to_string();
+    let node = TestNode::with({
+        let host = host.clone();
+        move |o: NodeOptions| o.insecure_registry(host)
+    });
+    let pod = node
+        .start(&pod("stalled", &format!("{host}/app:1.0"), ""))
+        .await;
+    // The registry takes the connection and the request, and never answers.
+    let (mut conn, _) = tokio::time::timeout(LIMIT, stalling.accept())
+        .await
+        .expect("the pull never connected")
+        .unwrap();
+    let mut buf = [0u8; 4096];
+    let n = conn.read(&mut buf).await.unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("GET /v2/"));
+    pod.delete(Some(Duration::ZERO));
+    pod.deleted().await;
+    let closed = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match conn.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await;
+    assert!(closed.is_ok(), "the deleted pod's pull kept its connection");
+}
