@@ -198,30 +198,25 @@ async fn deep_objects_are_refused_and_nothing_recurses_on_them() {
     let c = node.client.clone();
     assert_eq!(c.post(CONFIG_MAPS, &config_map("deep")).await.code, 201);
     let path = format!("{CONFIG_MAPS}/deep");
-    // Each merge patch nests 40 levels more under the last; the agent once took these to
-    // thousands of levels and then overflowed its stack.
+    // Each JSON patch adds a value 40 levels deep under the last one's, its path growing: the
+    // agent once took these to thousands of levels and then overflowed its stack.
     let mut refused = None;
-    // A field the ConfigMap type does not have is kept as it is sent.
-    let mut key = vec!["extra".to_owned()];
+    let mut pointer = String::from("/extra");
     for round in 0..200 {
         let mut value = json!("leaf");
         for _ in 0..40 {
             value = json!({ "n": value });
         }
-        let mut patch = json!({ "x": value });
-        for k in key.iter().rev() {
-            patch = json!({ k.clone(): patch });
-        }
-        let body = serde_json::to_vec(&patch).unwrap();
+        let op = json!([{"op": "add", "path": pointer, "value": value}]);
+        let body = serde_json::to_vec(&op).unwrap();
         let answer = c
-            .send("PATCH", &path, "application/merge-patch+json", &body)
+            .send("PATCH", &path, "application/json-patch+json", &body)
             .await;
         if answer.code != 200 {
             refused = Some((round, answer));
             break;
         }
-        key.push("x".into());
-        key.extend(std::iter::repeat_n("n".to_owned(), 40));
+        pointer += &"/n".repeat(40);
     }
     let (round, answer) = refused.expect("deeper and deeper objects were all taken");
     assert!(round <= 2, "refused only at round {round}");
@@ -441,9 +436,18 @@ async fn connections_without_the_token_do_not_starve_those_with_it() {
             }
         }));
     }
+    // Connected all at once, each given 2 s for its handshake.
+    let connecting: Vec<_> = (0..400)
+        .map(|_| {
+            let c = c.clone();
+            tokio::spawn(
+                async move { tokio::time::timeout(Duration::from_secs(2), c.connect()).await },
+            )
+        })
+        .collect();
     let mut idle = Vec::new();
-    for _ in 0..400 {
-        if let Ok(tls) = c.connect().await {
+    for attempt in connecting {
+        if let Ok(Ok(Ok(tls))) = attempt.await {
             idle.push(tls);
         }
     }
