@@ -163,6 +163,12 @@ impl Client {
         self.send("GET", path, "application/json", b"").await
     }
 
+    /// A PATCH of `body` as JSON, sent as `content_type`.
+    async fn patch(&self, path: &str, content_type: &str, body: &impl serde::Serialize) -> Answer {
+        let body = serde_json::to_vec(body).unwrap();
+        self.send("PATCH", path, content_type, &body).await
+    }
+
     async fn post(&self, path: &str, body: &Value) -> Answer {
         let body = serde_json::to_vec(body).unwrap();
         self.send("POST", path, "application/json", &body).await
@@ -182,6 +188,18 @@ fn parse(raw: &[u8]) -> Answer {
         .unwrap_or_else(|| panic!("no status in {head:?}"));
     let body = serde_json::from_str(body).unwrap_or(Value::String(body.to_owned()));
     Answer { code, body }
+}
+
+/// A small YAML object of `kind` whose aliases expand to 10^12 values.
+fn alias_bomb(kind: &str) -> String {
+    let mut bomb = format!(
+        "apiVersion: v1\nkind: {kind}\nmetadata: {{name: bomb}}\na0: &a0 [x, x, x, x, x, x, x, x, x, x]\n"
+    );
+    for i in 1..12 {
+        let refs = vec![format!("*a{}", i - 1); 10].join(", ");
+        bomb += &format!("a{i}: &a{i} [{refs}]\n");
+    }
+    bomb
 }
 
 fn config_map(name: &str) -> Value {
@@ -208,10 +226,7 @@ async fn deep_objects_are_refused_and_nothing_recurses_on_them() {
             value = json!({ "n": value });
         }
         let op = json!([{"op": "add", "path": pointer, "value": value}]);
-        let body = serde_json::to_vec(&op).unwrap();
-        let answer = c
-            .send("PATCH", &path, "application/json-patch+json", &body)
-            .await;
+        let answer = c.patch(&path, "application/json-patch+json", &op).await;
         if answer.code != 200 {
             refused = Some((round, answer));
             break;
@@ -232,14 +247,7 @@ async fn deep_objects_are_refused_and_nothing_recurses_on_them() {
     let copies: Vec<Value> = (0..100)
         .map(|_| json!({"op": "copy", "from": "/data", "path": "/data/d"}))
         .collect();
-    let answer = c
-        .send(
-            "PATCH",
-            &path,
-            "application/json-patch+json",
-            &serde_json::to_vec(&copies).unwrap(),
-        )
-        .await;
+    let answer = c.patch(&path, "application/json-patch+json", &copies).await;
     assert_eq!(answer.code, 422, "{}", answer.body);
     assert_eq!(c.get(&path).await.code, 200);
     node.restart().await;
@@ -254,15 +262,7 @@ async fn deep_objects_are_refused_and_nothing_recurses_on_them() {
 async fn body_bombs_are_refused_at_once() {
     let node = Node::start().await;
     let c = node.client.clone();
-    let mut bomb = String::from(
-        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: bomb}\na0: &a0 [x, x, x, x, x, x, x, x, x, x]\n",
-    );
-    for i in 1..12 {
-        bomb += &format!(
-            "a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n",
-            p = i - 1
-        );
-    }
+    let bomb = alias_bomb("ConfigMap");
     let before = wasmpod_tests::rss_bytes();
     assert_eq!(c.post(CONFIG_MAPS, &config_map("target")).await.code, 201);
     let target = format!("{CONFIG_MAPS}/target");
@@ -299,26 +299,14 @@ async fn body_bombs_are_refused_at_once() {
     }
     // A few dozen copies each doubling the object.
     let big = json!({"data": {"v": "x".repeat(64 << 10)}});
-    let answer = c
-        .send(
-            "PATCH",
-            &target,
-            "application/merge-patch+json",
-            &serde_json::to_vec(&big).unwrap(),
-        )
-        .await;
+    let answer = c.patch(&target, "application/merge-patch+json", &big).await;
     assert_eq!(answer.code, 200, "{}", answer.body);
     // Each copies the whole object into itself.
     let doubling: Vec<Value> = (0..40)
         .map(|i| json!({"op": "copy", "from": "", "path": format!("/copy{i}")}))
         .collect();
     let answer = c
-        .send(
-            "PATCH",
-            &target,
-            "application/json-patch+json",
-            &serde_json::to_vec(&doubling).unwrap(),
-        )
+        .patch(&target, "application/json-patch+json", &doubling)
         .await;
     assert_eq!(answer.code, 422, "{}", answer.body["message"]);
     // Server-side apply of bodies that are not objects.
@@ -344,15 +332,7 @@ async fn body_bombs_are_refused_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bomb_among_static_manifests_does_not_keep_the_others_out() {
     let manifests = tempfile::tempdir().unwrap();
-    let mut bomb = String::from(
-        "apiVersion: v1\nkind: Pod\nmetadata: {name: bomb}\na0: &a0 [x, x, x, x, x, x, x, x, x, x]\n",
-    );
-    for i in 1..12 {
-        bomb += &format!(
-            "a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n",
-            p = i - 1
-        );
-    }
+    let bomb = alias_bomb("Pod");
     std::fs::write(manifests.path().join("bomb.yaml"), bomb).unwrap();
     std::fs::write(
         manifests.path().join("web.yaml"),
@@ -499,11 +479,10 @@ async fn an_unread_watch_is_ended() {
     for i in 0..40 {
         let patch = json!({"data": {"v": format!("{i}{}", "x".repeat(1 << 20))}});
         let answer = c
-            .send(
-                "PATCH",
+            .patch(
                 &format!("{CONFIG_MAPS}/big"),
                 "application/merge-patch+json",
-                &serde_json::to_vec(&patch).unwrap(),
+                &patch,
             )
             .await;
         assert_eq!(answer.code, 200);

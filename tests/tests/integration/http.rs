@@ -159,6 +159,15 @@ spec:
     )
 }
 
+/// A node serving `handler_pod(name, .., more)` on a free published port, once Ready.
+async fn serving(name: &str, more: &str) -> (TestNode, wasmpod::PodHandle, SocketAddr) {
+    let node = TestNode::new();
+    let port = free_port();
+    let pod = node.start(&handler_pod(name, port, "", more)).await;
+    wait_for(&pod, LIMIT, ready).await;
+    (node, pod, ([127, 0, 0, 1], port).into())
+}
+
 /// A handler pod turns Ready through an `httpGet` probe on its port, answers each request from
 /// a fresh instance (the count the guest keeps is 1 every time) with the container's env and
 /// volumes, runs requests concurrently, and bounds how many run at once when asked.
@@ -229,17 +238,8 @@ async fn a_handler_serves_concurrent_requests_each_in_a_fresh_instance() {
 /// a count; the next request succeeds and the container never restarts.
 #[tokio::test]
 async fn a_failing_request_is_a_500_and_the_next_one_succeeds() {
-    let node = TestNode::new();
-    let port = free_port();
-    let yaml = handler_pod(
-        "failing",
-        port,
-        "",
-        "    resources: { limits: { memory: 32Mi } }",
-    );
-    let pod = node.start(&yaml).await;
-    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-    wait_for(&pod, LIMIT, ready).await;
+    let (_node, pod, addr) =
+        serving("failing", "    resources: { limits: { memory: 32Mi } }").await;
 
     assert_eq!(get(addr, "/trap").await.status, 500);
     assert_eq!(get(addr, "/").await.body, "hello 1\n");
@@ -270,17 +270,7 @@ async fn a_failing_request_is_a_500_and_the_next_one_succeeds() {
 /// keeps serving.
 #[tokio::test]
 async fn requests_in_flight_share_the_containers_memory_limit() {
-    let node = TestNode::new();
-    let port = free_port();
-    let yaml = handler_pod(
-        "shared",
-        port,
-        "",
-        "    resources: { limits: { memory: 32Mi } }",
-    );
-    let pod = node.start(&yaml).await;
-    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-    wait_for(&pod, LIMIT, ready).await;
+    let (_node, pod, addr) = serving("shared", "    resources: { limits: { memory: 32Mi } }").await;
     let all: Vec<_> = (0..4)
         .map(|_| tokio::spawn(get(addr, "/hold/12/1500")))
         .collect();
@@ -303,11 +293,7 @@ async fn requests_in_flight_share_the_containers_memory_limit() {
 /// header timeout; others are served meanwhile.
 #[tokio::test]
 async fn a_slow_request_head_loses_its_connection() {
-    let node = TestNode::new();
-    let port = free_port();
-    let pod = node.start(&handler_pod("slow", port, "", "")).await;
-    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-    wait_for(&pod, LIMIT, ready).await;
+    let (_node, pod, addr) = serving("slow", "").await;
     let closed = tokio::task::spawn_blocking(move || {
         let mut s = TcpStream::connect(addr).unwrap();
         s.write_all(b"GET / HTTP/1.1\r\nHost: test\r\n").unwrap();
