@@ -35,7 +35,7 @@ async fn cpu_limit_caps_a_spinning_guest() {
         "an unlimited spinner uses a whole core: {unlimited:.2}"
     );
     // Four requests spinning at once in a handler limited to 250m share the container's
-    // limit (each once had one of its own: a whole core between them).
+    // limit (with one each, they would use a whole core between them).
     let handler = handler_share(&node).await;
     assert!(
         handler < 0.45,

@@ -237,17 +237,15 @@ impl Images {
             .remove(&name);
         let record = record.map_err(PullError::Failed)?;
         // Its digest was checked when the pull wrote it, a moment ago.
-        let wasm = store
-            .existing(&record.wasm)
-            .ok_or_else(|| PullError::Failed("the pulled image is gone from the store".into()))?;
+        let wasm = store.existing(&record.wasm);
         let digest = record.wasm.clone();
-        let resolved = self.resolved(record, wasm, Some(started.elapsed()));
-        // Leased now: the collection sees it as in use.
+        let resolved = wasm.map(|wasm| self.resolved(record, wasm, Some(started.elapsed())));
+        // Leased (or gone): the collection no longer needs to be told to keep it.
         self.fresh
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&digest);
-        Ok(resolved)
+        resolved.ok_or_else(|| PullError::Failed("the pulled image is gone from the store".into()))
     }
 
     /// The image of `record`, held (leased) for a container; `pulled`: how long its pull took.

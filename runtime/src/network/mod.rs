@@ -139,7 +139,7 @@ pub(crate) struct PodNetwork {
 
 /// TCP connections one pod may have through the host's network at once (each holds a host
 /// descriptor); past it a connect fails with `new-socket-limit`.
-pub(crate) const MAX_OUTSIDE_CONNECTIONS: usize = 1024;
+const MAX_OUTSIDE_CONNECTIONS: usize = 1024;
 
 impl PodNetwork {
     /// A slot for one more connection through the host's network, while the pod has one.

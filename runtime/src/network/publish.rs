@@ -58,7 +58,7 @@ pub(crate) fn publish(
 const ACCEPT_BACKOFF: std::time::Duration = std::time::Duration::from_millis(100);
 /// Connections one published port carries at once; more wait in the kernel's backlog, so that
 /// a flood of idle connections to one port costs the process a bounded number of descriptors.
-pub(crate) const MAX_FORWARDED: usize = 256;
+const MAX_FORWARDED: usize = 256;
 
 async fn forward(listener: tokio::net::TcpListener, pod: Weak<PodNetwork>, port: u16) {
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_FORWARDED));

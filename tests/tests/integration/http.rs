@@ -266,7 +266,7 @@ async fn a_failing_request_is_a_500_and_the_next_one_succeeds() {
 }
 
 /// Requests in flight draw from the container's one memory budget: four requests holding
-/// 12 MiB at once do not all fit in 32Mi (each once had a budget of its own), and the container
+/// 12 MiB at once do not all fit in 32Mi (as they would with a budget each), and the container
 /// keeps serving.
 #[tokio::test]
 async fn requests_in_flight_share_the_containers_memory_limit() {
