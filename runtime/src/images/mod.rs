@@ -5,6 +5,7 @@
 
 mod pull;
 mod reference;
+mod registry;
 mod store;
 
 use std::collections::HashMap;
@@ -144,7 +145,7 @@ impl Images {
         Ok(Images {
             root: root.to_owned(),
             store: std::sync::OnceLock::new(),
-            puller: pull::Puller::new(insecure, node_auth),
+            puller: pull::Puller::new(insecure, node_auth).map_err(std::io::Error::other)?,
             gc,
             inflight: Mutex::default(),
             progress: Mutex::default(),

@@ -1,21 +1,15 @@
-//! Pulling an image with `oci-client`: the wasm OCI artifact (an `application/wasm` layer, as
-//! `wkg`, `oras` and `docker buildx` with the wasm platform make them), or an ordinary image
-//! whose layers hold the `.wasm` its entry point names. Credentials come from the pod's
-//! `imagePullSecrets` (`.dockerconfigjson`), then the node's docker-style config file; plain
-//! HTTP only for the registries the node calls insecure.
+//! Pulling an image: the wasm OCI artifact (an `application/wasm` layer, as `wkg`, `oras` and
+//! `docker buildx` with the wasm platform make them), or an ordinary image whose layers hold
+//! the `.wasm` its entry point names. Credentials come from the pod's `imagePullSecrets`
+//! (`.dockerconfigjson`), then the node's docker-style config file; plain HTTP only for the
+//! registries the node calls insecure. The registry's side is [`super::registry`].
 
-use std::pin::Pin;
-use std::task::{Context, Poll};
-
-use oci_client::client::{ClientConfig, ClientProtocol};
-use oci_client::manifest::ImageIndexEntry;
-use oci_client::secrets::RegistryAuth;
-use oci_client::{Client, Reference};
+use oci_client::Reference;
 use serde_json::Value;
 use std::sync::atomic::Ordering::Relaxed;
-use tokio::io::AsyncWrite;
 
 use super::Counters;
+use super::registry::Repository;
 
 /// The most bytes of one layer or `.wasm` wasmpod takes from a registry.
 pub(crate) const MAX_BLOB: u64 = 512 << 20;
@@ -24,7 +18,7 @@ const MAX_CONFIG: u64 = 4 << 20;
 /// The most bytes of an image config's `Entrypoint` and `Cmd` together.
 const MAX_IMAGE_ARGV: usize = 128 << 10;
 /// How long a registry has to accept a connection, and to send anything at all while a pull
-/// reads from it.
+/// reads from it (the kubelet's image pull progress deadline is a minute too).
 const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 const READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
@@ -45,45 +39,40 @@ pub(crate) struct Fetched {
 }
 
 pub(crate) struct Puller {
+    http: reqwest::Client,
     insecure: Vec<String>,
     /// The node's docker-style config (`{"auths": {...}}`), if any.
     node_auth: Option<Value>,
 }
 
 impl Puller {
-    pub(crate) fn new(insecure: &[String], node_auth: Option<Value>) -> Puller {
+    pub(crate) fn new(insecure: &[String], node_auth: Option<Value>) -> Result<Puller, String> {
         // reqwest is built without a default TLS provider: the process's is ring's (as the
         // node agent's); installing it again is a no-op.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        Puller {
+        let http = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .read_timeout(READ_TIMEOUT)
+            .user_agent(concat!("wasmpod/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| format!("cannot make the registry client: {e}"))?;
+        Ok(Puller {
+            http,
             insecure: insecure.to_vec(),
             node_auth,
-        }
-    }
-
-    /// A client for one pull: `oci-client` keeps the first credentials it is given for a
-    /// registry, and pods pulling from one registry may have different ones.
-    fn client(&self) -> Client {
-        Client::new(ClientConfig {
-            protocol: ClientProtocol::HttpsExcept(self.insecure.clone()),
-            platform_resolver: Some(Box::new(wasm_platform)),
-            // A registry that stops answering fails the pull (the kubelet's image pull
-            // progress deadline is a minute too) rather than holding it for ever.
-            connect_timeout: Some(CONNECT_TIMEOUT),
-            read_timeout: Some(READ_TIMEOUT),
-            ..ClientConfig::default()
         })
     }
 
-    /// The credentials for `registry`: the first pull secret that has them, then the node's.
-    fn auth(&self, registry: &str, secrets: &[Value]) -> RegistryAuth {
-        secrets
+    /// `reference`'s repository, with the credentials for its registry: the first pull secret
+    /// that has them, then the node's.
+    fn repository(&self, reference: &Reference, secrets: &[Value]) -> Repository<'_> {
+        let registry = reference.resolve_registry();
+        let basic = secrets
             .iter()
             .chain(self.node_auth.as_ref())
-            .find_map(|config| credentials(config, registry))
-            .map_or(RegistryAuth::Anonymous, |(user, pass)| {
-                RegistryAuth::Basic(user, pass)
-            })
+            .find_map(|config| credentials(config, registry));
+        let insecure = self.insecure.iter().any(|r| r == registry);
+        Repository::new(&self.http, reference, insecure, basic)
     }
 
     /// The manifest digest `reference` resolves to now (for `Always`: is what we have current?).
@@ -92,12 +81,10 @@ impl Puller {
         reference: &Reference,
         secrets: &[Value],
     ) -> Result<String, String> {
-        let auth = self.auth(reference.resolve_registry(), secrets);
         let (_, digest) = self
-            .client()
-            .pull_image_manifest(reference, &auth)
-            .await
-            .map_err(|e| e.to_string())?;
+            .repository(reference, secrets)
+            .manifest(reference)
+            .await?;
         Ok(digest)
     }
 
@@ -110,26 +97,15 @@ impl Puller {
         command: Option<&str>,
         counters: &Counters,
     ) -> Result<Fetched, String> {
-        let auth = self.auth(reference.resolve_registry(), secrets);
-        let client = self.client();
-        let (manifest, manifest_digest) = client
-            .pull_image_manifest(reference, &auth)
-            .await
-            .map_err(|e| e.to_string())?;
-        if let Some(want) = reference.digest()
-            && want != manifest_digest
-        {
-            return Err(format!(
-                "the manifest's digest is {manifest_digest}, not {want}: refused"
-            ));
-        }
+        let mut repository = self.repository(reference, secrets);
+        let (manifest, manifest_digest) = repository.manifest(reference).await?;
         if let Some(layer) = manifest
             .layers
             .iter()
             .find(|l| WASM_LAYERS.contains(&l.media_type.as_str()))
         {
             counters.layers.store(1, Relaxed);
-            let wasm = blob(&client, reference, layer, MAX_BLOB, counters).await?;
+            let wasm = repository.blob(layer, MAX_BLOB, counters).await?;
             return Ok(Fetched {
                 manifest_digest,
                 wasm,
@@ -139,14 +115,9 @@ impl Puller {
             });
         }
         // An ordinary image: the `.wasm` its entry point names, from the last layer that has it.
-        let config = blob(
-            &client,
-            reference,
-            &manifest.config,
-            MAX_CONFIG,
-            &Counters::default(),
-        )
-        .await?;
+        let config = repository
+            .blob(&manifest.config, MAX_CONFIG, &Counters::default())
+            .await?;
         let config: Value = serde_json::from_slice(&config).unwrap_or_default();
         let list = |key: &str| -> Option<Vec<String>> {
             let v = config.pointer(&format!("/config/{key}"))?.as_array()?;
@@ -192,7 +163,7 @@ impl Puller {
                 "application/vnd.oci.image.layer.v1.tar" => false,
                 other => return Err(format!("unsupported layer media type {other}")),
             };
-            let bytes = blob(&client, reference, layer, MAX_BLOB, counters).await?;
+            let bytes = repository.blob(layer, MAX_BLOB, counters).await?;
             if let Some(wasm) = file_in_layer(&bytes, gzip, wanted)? {
                 found = Some(wasm);
             }
@@ -206,47 +177,6 @@ impl Puller {
             cmd,
         })
     }
-}
-
-/// One blob of at most `limit` bytes, and no more than its descriptor declares (`oci-client`
-/// checks its digest).
-async fn blob(
-    client: &Client,
-    reference: &Reference,
-    layer: &oci_client::manifest::OciDescriptor,
-    limit: u64,
-    counters: &Counters,
-) -> Result<Vec<u8>, String> {
-    let declared = u64::try_from(layer.size).unwrap_or(u64::MAX);
-    if declared > limit {
-        return Err(format!(
-            "blob {} is larger than {} MiB",
-            layer.digest,
-            limit >> 20
-        ));
-    }
-    let mut out = Bounded {
-        data: Vec::new(),
-        limit: declared,
-        counters,
-    };
-    client
-        .pull_blob(reference, layer, &mut out)
-        .await
-        .map_err(|e| e.to_string())?;
-    counters.layers_done.fetch_add(1, Relaxed);
-    Ok(out.data)
-}
-
-/// An image index's entry for wasm (`wasi`/`wasm` platforms), else the node's own platform.
-fn wasm_platform(entries: &[ImageIndexEntry]) -> Option<String> {
-    let wasm = entries.iter().find(|e| {
-        e.platform.as_ref().is_some_and(|p| {
-            p.architecture.to_string() == "wasm" || p.os.to_string().starts_with("wasi")
-        })
-    });
-    wasm.map(|e| e.digest.clone())
-        .or_else(|| oci_client::client::current_platform_resolver(entries))
 }
 
 /// The user and password a docker-style config holds for `registry`.
@@ -319,39 +249,6 @@ fn file_in_layer(bytes: &[u8], gzip: bool, path: &str) -> Result<Option<Vec<u8>>
         }
     }
     Ok(found)
-}
-
-/// A `Vec` that refuses to grow past `limit` (a registry sending more than it declared), and
-/// counts what arrives.
-struct Bounded<'a> {
-    data: Vec<u8>,
-    limit: u64,
-    counters: &'a Counters,
-}
-
-impl AsyncWrite for Bounded<'_> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        _: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        if self.data.len() as u64 + buf.len() as u64 > self.limit {
-            return Poll::Ready(Err(std::io::Error::other(
-                "the registry sent more than the blob's declared size",
-            )));
-        }
-        self.data.extend_from_slice(buf);
-        self.counters.bytes.fetch_add(buf.len() as u64, Relaxed);
-        Poll::Ready(Ok(buf.len()))
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
 }
 
 #[cfg(test)]

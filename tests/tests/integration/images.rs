@@ -419,3 +419,82 @@ async fn a_deleted_pods_pull_is_cancelled() {
     .await;
     assert!(closed.is_ok(), "the deleted pod's pull kept its connection");
 }
+
+/// A registry that answers with an endless body: the manifest (`200 OK`), an error (`404`), or,
+/// behind a bearer challenge, its token server (`token`). Gives the bytes it sent.
+async fn flooding_registry(what: &'static str) -> (String, tokio::task::JoinHandle<u64>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let host = listener.local_addr().unwrap().to_string();
+    let sent = tokio::spawn(async move {
+        loop {
+            let (mut conn, _) = listener.accept().await.unwrap();
+            let mut head = [0u8; 4096];
+            let n = conn.read(&mut head).await.unwrap_or(0);
+            let head = String::from_utf8_lossy(&head[..n]).into_owned();
+            if what == "token" && !head.starts_with("GET /token") {
+                let challenge = format!(
+                    "HTTP/1.1 401 Unauthorized\r\ncontent-length: 0\r\nwww-authenticate: \
+                     Bearer realm=\"http://{}/token\",service=\"flood\"\r\n\r\n",
+                    listener.local_addr().unwrap()
+                );
+                conn.write_all(challenge.as_bytes()).await.unwrap();
+                continue;
+            }
+            let status = if what == "404" {
+                "404 Not Found"
+            } else {
+                "200 OK"
+            };
+            let answer = format!(
+                "HTTP/1.1 {status}\r\ncontent-type: application/json\r\n\
+                 transfer-encoding: chunked\r\n\r\n"
+            );
+            conn.write_all(answer.as_bytes()).await.unwrap();
+            // 64 MiB at most (so a reader without a bound ends instead of exhausting the
+            // test machine), in 64 KiB chunks of spaces: until the reader hangs up.
+            let chunk = format!("10000\r\n{}\r\n", " ".repeat(0x10000));
+            let mut sent = 0u64;
+            while sent < 64 << 20 && conn.write_all(chunk.as_bytes()).await.is_ok() {
+                sent += 0x10000;
+            }
+            return sent;
+        }
+    });
+    (host, sent)
+}
+
+/// A registry is hostile input: a manifest, an error body or a token answer without end is
+/// read only to its bound (4 MiB, 4 KiB, 64 KiB), the pull fails with a short message, and the
+/// node hangs up instead of taking the rest.
+#[tokio::test]
+async fn a_registry_flood_is_cut_at_its_bound() {
+    for (what, says) in [
+        ("manifest", "sent more than 4194304 bytes: refused"),
+        ("404", "404 Not Found"),
+        ("token", "/token sent more than 65536 bytes: refused"),
+    ] {
+        let (host, sent) = flooding_registry(what).await;
+        let node = TestNode::with({
+            let host = host.clone();
+            move |o: NodeOptions| o.insecure_registry(host)
+        });
+        let p = node
+            .start(&pod("flood", &format!("{host}/app:1.0"), ""))
+            .await;
+        wait_for(&p, LIMIT, |s| {
+            waiting_reason(s, "c").as_deref() == Some("ImagePullBackOff")
+        })
+        .await;
+        let failed = messages(&p, Reason::Failed).await;
+        assert!(
+            failed[0].contains(says) && failed[0].len() < 1024,
+            "{what}: {:?}",
+            failed[0].get(..300)
+        );
+        p.delete(Some(Duration::ZERO));
+        let sent = tokio::time::timeout(LIMIT, sent).await.unwrap().unwrap();
+        // What the node read, and what loopback's socket buffers held when it hung up.
+        assert!(sent < 16 << 20, "{what}: the node took {sent} bytes");
+    }
+}
