@@ -32,14 +32,15 @@ impl Agent {
             .append(true)
             .open(dir.join("agent.log"))
             .unwrap();
+        // Any port, unless `extra` names one.
+        let listen: &[&str] = if extra.contains(&"--listen") {
+            &[]
+        } else {
+            &["--listen", "127.0.0.1:0"]
+        };
         let mut child = Command::new(env!("CARGO_BIN_EXE_wasmpod"))
-            .args([
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--backoff-initial",
-                "200ms",
-            ])
+            .args(["serve", "--backoff-initial", "200ms"])
+            .args(listen)
             .args(["--backoff-max", "1s", "--node-name", "edge-1"])
             .arg("--state-dir")
             .arg(dir.join("state"))
@@ -1037,4 +1038,97 @@ fn kubectl_run_and_delete_all() {
     let deleted = agent.ok(&["delete", "pods", "--all"]);
     assert!(deleted.contains(r#"pod "demo" deleted"#), "{deleted}");
     assert_eq!(agent.ok(&["get", "pods", "-o", "name"]).trim(), "");
+}
+
+/// A state dir on a small file system of its own (a tmpfs), unmounted when dropped.
+struct SmallDisk(PathBuf);
+
+impl SmallDisk {
+    fn mount(at: PathBuf, size: &str) -> SmallDisk {
+        std::fs::create_dir_all(&at).unwrap();
+        let mounted = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&at)
+            .status()
+            .unwrap();
+        assert!(
+            mounted.success(),
+            "this test mounts a tmpfs: it runs as root"
+        );
+        SmallDisk(at)
+    }
+
+    /// Fills the file system: what is left is less than a page.
+    fn fill(&self) {
+        use std::io::Write;
+        let mut filler = std::fs::File::create(self.0.join("filler")).unwrap();
+        let block = vec![0u8; 64 << 10];
+        while filler.write_all(&block).is_ok() {}
+        while filler.write_all(&[0]).is_ok() {}
+    }
+
+    fn free(&self) {
+        std::fs::remove_file(self.0.join("filler")).unwrap();
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// What was acknowledged survives a full disk and a `kill -9` on it: while the state dir's file
+/// system is full, a write is refused with a `Status` and the agent goes on serving; killed
+/// there, it starts again on the full disk with every object it had; once there is room again,
+/// writes succeed.
+#[test]
+fn a_full_disk_loses_nothing_acknowledged() {
+    wasmpod_tests::warm_shared_cache();
+    let tmp = tempfile::tempdir().unwrap();
+    let disk = SmallDisk::mount(tmp.path().join("state"), "16m");
+    // The agent's own port, as a device has: the kubeconfig stays what it was.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    let listen = ["--listen", &port];
+    let agent = Agent::start_in(tmp.path(), &listen);
+    agent.ok(&["create", "configmap", "kept", "--from-literal=a=b"]);
+    agent.create(
+        &PodYaml::new("sleeper")
+            .container(r#"{ name: main, image: "{term}", args: [print, ran, sleep, "60000"] }"#)
+            .build(),
+    );
+    agent.ok(&[
+        "wait",
+        "--for=condition=Ready",
+        "pod/sleeper",
+        "--timeout=30s",
+    ]);
+
+    disk.fill();
+    let refused = agent.fails(&["create", "configmap", "late", "--from-literal=a=b"]);
+    assert!(refused.contains("No space left"), "{refused}");
+    assert_eq!(
+        agent.ok(&["get", "configmap", "kept", "-o", "jsonpath={.data.a}"]),
+        "b"
+    );
+    agent.fails(&["get", "configmap", "late"]);
+    agent.kill();
+
+    let agent = Agent::start_in(tmp.path(), &listen);
+    assert_eq!(
+        agent.ok(&["get", "configmap", "kept", "-o", "jsonpath={.data.a}"]),
+        "b"
+    );
+    agent.until(&["get", "pods"], LIMIT, |t| {
+        t.lines()
+            .any(|l| l.starts_with("sleeper") && l.contains("Running"))
+    });
+
+    disk.free();
+    agent.ok(&["create", "configmap", "late", "--from-literal=a=b"]);
+    agent.ok(&["delete", "pod", "sleeper", "--grace-period=0", "--force"]);
 }
