@@ -534,15 +534,51 @@ spec:
     assert_eq!(status.code(), Some(1));
 }
 
-/// A container that cannot be created (here: the process may not reserve a memory's address
-/// space) is a `StartError`, not a trap, and `wasmpod run` says why on stderr.
+/// A node whose address space is small runs compact, and runs the hello pod; a container that
+/// cannot be created even there (its module declares a 2.5 GiB memory, the process may map 1 GiB)
+/// is a `StartError`, not a trap, and `wasmpod run` says why on stderr.
 #[cfg(unix)]
 #[test]
 fn a_container_that_cannot_be_created_is_reported() {
     let dir = Dir::new();
-    // One container: the node's capacity follows the address space, which holds one here.
-    let pod = dir.write(
-        "pod.yaml",
+    let run = |pod: &Path, status: &Path| {
+        Command::new("timeout")
+            .args(["60", "prlimit", "--as=1073741824"])
+            .arg(env!("CARGO_BIN_EXE_wasmpod"))
+            .arg("run")
+            .arg("--state-dir")
+            .arg(dir.path("state"))
+            .arg("--cache-dir")
+            .arg(wasmpod_tests::shared_cache())
+            .arg("--status")
+            .arg(status)
+            .arg(pod)
+            .output()
+            .unwrap()
+    };
+    let hello = dir.write(
+        "hello.yaml",
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: { name: hello }
+spec:
+  restartPolicy: Never
+  containers:
+  - { name: c, image: "{p1}", args: [print, hello] }
+"#,
+    );
+    let out = run(&hello, &dir.path("hello.json"));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "[c] hello\n");
+
+    std::fs::write(
+        dir.path("big.wasm"),
+        wat::parse_str(r#"(module (memory 40000) (func (export "_start")))"#).unwrap(),
+    )
+    .unwrap();
+    let big = dir.write(
+        "big.yaml",
         r#"
 apiVersion: v1
 kind: Pod
@@ -550,23 +586,14 @@ metadata: { name: cramped }
 spec:
   restartPolicy: Never
   containers:
-  - { name: c, image: "{p1}", args: [print, hello] }
+  - name: c
+    image: big.wasm
+    resources: { limits: { memory: 3Gi } }
 "#,
     );
     let st = dir.path("status.json");
-    let mut cmd = Command::new("timeout");
-    cmd.args(["60", "prlimit", "--as=4294967296"])
-        .arg(env!("CARGO_BIN_EXE_wasmpod"))
-        .arg("run")
-        .arg("--state-dir")
-        .arg(dir.path("state"))
-        .arg("--cache-dir")
-        .arg(wasmpod_tests::shared_cache())
-        .arg("--status")
-        .arg(&st)
-        .arg(&pod);
-    let out = cmd.output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let out = run(&big, &st);
+    let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     let status: Value = serde_json::from_str(&std::fs::read_to_string(&st).unwrap()).unwrap();
     let terminated = &status["containerStatuses"][0]["state"]["terminated"];

@@ -27,6 +27,11 @@ impl Agent {
     /// Starts an agent on the state under `dir` (a second start finds the first one's pods),
     /// with `extra` options.
     fn start_in(dir: &Path, extra: &[&str]) -> Agent {
+        Agent::start_under(&[], dir, extra)
+    }
+
+    /// [`Agent::start_in`], the agent run by the command `wrapper` (e.g. `prlimit`).
+    fn start_under(wrapper: &[&str], dir: &Path, extra: &[&str]) -> Agent {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -38,7 +43,15 @@ impl Agent {
         } else {
             &["--listen", "127.0.0.1:0"]
         };
-        let mut child = Command::new(env!("CARGO_BIN_EXE_wasmpod"))
+        let mut command = match wrapper {
+            [program, args @ ..] => {
+                let mut c = Command::new(program);
+                c.args(args).arg(env!("CARGO_BIN_EXE_wasmpod"));
+                c
+            }
+            [] => Command::new(env!("CARGO_BIN_EXE_wasmpod")),
+        };
+        let mut child = command
             .args(["serve", "--backoff-initial", "200ms"])
             .args(listen)
             .args(["--backoff-max", "1s", "--node-name", "edge-1"])
@@ -1131,4 +1144,45 @@ fn a_full_disk_loses_nothing_acknowledged() {
     disk.free();
     agent.ok(&["create", "configmap", "late", "--from-literal=a=b"]);
     agent.ok(&["delete", "pod", "sleeper", "--grace-period=0", "--force"]);
+}
+
+/// A node under a 4 GiB address-space limit (as a 39-bit board or a container runtime's limit
+/// gives it) runs compact and says so in its status, and runs 50 sleeping pods and the hello pod.
+#[test]
+fn a_small_address_space_runs_fifty_pods() {
+    wasmpod_tests::warm_shared_cache();
+    let tmp = tempfile::tempdir().unwrap();
+    let manifests = tmp.path().join("manifests");
+    std::fs::create_dir(&manifests).unwrap();
+    for i in 0..50 {
+        let pod = PodYaml::new(&format!("sleeper-{i}"))
+            .container(r#"{ name: main, image: "{p1}", args: [print, up, sleep, "600000"] }"#)
+            .build();
+        std::fs::write(manifests.join(format!("{i}.yaml")), fill(&pod)).unwrap();
+    }
+    let agent = Agent::start_under(
+        &["prlimit", "--as=4294967296"],
+        tmp.path(),
+        &["--manifests", manifests.to_str().unwrap()],
+    );
+    let node = |path: &str| agent.ok(&["get", "node", "edge-1", "-o", &format!("jsonpath={path}")]);
+    assert_eq!(
+        node(r"{.metadata.annotations.wasmpod\.dev/address-space}"),
+        "compact"
+    );
+    let containers: u64 = node(r"{.status.allocatable.wasmpod\.dev/containers}")
+        .parse()
+        .unwrap();
+    assert!((50..1000).contains(&containers), "{containers}");
+    agent.until(&["get", "pods", "--no-headers"], LIMIT, |t| {
+        t.lines().filter(|l| l.contains("Running")).count() == 50
+    });
+    agent.create(
+        &PodYaml::new("hello")
+            .never()
+            .container(r#"{ name: main, image: "{p1}", args: [print, hello] }"#)
+            .build(),
+    );
+    agent.until(&["get", "pod", "hello"], LIMIT, |t| t.contains("Completed"));
+    assert_eq!(agent.ok(&["logs", "hello"]), "hello\n");
 }

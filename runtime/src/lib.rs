@@ -49,7 +49,7 @@ pub mod task;
 mod volumes;
 
 pub use container::ExecOutput;
-pub use engine::LoadError;
+pub use engine::{AddressSpace, LoadError};
 pub use events::{Event, EventStream, EventType, Reason};
 pub use images::{ImageGc, PullProgress};
 pub use network::Egress;

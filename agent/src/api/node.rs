@@ -42,6 +42,9 @@ impl Api {
                 "name": name,
                 "uid": k.node_uid(),
                 "labels": node.labels(),
+                // How instances use the address space: "compact" (bounds-checked memories that
+                // reserve their size) on a small one.
+                "annotations": { "wasmpod.dev/address-space": node.address_space().name() },
                 "creationTimestamp": since,
                 "resourceVersion": self.store.resource_version().to_string(),
             },

@@ -4,6 +4,7 @@
 pub(crate) mod activity;
 mod cache;
 mod pool;
+mod space;
 mod stacks;
 
 use std::collections::HashMap;
@@ -21,6 +22,7 @@ use crate::host::{GuestSockets, Linkers, P1State, P2State};
 pub(crate) use activity::Activity;
 use cache::CompileCache;
 use pool::{Pool, Twin};
+pub use space::AddressSpace;
 
 /// How often the epoch advances: the longest a guest runs before yielding to the scheduler.
 pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(1);
@@ -149,10 +151,16 @@ impl FileKey {
     }
 }
 
-/// The wasmtime configuration of every wasmpod engine (artefacts compiled by one load in any
-/// other).
+/// The wasmtime configuration of every engine of this process (artefacts compiled by one load
+/// in any other).
 fn config() -> Config {
+    config_for(AddressSpace::of_process())
+}
+
+/// The wasmtime configuration of a node whose instances use the address space as `space` says.
+fn config_for(space: AddressSpace) -> Config {
     let mut config = Config::new();
+    space.apply(&mut config);
     config.epoch_interruption(true);
     // WASI 0.3 (p3) components use the component model's async ABI.
     config.wasm_component_model_async(true);

@@ -74,6 +74,7 @@ impl Pool {
     fn engine(&self) -> Option<&PoolEngine> {
         self.engine
             .get_or_init(|| match PoolEngine::new(self.sockets) {
+                _ if !super::AddressSpace::of_process().pools() => None,
                 Ok(engine) => Some(engine),
                 Err(e) => {
                     tracing::warn!(

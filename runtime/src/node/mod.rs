@@ -166,6 +166,12 @@ impl Node {
             .check(class)
     }
 
+    /// How the node's instances use the process's address space (chosen from the space there
+    /// is: compact on a small address space or under an `RLIMIT_AS`).
+    pub fn address_space(&self) -> crate::AddressSpace {
+        crate::AddressSpace::of_process()
+    }
+
     /// What the node has for pods' requests.
     pub fn allocatable(&self) -> Allocatable {
         self.scheduler.allocatable()

@@ -75,8 +75,8 @@ pub struct Allocatable {
     /// sidecars, or while it initialises its sidecars and one init container, whichever is
     /// more); default what the process can map, less a reserve for probes, hooks and the
     /// runtime: its memory-mapping limit (`vm.max_map_count`) at six mappings per instance, and
-    /// its address space at one linear memory reservation (4 GiB and its guard) per instance,
-    /// whichever allows fewer. A node never starts more instances than the kernel lets the
+    /// its address space at what an instance reserves in the node's [`AddressSpace`](crate::AddressSpace) mode (4 GiB
+    /// and a guard reserved, 32 MiB compact), whichever allows fewer. A node never starts more instances than the kernel lets the
     /// process map, which would abort it.
     pub containers: u64,
 }
@@ -131,39 +131,15 @@ impl Allocatable {
     }
 }
 
-/// Address space an instance reserves: its linear memory's 4 GiB and guard, with room for its
-/// fiber stack and tables.
-const RESERVED_PER_INSTANCE: u64 = (4 << 30) + (64 << 20);
-/// Address space kept for the rest: the pool of short-lived instances (about 1 TiB), the heap,
-/// code and thread stacks.
-const RESERVED_FOR_THE_REST: u64 = 2 << 40;
-
 /// The default [`Allocatable::containers`] under a `vm.max_map_count`: what both the mappings
 /// (six an instance, less a reserve) and the address space hold. The reserve of 4,096 is for the
 /// probe pool's mappings, the engine's free fiber stacks (two each, at most 512) and the
 /// process's own (code, heap, threads).
 fn containers_for(max_map_count: u64) -> u64 {
     let by_mappings = max_map_count.saturating_sub(4096) / 6;
-    by_mappings.min(by_address_space()).max(1)
-}
-
-/// How many instances the process's address space holds: the user address space (the power of
-/// two above the stack's addresses: 128 TiB on x86-64, less with a smaller VA size or an
-/// `RLIMIT_AS`), less a reserve, at [`RESERVED_PER_INSTANCE`] each.
-fn by_address_space() -> u64 {
-    let here = 0u8;
-    let mut space = (std::ptr::addr_of!(here) as u64).next_power_of_two();
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes the limit into the struct it is given.
-    if unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut limit) } == 0
-        && limit.rlim_cur != libc::RLIM_INFINITY
-    {
-        space = space.min(limit.rlim_cur);
-    }
-    space.saturating_sub(RESERVED_FOR_THE_REST) / RESERVED_PER_INSTANCE
+    by_mappings
+        .min(crate::engine::AddressSpace::process_instances())
+        .max(1)
 }
 
 impl Default for NodeOptions {
@@ -380,16 +356,18 @@ mod tests {
 
     #[test]
     fn the_default_container_count_fits_the_address_space() {
-        let fit = by_address_space();
+        let fit = crate::engine::AddressSpace::process_instances();
         // The default mapping limit bounds it first; a raised one meets the address space.
         assert_eq!(containers_for(65_530), 10_239.min(fit).max(1));
         assert_eq!(containers_for(1 << 24), fit.max(1));
         // x86-64's 128 TiB hold the 30,000 pods a node is sized for, and no more than the
-        // reservations themselves allow.
+        // reservations themselves allow (a test run without an address-space limit).
         #[cfg(target_arch = "x86_64")]
-        assert!(
-            (30_000..=(128u64 << 40) / (4 << 30)).contains(&fit),
-            "{fit}"
-        );
+        if crate::engine::AddressSpace::of_process() == crate::AddressSpace::Reserved {
+            assert!(
+                (30_000..=(128u64 << 40) / (4 << 30)).contains(&fit),
+                "{fit}"
+            );
+        }
     }
 }
