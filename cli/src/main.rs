@@ -15,6 +15,11 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use wasmpod::k8s_openapi::api::core::v1::Taint;
 use wasmpod::k8s_openapi::api::scheduling::v1::PriorityClass;
+#[cfg(feature = "compiler")]
+mod compile;
+#[cfg(feature = "agent")]
+mod serve;
+
 use wasmpod::{
     BackoffOptions, Egress, ImageGc, InvalidPod, LogLimits, Node, NodeOptions, PodHandle,
     PodOptions, PodSpec, Reason, Stream,
@@ -37,7 +42,12 @@ enum Command {
     Run(Box<RunArgs>),
     /// Run the node agent until SIGTERM or Ctrl-C: keep pods across restarts in the state dir
     /// and serve the Kubernetes API to kubectl (the kubeconfig is written under the state dir).
-    Serve(Box<ServeArgs>),
+    #[cfg(feature = "agent")]
+    Serve(Box<serve::ServeArgs>),
+    /// Compile a module or component ahead of time into a `.cwasm` that a node (also one built
+    /// without a compiler) runs as it is.
+    #[cfg(feature = "compiler")]
+    Compile(compile::CompileArgs),
     /// Check a Pod YAML file; print `valid` or every error.
     Validate {
         /// YAML with the ConfigMap, Secret and PriorityClass documents the pod uses. Repeatable.
@@ -68,29 +78,6 @@ struct RunArgs {
     node: NodeArgs,
     /// The Pod YAML file.
     pod: PathBuf,
-}
-
-#[derive(Args)]
-struct ServeArgs {
-    /// Where the API listens (HTTPS); port 0 picks a free port.
-    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:6443")]
-    listen: SocketAddr,
-    /// Where relative image paths of pods are resolved [default: the current directory]
-    #[arg(long, value_name = "DIR")]
-    images_dir: Option<PathBuf>,
-    /// The node's name [default: the host name]
-    #[arg(long, value_name = "NAME")]
-    node_name: Option<String>,
-    /// A directory of static pod manifests (the kubelet's staticPodPath): each Pod file in it
-    /// runs as a pod, removed files delete theirs, changed files replace theirs.
-    #[arg(long, value_name = "DIR")]
-    manifests: Option<PathBuf>,
-    /// Let pods sent through the API have hostPath volumes (they read and write the host's
-    /// files); refused by default, as the Pod Security Standards' baseline does.
-    #[arg(long)]
-    allow_host_path: bool,
-    #[command(flatten)]
-    node: NodeArgs,
 }
 
 /// Options of the node that runs the pods.
@@ -308,9 +295,18 @@ fn main() -> ExitCode {
                 }
             }
         }
+        #[cfg(feature = "compiler")]
+        Command::Compile(args) => match compile::compile(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("wasmpod: {e:#}");
+                ExitCode::from(2)
+            }
+        },
+        #[cfg(feature = "agent")]
         Command::Serve(args) => {
             let runtime = tokio::runtime::Runtime::new().expect("cannot start the async runtime");
-            match runtime.block_on(serve(*args)) {
+            match runtime.block_on(serve::serve(*args)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("wasmpod: {e:#}");
@@ -466,34 +462,6 @@ fn report_failures(pod: &Path, status: &wasmpod::k8s_openapi::api::core::v1::Pod
     if let Some(message) = &status.message {
         eprintln!("wasmpod: {}: {message}", pod.display());
     }
-}
-
-/// `wasmpod serve`: the node agent, until SIGTERM or Ctrl-C.
-async fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    let mut signals = Signals::listen().context("cannot listen for signals")?;
-    let mut node = args.node.options();
-    if let Some(name) = args.node_name {
-        node = node.node_name(name);
-    }
-    let mut options = wasmpod_agent::AgentOptions::default()
-        .node(node)
-        .listen(args.listen)
-        .allow_host_path(args.allow_host_path);
-    if let Some(dir) = args.images_dir {
-        options = options.images_dir(dir);
-    }
-    if let Some(dir) = args.manifests {
-        options = options.manifests(dir);
-    }
-    let agent = wasmpod_agent::Agent::start(options).await?;
-    println!(
-        "wasmpod: serving the Kubernetes API on https://{}\nKUBECONFIG={}",
-        agent.local_addr(),
-        agent.kubeconfig().display()
-    );
-    signals.next().await;
-    agent.stop().await;
-    Ok(())
 }
 
 /// How long `run` waits, once the pod is gone, for its output and event stream to be written

@@ -49,7 +49,9 @@ pub mod task;
 mod volumes;
 
 pub use container::ExecOutput;
-pub use engine::{AddressSpace, LoadError};
+#[cfg(feature = "compiler")]
+pub use engine::compile;
+pub use engine::{AddressSpace, CompileTarget, LoadError};
 pub use events::{Event, EventStream, EventType, Reason};
 pub use images::{ImageGc, PullProgress};
 pub use network::Egress;

@@ -43,7 +43,9 @@ use std::sync::Arc;
 use tokio::sync::watch;
 
 use crate::container::{DEFAULT_PORT, EXIT_TERMINATED, HttpServe, Preopen, Sandbox};
-use crate::engine::{self, Engine, Image};
+#[cfg(feature = "compiler")]
+use crate::engine;
+use crate::engine::{Engine, Image};
 use crate::host::{GuestSockets, TermSignal};
 use crate::memory::{Budget, NodeMemory, PodMemory};
 use crate::network::{NodeNetwork, PodNames};
@@ -296,12 +298,14 @@ fn task_engine(name: &Path) -> Result<Engine, LoadError> {
 /// Compiles a module or component (`name` names it in errors) into an artefact
 /// [`Task::from_precompiled`] loads without compiling: what the shim stores in containerd's
 /// content store, once for the node. Blocking.
+#[cfg(feature = "compiler")]
 pub fn precompile(name: &Path, wasm: &[u8]) -> Result<Vec<u8>, LoadError> {
     engine::precompile(name, wasm)
 }
 
 /// Changes whenever artefacts of [`precompile`] stop loading (another wasmpod or wasmtime
 /// build, another CPU): part of the key they are stored under.
+#[cfg(feature = "compiler")]
 pub fn precompile_key() -> u64 {
     engine::precompile_key()
 }

@@ -22,7 +22,7 @@ impl CompileCache {
         let mut hasher = std::hash::DefaultHasher::new();
         engine.precompile_compatibility_hash().hash(&mut hasher);
         let mut key = Sha256::new();
-        key.update(env!("CARGO_PKG_VERSION"));
+        key.update(super::compile::version());
         key.update(hasher.finish().to_le_bytes());
         CompileCache {
             dir: dir.filter(|d| match trusted_dir(d) {

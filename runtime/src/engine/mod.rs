@@ -2,7 +2,9 @@
 //! and kills, the linkers, and loading `.wasm` files into ready-to-instantiate images.
 
 pub(crate) mod activity;
+#[cfg(feature = "compiler")]
 mod cache;
+mod compile;
 mod pool;
 mod space;
 mod stacks;
@@ -11,7 +13,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use wasmtime::component::Component;
 use wasmtime::{Config, InstancePre, Module};
@@ -20,7 +22,11 @@ use wasmtime_wasi_http::p2::bindings::ProxyPre;
 
 use crate::host::{GuestSockets, Linkers, P1State, P2State};
 pub(crate) use activity::Activity;
+#[cfg(feature = "compiler")]
 use cache::CompileCache;
+pub use compile::CompileTarget;
+#[cfg(feature = "compiler")]
+pub use compile::compile;
 use pool::{Pool, Twin};
 pub use space::AddressSpace;
 
@@ -89,11 +95,14 @@ impl Image {
 
 /// How an image was obtained, for the `Pulled` event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(feature = "compiler"), allow(dead_code))]
 pub(crate) enum Pull {
     /// Already loaded in this process.
     Present,
     /// Read from the on-disk compile cache.
     Cached,
+    /// Loaded from a precompiled artefact (a `.cwasm`).
+    Precompiled,
     /// Compiled now (and stored in the cache).
     Compiled(Duration),
 }
@@ -121,6 +130,15 @@ pub enum LoadError {
         /// The file.
         path: PathBuf,
         /// wasmtime's reason.
+        message: String,
+    },
+    /// A precompiled artefact made for another target, CPU, address-space mode, wasmpod or
+    /// wasmtime than this node's.
+    #[error("{path} was precompiled for another node: {message}")]
+    Mismatch {
+        /// The file.
+        path: PathBuf,
+        /// What differs, and how to make one for this node.
         message: String,
     },
     /// The module imports something wasmpod does not provide, or lacks the entry point.
@@ -162,8 +180,12 @@ fn config_for(space: AddressSpace) -> Config {
     let mut config = Config::new();
     space.apply(&mut config);
     config.epoch_interruption(true);
+    config
+        .module_version(compile::version_strategy())
+        .expect("a version string");
     // WASI 0.3 (p3) components use the component model's async ABI.
     config.wasm_component_model_async(true);
+    #[cfg(feature = "compiler")]
     config.cranelift_opt_level(wasmtime::OptLevel::Speed);
     // Each live instance costs memory mappings, and Linux caps a process at
     // `vm.max_map_count` (65,530 by default): without a guard region before each linear
@@ -175,6 +197,7 @@ fn config_for(space: AddressSpace) -> Config {
 
 /// Compiles a module or component into an artefact [`Engine::load_precompiled`] takes, without
 /// starting an engine. Blocking.
+#[cfg(feature = "compiler")]
 pub(crate) fn precompile(name: &Path, bytes: &[u8]) -> Result<Vec<u8>, LoadError> {
     let engine = wasmtime::Engine::new(&config()).map_err(|e| LoadError::Compile {
         path: name.to_owned(),
@@ -195,6 +218,7 @@ pub(crate) fn precompile(name: &Path, bytes: &[u8]) -> Result<Vec<u8>, LoadError
 
 /// A hash that changes whenever artefacts of [`precompile`] stop loading (another wasmtime, or
 /// another configuration or CPU).
+#[cfg(feature = "compiler")]
 pub(crate) fn precompile_key() -> u64 {
     use std::hash::{Hash, Hasher};
     // Making an engine to ask costs milliseconds; the answer never changes in a process.
@@ -210,6 +234,7 @@ pub(crate) fn precompile_key() -> u64 {
 
 pub(crate) struct Engine {
     pub(crate) wasmtime: wasmtime::Engine,
+    #[cfg(feature = "compiler")]
     cache: CompileCache,
     linkers: Linkers,
     /// The engine of short-lived instances (probes, hooks, HTTP requests).
@@ -261,7 +286,10 @@ impl Engine {
             })?;
         let ticker = ticker.thread().clone();
         activity.set_ticker(ticker.clone());
+        #[cfg(not(feature = "compiler"))]
+        let _ = cache_dir;
         Ok(Engine {
+            #[cfg(feature = "compiler")]
             cache: CompileCache::new(cache_dir, &wasmtime),
             wasmtime,
             linkers,
@@ -305,43 +333,70 @@ impl Engine {
         Ok((image, pull))
     }
 
+    /// The image of `bytes`: a precompiled artefact (`.cwasm`) as it is, a module or component
+    /// from the compile cache or compiled now.
     fn compile(&self, path: &Path, bytes: &[u8]) -> Result<(Image, Pull), LoadError> {
+        if let Some(kind) = precompiled_kind(bytes) {
+            // SAFETY: a `.cwasm` is trusted as the node's binary is (docs/small-devices.md);
+            // wasmtime checks its version, target, CPU features and settings.
+            let image = unsafe { self.link(path, kind, bytes) }.map_err(|e| match e {
+                LoadError::Compile { message, .. } => compile::mismatch(path, &message),
+                other => other,
+            })?;
+            return Ok((image, Pull::Precompiled));
+        }
         let kind = Kind::of(bytes).ok_or_else(|| LoadError::NotWasm {
             path: path.to_owned(),
         })?;
+        let (artefact, pull) = self.artefact(path, kind, bytes)?;
+        // SAFETY: the artefact was produced by `precompile_*` of an engine with the same
+        // compatibility hash (it is part of the cache key) and passed its checksum.
+        let image = unsafe { self.link(path, kind, &artefact) }?;
+        Ok((image, pull))
+    }
+
+    /// The compiled artefact of a module or component: from the cache, else compiled now.
+    #[cfg(feature = "compiler")]
+    fn artefact(
+        &self,
+        path: &Path,
+        kind: Kind,
+        bytes: &[u8],
+    ) -> Result<(Vec<u8>, Pull), LoadError> {
         let compile_err = |e: wasmtime::Error| LoadError::Compile {
             path: path.to_owned(),
             message: format!("{e:#}"),
         };
         let cached = self.cache.path_for(bytes);
-        let start = Instant::now();
-        let artefact = cached.as_deref().and_then(CompileCache::read);
-        let from_cache = artefact.is_some();
-        let artefact = match artefact {
-            Some(a) => a,
-            None => {
-                let a = match kind {
-                    Kind::Module => self.wasmtime.precompile_module(bytes),
-                    Kind::Component => self.wasmtime.precompile_component(bytes),
-                }
-                .map_err(compile_err)?;
-                if let Some(file) = &cached
-                    && let Err(e) = CompileCache::write(file, &a)
-                {
-                    tracing::warn!(file = %file.display(), "cannot write the compile cache: {e}");
-                }
-                a
-            }
-        };
-        let pull = if from_cache {
-            Pull::Cached
-        } else {
-            Pull::Compiled(start.elapsed())
-        };
-        // SAFETY: the artefact was produced by `precompile_*` of an engine with the same
-        // compatibility hash (it is part of the cache key) and passed its checksum.
-        let image = unsafe { self.link(path, kind, &artefact) }?;
-        Ok((image, pull))
+        if let Some(artefact) = cached.as_deref().and_then(CompileCache::read) {
+            return Ok((artefact, Pull::Cached));
+        }
+        let start = std::time::Instant::now();
+        let artefact = match kind {
+            Kind::Module => self.wasmtime.precompile_module(bytes),
+            Kind::Component => self.wasmtime.precompile_component(bytes),
+        }
+        .map_err(compile_err)?;
+        if let Some(file) = &cached
+            && let Err(e) = CompileCache::write(file, &artefact)
+        {
+            tracing::warn!(file = %file.display(), "cannot write the compile cache: {e}");
+        }
+        Ok((artefact, Pull::Compiled(start.elapsed())))
+    }
+
+    /// A build without a compiler runs only precompiled artefacts.
+    #[cfg(not(feature = "compiler"))]
+    fn artefact(&self, path: &Path, _: Kind, _: &[u8]) -> Result<(Vec<u8>, Pull), LoadError> {
+        Err(LoadError::Compile {
+            path: path.to_owned(),
+            message: format!(
+                "this wasmpod has no compiler (built without the `compiler` feature) and runs \
+                 only precompiled images: make one with `{}` where wasmpod has a compiler, and \
+                 name the .cwasm as the image",
+                compile::command_for_here(Some(path))
+            ),
+        })
     }
 
     /// Loads a module or component from its bytes (`name` is for messages), compiling it.
@@ -361,15 +416,9 @@ impl Engine {
         name: &Path,
         artefact: &[u8],
     ) -> Result<Image, LoadError> {
-        let kind = match wasmtime::Engine::detect_precompiled(artefact) {
-            Some(wasmtime::Precompiled::Module) => Kind::Module,
-            Some(wasmtime::Precompiled::Component) => Kind::Component,
-            None => {
-                return Err(LoadError::NotWasm {
-                    path: name.to_owned(),
-                });
-            }
-        };
+        let kind = precompiled_kind(artefact).ok_or_else(|| LoadError::NotWasm {
+            path: name.to_owned(),
+        })?;
         // SAFETY: as the caller promised.
         unsafe { self.link(name, kind, artefact) }
     }
@@ -469,6 +518,14 @@ unsafe fn link(
         }
     };
     Ok(image)
+}
+
+/// What a precompiled artefact holds, if `bytes` is one.
+fn precompiled_kind(bytes: &[u8]) -> Option<Kind> {
+    match wasmtime::Engine::detect_precompiled(bytes)? {
+        wasmtime::Precompiled::Module => Some(Kind::Module),
+        wasmtime::Precompiled::Component => Some(Kind::Component),
+    }
 }
 
 #[derive(Clone, Copy)]

@@ -24,6 +24,12 @@
 //!
 //! The pool's engine has the node's configuration otherwise (artefacts load in either), its
 //! own linkers, and its epoch advanced by the node's ticker.
+//!
+//! A build without a compiler cannot serialize an image again for its twin: everything there is
+//! on demand, as on a node with a compact address space.
+
+// Without a compiler nothing makes the pool's engine.
+#![cfg_attr(not(feature = "compiler"), allow(dead_code, unused_imports))]
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -73,21 +79,34 @@ impl Pool {
 
     fn engine(&self) -> Option<&PoolEngine> {
         self.engine
-            .get_or_init(|| match PoolEngine::new(self.sockets) {
-                _ if !super::AddressSpace::of_process().pools() => None,
-                Ok(engine) => Some(engine),
-                Err(e) => {
-                    tracing::warn!(
-                        "no pooling allocator for probes, hooks and HTTP requests \
+            .get_or_init(|| {
+                // A compact node reserves no slots up front.
+                if !super::AddressSpace::of_process().pools() {
+                    return None;
+                }
+                match PoolEngine::new(self.sockets) {
+                    Ok(engine) => Some(engine),
+                    Err(e) => {
+                        tracing::warn!(
+                            "no pooling allocator for probes, hooks and HTTP requests \
                          (they allocate on demand): {e:#}"
-                    );
-                    None
+                        );
+                        None
+                    }
                 }
             })
             .as_ref()
     }
 
+    /// `image` in the pool's engine, or `None` when it cannot be there (or this build, having
+    /// no compiler, cannot serialize it again). Blocking.
+    #[cfg(not(feature = "compiler"))]
+    fn twin_of(&self, _: &Image) -> Option<Image> {
+        None
+    }
+
     /// `image` in the pool's engine, or `None` when it cannot be there. Blocking.
+    #[cfg(feature = "compiler")]
     fn twin_of(&self, image: &Image) -> Option<Image> {
         let engine = self.engine()?;
         let (kind, artefact) = match image {

@@ -11,7 +11,10 @@ pub(crate) fn is_path(image: &str) -> bool {
         || image.starts_with("./")
         || image.starts_with("../")
         || image.starts_with("file://")
-        || image.to_ascii_lowercase().ends_with(".wasm")
+        || {
+            let image = image.to_ascii_lowercase();
+            image.ends_with(".wasm") || image.ends_with(".cwasm")
+        }
 }
 
 /// `imagePullPolicy`.

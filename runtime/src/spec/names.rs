@@ -27,7 +27,8 @@ pub(crate) fn check_uid(uid: &str) -> Result<(), &'static str> {
 }
 
 /// Whether `file` is a WebAssembly module or component: a regular file starting with the
-/// `\0asm` magic.
+/// `\0asm` magic, or one precompiled by `wasmpod compile` (an ELF file, which the engine checks
+/// further when it loads it).
 pub(super) fn check_wasm_file(file: &Path) -> Result<(), &'static str> {
     use std::io::Read;
     if !file.is_file() {
@@ -35,8 +36,11 @@ pub(super) fn check_wasm_file(file: &Path) -> Result<(), &'static str> {
     }
     let mut magic = [0u8; 4];
     match std::fs::File::open(file).and_then(|mut f| f.read_exact(&mut magic)) {
-        Ok(()) if &magic == b"\0asm" => Ok(()),
-        Ok(()) => Err("is not a WebAssembly module or component (no \\0asm magic)"),
+        Ok(()) if &magic == b"\0asm" || &magic == b"\x7fELF" => Ok(()),
+        Ok(()) => Err(
+            "is not a WebAssembly module or component (no \\0asm magic) nor one precompiled by \
+             `wasmpod compile`",
+        ),
         Err(_) => Err("cannot be read as a WebAssembly module or component"),
     }
 }

@@ -101,6 +101,7 @@ impl PodTask {
             _ if c.spec.pull.is_some() => None,
             Pull::Present => Some(format!("Module {path:?} already loaded")),
             Pull::Cached => Some(format!("Loaded module {path:?} from the compile cache")),
+            Pull::Precompiled => Some(format!("Loaded precompiled module {path:?}")),
             Pull::Compiled(t) => Some(format!(
                 "Successfully compiled module {path:?} in {}",
                 fmt_duration(t)

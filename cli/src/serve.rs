@@ -1,0 +1,60 @@
+//! `wasmpod serve`: the node agent, with its Kubernetes API (the `agent` feature).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Args;
+
+use crate::{NodeArgs, Signals};
+
+#[derive(Args)]
+pub(crate) struct ServeArgs {
+    /// Where the API listens (HTTPS); port 0 picks a free port.
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:6443")]
+    listen: SocketAddr,
+    /// Where relative image paths of pods are resolved [default: the current directory]
+    #[arg(long, value_name = "DIR")]
+    images_dir: Option<PathBuf>,
+    /// The node's name [default: the host name]
+    #[arg(long, value_name = "NAME")]
+    node_name: Option<String>,
+    /// A directory of static pod manifests (the kubelet's staticPodPath): each Pod file in it
+    /// runs as a pod, removed files delete theirs, changed files replace theirs.
+    #[arg(long, value_name = "DIR")]
+    manifests: Option<PathBuf>,
+    /// Let pods sent through the API have hostPath volumes (they read and write the host's
+    /// files); refused by default, as the Pod Security Standards' baseline does.
+    #[arg(long)]
+    allow_host_path: bool,
+    #[command(flatten)]
+    node: NodeArgs,
+}
+
+/// `wasmpod serve`: the node agent, until SIGTERM or Ctrl-C.
+pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let mut signals = Signals::listen().context("cannot listen for signals")?;
+    let mut node = args.node.options();
+    if let Some(name) = args.node_name {
+        node = node.node_name(name);
+    }
+    let mut options = wasmpod_agent::AgentOptions::default()
+        .node(node)
+        .listen(args.listen)
+        .allow_host_path(args.allow_host_path);
+    if let Some(dir) = args.images_dir {
+        options = options.images_dir(dir);
+    }
+    if let Some(dir) = args.manifests {
+        options = options.manifests(dir);
+    }
+    let agent = wasmpod_agent::Agent::start(options).await?;
+    println!(
+        "wasmpod: serving the Kubernetes API on https://{}\nKUBECONFIG={}",
+        agent.local_addr(),
+        agent.kubeconfig().display()
+    );
+    signals.next().await;
+    agent.stop().await;
+    Ok(())
+}

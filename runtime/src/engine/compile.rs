@@ -1,0 +1,145 @@
+//! Ahead-of-time compilation: `.cwasm` artefacts made on one machine for the nodes of another
+//! (`wasmpod compile`), and what a node says when it is given one it cannot load.
+//!
+//! An artefact carries the wasmtime version, target, CPU features and engine settings it was
+//! made with; wasmtime refuses to load it where any differs, and wasmpod's version is part of
+//! what it checks (the artefact's version string is wasmpod's and wasmtime's). It is machine
+//! code: a node runs it as it is, so it is trusted as the `wasmpod` binary is (see
+//! `docs/small-devices.md`).
+
+use std::path::Path;
+
+use wasmtime::ModuleVersionStrategy;
+
+use super::{AddressSpace, LoadError};
+#[cfg(feature = "compiler")]
+use super::{Kind, config_for};
+
+/// The wasmtime this wasmpod is built on (checked against `Cargo.lock` by a test).
+const WASMTIME_VERSION: &str = "48.0.8";
+
+/// An artefact's version string: another wasmpod or wasmtime refuses it.
+pub(super) fn version() -> String {
+    format!(
+        "wasmpod {} on wasmtime {WASMTIME_VERSION}",
+        env!("CARGO_PKG_VERSION")
+    )
+}
+
+pub(super) fn version_strategy() -> ModuleVersionStrategy {
+    ModuleVersionStrategy::Custom(version())
+}
+
+/// The machines an artefact is for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CompileTarget {
+    /// The target triple (`aarch64-unknown-linux-gnu`); `None`: this machine, with its CPU's
+    /// features.
+    pub triple: Option<String>,
+    /// How the nodes that run it use their address space.
+    pub address_space: AddressSpace,
+}
+
+impl CompileTarget {
+    /// This machine, as a node here would run it.
+    pub fn host() -> CompileTarget {
+        CompileTarget {
+            triple: None,
+            address_space: AddressSpace::of_process(),
+        }
+    }
+
+    /// Sets [`CompileTarget::triple`].
+    pub fn triple(mut self, triple: impl Into<String>) -> Self {
+        self.triple = Some(triple.into());
+        self
+    }
+
+    /// Sets [`CompileTarget::address_space`].
+    pub fn address_space(mut self, space: AddressSpace) -> Self {
+        self.address_space = space;
+        self
+    }
+
+    #[cfg(feature = "compiler")]
+    fn config(&self, name: &Path) -> Result<wasmtime::Config, LoadError> {
+        let mut config = config_for(self.address_space);
+        if let Some(triple) = &self.triple {
+            config.target(triple).map_err(|e| LoadError::Compile {
+                path: name.to_owned(),
+                message: format!("target {triple}: {e:#}"),
+            })?;
+        }
+        Ok(config)
+    }
+}
+
+/// Compiles a module or component (`name` names it in errors) into an artefact for `target`.
+/// Blocking: compiling takes from milliseconds to seconds.
+#[cfg(feature = "compiler")]
+pub fn compile(name: &Path, wasm: &[u8], target: &CompileTarget) -> Result<Vec<u8>, LoadError> {
+    let kind = Kind::of(wasm).ok_or_else(|| LoadError::NotWasm {
+        path: name.to_owned(),
+    })?;
+    let compiled = wasmtime::Engine::new(&target.config(name)?).and_then(|engine| match kind {
+        Kind::Module => engine.precompile_module(wasm),
+        Kind::Component => engine.precompile_component(wasm),
+    });
+    compiled.map_err(|e| {
+        let mut message = format!("{e:#}");
+        // wasmtime's words for a code generator left out of this build.
+        if let Some(triple) = &target.triple
+            && message.contains("target is disabled")
+        {
+            message = format!(
+                "this wasmpod cannot compile for {triple} ({message}): build it with \
+                 `--features cross`"
+            );
+        }
+        LoadError::Compile {
+            path: name.to_owned(),
+            message,
+        }
+    })
+}
+
+/// Why this node cannot load the artefact at `path` (wasmtime's `reason`), in words that say
+/// what to do.
+pub(super) fn mismatch(path: &Path, reason: &str) -> LoadError {
+    LoadError::Mismatch {
+        path: path.to_owned(),
+        message: format!("{reason}; make it again with `{}`", command_for_here(None)),
+    }
+}
+
+/// The `wasmpod compile` command that makes an artefact this node loads (of `input`).
+pub(super) fn command_for_here(input: Option<&Path>) -> String {
+    let space = match AddressSpace::of_process() {
+        AddressSpace::Compact => "--compact",
+        AddressSpace::Reserved => "--reserved",
+    };
+    let input = input
+        .map(|p| format!(" {}", p.display()))
+        .unwrap_or_default();
+    format!(
+        "wasmpod compile --target {} {space}{input}",
+        target_lexicon::HOST
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_wasmtime_version_is_the_locked_one() {
+        let lock =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../Cargo.lock")).unwrap();
+        let locked = lock
+            .split("[[package]]")
+            .find(|p| p.contains("\nname = \"wasmtime\"\n"))
+            .and_then(|p| p.lines().find_map(|l| l.strip_prefix("version = ")))
+            .unwrap()
+            .trim_matches('"');
+        assert_eq!(locked, super::WASMTIME_VERSION);
+    }
+}

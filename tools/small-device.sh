@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# The small-device path end to end: a full wasmpod compiles the example pods' guests ahead of
+# time, and a runtime-only wasmpod (built without a compiler) runs them: the hello pod, and the
+# HTTP service answering on its published port. A plain .wasm is refused by the runtime-only
+# build with the command that makes an artefact.
+#
+#   tools/small-device.sh            # for this machine (CI runs this)
+#   tools/small-device.sh --arm64    # cross-built for aarch64-unknown-linux-gnu, run under
+#                                    # qemu-aarch64 (installs Debian's cross toolchain and
+#                                    # qemu-user; a release would run this)
+#
+# Needs the example guests (examples/build.sh). Debug builds; PROFILE=release for release ones.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/wasmpod-ci-target}"
+profile="${PROFILE:-dev}"
+dir_of() { if [ "$profile" = dev ]; then echo debug; else echo "$profile"; fi; }
+
+arm64=false
+[ "${1:-}" = --arm64 ] && arm64=true
+
+work=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
+
+if $arm64; then
+    triple=aarch64-unknown-linux-gnu
+    if ! command -v aarch64-linux-gnu-gcc >/dev/null || ! command -v qemu-aarch64 >/dev/null; then
+        apt-get update
+        DEBIAN_FRONTEND=noninteractive apt-get install -y gcc-aarch64-linux-gnu \
+            libc6-dev-arm64-cross qemu-user
+    fi
+    rustup target add "$triple"
+    export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
+    export CC_aarch64_unknown_linux_gnu=aarch64-linux-gnu-gcc
+    # The compiler needs every code generator to compile for another architecture.
+    cargo build -q --profile "$profile" -p wasmpod-cli --features cross
+    cp "$CARGO_TARGET_DIR/$(dir_of)/wasmpod" "$work/wasmpod-full"
+    cargo build -q --profile "$profile" -p wasmpod-cli --no-default-features --target "$triple"
+    minimal=("qemu-aarch64" "-L" "/usr/aarch64-linux-gnu" "$CARGO_TARGET_DIR/$triple/$(dir_of)/wasmpod")
+else
+    triple=$(rustc -vV | sed -n 's/^host: //p')
+    cargo build -q --profile "$profile" -p wasmpod-cli
+    cp "$CARGO_TARGET_DIR/$(dir_of)/wasmpod" "$work/wasmpod-full"
+    cargo build -q --profile "$profile" -p wasmpod-cli --no-default-features
+    cp "$CARGO_TARGET_DIR/$(dir_of)/wasmpod" "$work/wasmpod-minimal"
+    minimal=("$work/wasmpod-minimal")
+fi
+
+# Precompiled images, beside copies of the pod files that name them.
+for example in hello http-service; do
+    mkdir -p "$work/$example"
+    for wasm in examples/$example/*.wasm; do
+        name=$(basename "$wasm" .wasm)
+        "$work/wasmpod-full" compile --target "$triple" --reserved "$wasm" \
+            -o "$work/$example/$name.cwasm"
+    done
+    sed 's/\.wasm$/.cwasm/' "examples/$example/pod.yaml" >"$work/$example/pod.yaml"
+done
+
+out=$("${minimal[@]}" run --state-dir "$work/state" "$work/hello/pod.yaml")
+echo "$out"
+grep -qx '\[hello\] Hello, wasmpod! I am "hello".' <<<"$out"
+
+# A plain .wasm: refused, with what to do.
+if "${minimal[@]}" run --state-dir "$work/state" examples/hello/pod.yaml 2>"$work/err"; then
+    echo "the runtime-only build ran a .wasm" >&2
+    exit 1
+fi
+grep -q "has no compiler" "$work/err"
+grep -q "wasmpod compile --target" "$work/err"
+
+"${minimal[@]}" run --state-dir "$work/state" "$work/http-service/pod.yaml" &
+service=$!
+body=$(python3 - <<'PY'
+import time, urllib.request
+for _ in range(600):
+    try:
+        print(urllib.request.urlopen("http://127.0.0.1:8080/", timeout=5).read().decode(), end="")
+        break
+    except OSError:
+        time.sleep(0.1)
+PY
+)
+kill -INT "$service"
+wait "$service"
+echo "$body"
+grep -qx 'Hello, wasmpod! Served by a fresh instance.' <<<"$body"
+echo "small-device path for $triple: ok"
