@@ -83,6 +83,11 @@ struct RunArgs {
 /// Options of the node that runs the pods.
 #[derive(Args)]
 struct NodeArgs {
+    /// How instances use the address space: `compact` (bounds-checked memories that reserve
+    /// their size; for little address space) or `reserved` (4 GiB reservations, no bounds
+    /// checks) [default: what the process's address space allows].
+    #[arg(long, value_name = "MODE", value_parser = parse_address_space)]
+    address_space: Option<wasmpod::AddressSpace>,
     /// First crash-loop backoff delay.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
     backoff_initial: Duration,
@@ -115,6 +120,10 @@ struct NodeArgs {
     /// A registry (`HOST:PORT`) pulled from over plain HTTP; every other is HTTPS only.
     #[arg(long, value_name = "HOST:PORT")]
     insecure_registry: Vec<String>,
+    /// A registry (`HOST:PORT`) whose precompiled layers (machine code from `wasmpod compile`)
+    /// this node runs as they are: trust it as you trust this binary. Repeatable.
+    #[arg(long, value_name = "HOST:PORT")]
+    precompiled_registry: Vec<String>,
     /// A docker-style config file with registry credentials [default: $DOCKER_CONFIG/config.json
     /// or ~/.docker/config.json, when it exists].
     #[arg(long, value_name = "FILE")]
@@ -159,6 +168,14 @@ fn parse_label(pair: &str) -> Result<(String, String), String> {
 }
 
 /// A size in bytes, with an optional `Ki`, `Mi` or `Gi` suffix.
+fn parse_address_space(s: &str) -> Result<wasmpod::AddressSpace, String> {
+    match s {
+        "compact" => Ok(wasmpod::AddressSpace::Compact),
+        "reserved" => Ok(wasmpod::AddressSpace::Reserved),
+        _ => Err("compact or reserved".into()),
+    }
+}
+
 fn parse_size(s: &str) -> Result<u64, String> {
     let (digits, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
         Some(i) => s.split_at(i),
@@ -210,6 +227,11 @@ fn parse_publish(s: &str) -> Result<(SocketAddr, u16), String> {
 
 impl NodeArgs {
     fn options(&self) -> NodeOptions {
+        // Before the default options, which size the node's capacity by the mode.
+        if let Some(mode) = self.address_space {
+            // The first choice of the process: nothing has chosen before.
+            let _ = mode.set_for_process();
+        }
         let mut options = NodeOptions::default().backoff(BackoffOptions {
             initial: self.backoff_initial,
             max: self.backoff_max,
@@ -226,6 +248,9 @@ impl NodeArgs {
             .taints(self.register_with_taints.clone());
         for registry in &self.insecure_registry {
             options = options.insecure_registry(registry.clone());
+        }
+        for registry in &self.precompiled_registry {
+            options = options.precompiled_registry(registry.clone());
         }
         let docker_config = std::env::var_os("DOCKER_CONFIG")
             .map(PathBuf::from)

@@ -130,6 +130,31 @@ impl Registry {
         self.push(name, vec![layer], config).await
     }
 
+    /// Pushes a wasm artifact at `name` whose layers are `layers` (data, media type and
+    /// annotations); returns the manifest digest.
+    pub async fn push_layers(
+        &self,
+        name: &str,
+        layers: Vec<(Vec<u8>, &str, &[(&str, &str)])>,
+    ) -> String {
+        let layers = layers
+            .into_iter()
+            .map(|(data, media_type, annotations)| {
+                let annotations = annotations
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect();
+                ImageLayer::new(data, media_type.into(), Some(annotations))
+            })
+            .collect();
+        let config = Config::new(
+            br#"{"architecture":"wasm","os":"wasip2"}"#.to_vec(),
+            "application/vnd.wasm.config.v0+json".into(),
+            None,
+        );
+        self.push(name, layers, config).await
+    }
+
     /// Pushes an ordinary image at `name` whose one layer (tar+gzip) holds `files`, with the
     /// image config's `Entrypoint` and `Cmd`; returns the manifest digest.
     pub async fn push_image(

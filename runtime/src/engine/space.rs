@@ -47,15 +47,30 @@ const COMPACT_PER_INSTANCE: u64 = 32 << 20;
 /// arenas.
 const COMPACT_FOR_THE_REST: u64 = 1 << 30;
 
+static MODE: OnceLock<AddressSpace> = OnceLock::new();
+
 impl AddressSpace {
-    /// The mode for this process's address space (decided once).
+    /// The mode of this process's engines: the one [`AddressSpace::set_for_process`] chose, else
+    /// the one its address space suggests (decided once).
     pub(crate) fn of_process() -> AddressSpace {
-        static MODE: OnceLock<AddressSpace> = OnceLock::new();
         *MODE.get_or_init(|| {
             let mode = AddressSpace::for_space(usable());
             tracing::debug!(?mode, space = usable(), "address space");
             mode
         })
+    }
+
+    /// Makes `self` the mode of this process's engines instead of the one its address space
+    /// suggests (a reserved node where the space is tight fails to start instances; a compact
+    /// one runs everywhere, its code a little slower). Call it before the first node is made
+    /// (or [`NodeOptions::default`](crate::NodeOptions), which sizes the node's capacity by it);
+    /// once chosen, the mode stays: `Err` holds it when it is another.
+    pub fn set_for_process(self) -> Result<(), AddressSpace> {
+        match MODE.set(self) {
+            Ok(()) => Ok(()),
+            Err(_) if AddressSpace::of_process() == self => Ok(()),
+            Err(_) => Err(AddressSpace::of_process()),
+        }
     }
 
     fn for_space(space: u64) -> AddressSpace {

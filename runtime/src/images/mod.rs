@@ -127,6 +127,7 @@ impl Images {
     pub(crate) fn new(
         root: &Path,
         insecure: &[String],
+        precompiled: &[String],
         auth_file: Option<&Path>,
         gc: ImageGc,
     ) -> std::io::Result<Images> {
@@ -145,7 +146,8 @@ impl Images {
         Ok(Images {
             root: root.to_owned(),
             store: std::sync::OnceLock::new(),
-            puller: pull::Puller::new(insecure, node_auth).map_err(std::io::Error::other)?,
+            puller: pull::Puller::new(insecure, precompiled, node_auth)
+                .map_err(std::io::Error::other)?,
             gc,
             inflight: Mutex::default(),
             progress: Mutex::default(),
@@ -196,8 +198,11 @@ impl Images {
         let name = shown(reference);
         let started = Instant::now();
         let store = self.store().map_err(PullError::Failed)?;
+        // Machine code stays unused once the node no longer trusts its registry with it: the
+        // image is pulled again (its portable layer).
         let stored = store
             .record(&name)
+            .filter(|r| !r.precompiled || self.puller.trusts(reference))
             .and_then(|r| Some((store.verified(&r.wasm)?, r)));
         let fresh_enough = match (&stored, policy) {
             (Some(_), PullPolicy::IfNotPresent | PullPolicy::Never) => true,
@@ -318,6 +323,7 @@ impl Images {
             entrypoint: fetched.entrypoint,
             cmd: fetched.cmd,
             last_used: now_secs(),
+            precompiled: fetched.precompiled,
         };
         store
             .put_record(&record)

@@ -22,6 +22,13 @@ const MAX_IMAGE_ARGV: usize = 128 << 10;
 const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 const READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
+/// A layer of machine code made by `wasmpod compile`, for the target triple and address-space
+/// mode its annotations name.
+pub(crate) const PRECOMPILED_LAYER: &str = "application/vnd.wasmpod.precompiled.v1";
+/// The annotations of a precompiled layer: its target triple, and `reserved` or `compact`.
+pub(crate) const TARGET_ANNOTATION: &str = "dev.wasmpod.target";
+pub(crate) const SPACE_ANNOTATION: &str = "dev.wasmpod.address-space";
+
 const WASM_LAYERS: &[&str] = &[
     "application/wasm",
     "application/vnd.wasm.content.layer.v1+wasm",
@@ -36,17 +43,25 @@ pub(crate) struct Fetched {
     pub wasm_digest: Option<String>,
     pub entrypoint: Option<Vec<String>>,
     pub cmd: Option<Vec<String>>,
+    /// The `.wasm` is machine code from a precompiled layer.
+    pub precompiled: bool,
 }
 
 pub(crate) struct Puller {
     http: reqwest::Client,
     insecure: Vec<String>,
+    /// Registries whose precompiled layers the node runs.
+    precompiled: Vec<String>,
     /// The node's docker-style config (`{"auths": {...}}`), if any.
     node_auth: Option<Value>,
 }
 
 impl Puller {
-    pub(crate) fn new(insecure: &[String], node_auth: Option<Value>) -> Result<Puller, String> {
+    pub(crate) fn new(
+        insecure: &[String],
+        precompiled: &[String],
+        node_auth: Option<Value>,
+    ) -> Result<Puller, String> {
         // reqwest is built without a default TLS provider: the process's is ring's (as the
         // node agent's); installing it again is a no-op.
         let _ = rustls::crypto::ring::default_provider().install_default();
@@ -59,6 +74,7 @@ impl Puller {
         Ok(Puller {
             http,
             insecure: insecure.to_vec(),
+            precompiled: precompiled.to_vec(),
             node_auth,
         })
     }
@@ -73,6 +89,12 @@ impl Puller {
             .find_map(|config| credentials(config, registry));
         let insecure = self.insecure.iter().any(|r| r == registry);
         Repository::new(&self.http, reference, insecure, basic)
+    }
+
+    /// Whether the node runs machine code from `reference`'s registry.
+    pub(crate) fn trusts(&self, reference: &Reference) -> bool {
+        let registry = reference.resolve_registry();
+        self.precompiled.iter().any(|r| r == registry)
     }
 
     /// The manifest digest `reference` resolves to now (for `Always`: is what we have current?).
@@ -99,10 +121,17 @@ impl Puller {
     ) -> Result<Fetched, String> {
         let mut repository = self.repository(reference, secrets);
         let (manifest, manifest_digest) = repository.manifest(reference).await?;
+        let trusted = self.trusts(reference);
         if let Some(layer) = manifest
             .layers
             .iter()
-            .find(|l| WASM_LAYERS.contains(&l.media_type.as_str()))
+            .find(|l| trusted && for_this_node(l))
+            .or_else(|| {
+                manifest
+                    .layers
+                    .iter()
+                    .find(|l| WASM_LAYERS.contains(&l.media_type.as_str()))
+            })
         {
             counters.layers.store(1, Relaxed);
             let wasm = repository.blob(layer, MAX_BLOB, counters).await?;
@@ -112,6 +141,27 @@ impl Puller {
                 wasm_digest: Some(layer.digest.clone()),
                 entrypoint: None,
                 cmd: None,
+                precompiled: layer.media_type == PRECOMPILED_LAYER,
+            });
+        }
+        if manifest
+            .layers
+            .iter()
+            .any(|l| l.media_type == PRECOMPILED_LAYER)
+        {
+            return Err(if trusted {
+                format!(
+                    "the image has no portable .wasm layer and no precompiled one for this node \
+                     ({} with {} address space)",
+                    target_lexicon::HOST,
+                    crate::AddressSpace::of_process().name()
+                )
+            } else {
+                format!(
+                    "the image has only precompiled layers, and this node runs machine code only \
+                     from the registries it is told to trust (--precompiled-registry {})",
+                    reference.resolve_registry()
+                )
             });
         }
         // An ordinary image: the `.wasm` its entry point names, from the last layer that has it.
@@ -175,8 +225,23 @@ impl Puller {
             wasm_digest: None,
             entrypoint,
             cmd,
+            precompiled: false,
         })
     }
+}
+
+/// Whether `layer` is machine code for this node: its target and address-space mode.
+fn for_this_node(layer: &oci_client::manifest::OciDescriptor) -> bool {
+    let annotation = |key: &str| {
+        layer
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(key))
+            .map(String::as_str)
+    };
+    layer.media_type == PRECOMPILED_LAYER
+        && annotation(TARGET_ANNOTATION).is_some_and(|t| t == target_lexicon::HOST.to_string())
+        && annotation(SPACE_ANNOTATION) == Some(crate::AddressSpace::of_process().name())
 }
 
 /// The user and password a docker-style config holds for `registry`.

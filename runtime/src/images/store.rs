@@ -23,6 +23,10 @@ pub(crate) struct Record {
     pub cmd: Option<Vec<String>>,
     /// Seconds since the epoch of its last use (for garbage collection).
     pub last_used: u64,
+    /// The blob is machine code (a precompiled layer): used only while the node trusts the
+    /// registry with machine code.
+    #[serde(default)]
+    pub precompiled: bool,
 }
 
 pub(crate) struct Store {
@@ -229,6 +233,7 @@ mod tests {
                     entrypoint: None,
                     cmd: None,
                     last_used: i as u64,
+                    precompiled: false,
                 })
                 .unwrap();
         }

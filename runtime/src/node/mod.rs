@@ -107,6 +107,7 @@ impl Node {
         let images = crate::images::Images::new(
             &images_root,
             &options.insecure_registries,
+            &options.precompiled_registries,
             options.registry_config.as_deref(),
             options.image_gc,
         )

@@ -53,6 +53,9 @@ pub struct NodeOptions {
     pub taints: Vec<Taint>,
     /// Registries (`HOST:PORT`) pulled from over plain HTTP; every other is HTTPS only.
     pub insecure_registries: Vec<String>,
+    /// Registries (`HOST:PORT`) whose precompiled layers (`wasmpod compile`'s machine code) the
+    /// node runs: from every other, only portable `.wasm` layers are taken.
+    pub precompiled_registries: Vec<String>,
     /// A docker-style config file (`{"auths": {...}}`) with registry credentials, used when a
     /// pod's `imagePullSecrets` have none for the registry.
     pub registry_config: Option<PathBuf>,
@@ -162,6 +165,7 @@ impl Default for NodeOptions {
             labels: BTreeMap::new(),
             taints: Vec::new(),
             insecure_registries: Vec::new(),
+            precompiled_registries: Vec::new(),
             registry_config: None,
             image_gc: ImageGc::default(),
         }
@@ -172,6 +176,12 @@ impl NodeOptions {
     /// Sets [`NodeOptions::state_dir`].
     pub fn state_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.state_dir = dir.into();
+        self
+    }
+
+    /// Adds a registry (`HOST:PORT`) to [`NodeOptions::precompiled_registries`].
+    pub fn precompiled_registry(mut self, host: impl Into<String>) -> Self {
+        self.precompiled_registries.push(host.into());
         self
     }
 

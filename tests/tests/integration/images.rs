@@ -498,3 +498,92 @@ async fn a_registry_flood_is_cut_at_its_bound() {
         assert!(sent < 16 << 20, "{what}: the node took {sent} bytes");
     }
 }
+
+/// A registry image may carry machine code from `wasmpod compile` beside its portable `.wasm`,
+/// one layer per target and address-space mode: a node that trusts the registry with machine
+/// code runs the layer for its own target and mode; one that does not takes the portable layer,
+/// and refuses an image that has only machine code, saying which option would trust it.
+#[tokio::test]
+async fn precompiled_layers_run_only_from_trusted_registries() {
+    let registry = Registry::start(false);
+    let host = registry.host.clone();
+    let wasm = p1();
+    let artefact = wasmpod::compile(
+        std::path::Path::new("p1.wasm"),
+        &wasm,
+        &wasmpod::CompileTarget::host(),
+    )
+    .unwrap();
+    let artefact_len = artefact.len();
+    assert_ne!(artefact_len, wasm.len());
+    let here = format!("{}-unknown-linux-gnu", std::env::consts::ARCH);
+    let precompiled = "application/vnd.wasmpod.precompiled.v1";
+    let for_here: &[(&str, &str)] = &[
+        ("dev.wasmpod.target", &here),
+        ("dev.wasmpod.address-space", "reserved"),
+    ];
+    let for_arm: &[(&str, &str)] = &[
+        ("dev.wasmpod.target", "aarch64-unknown-linux-gnu"),
+        ("dev.wasmpod.address-space", "reserved"),
+    ];
+    registry
+        .push_layers(
+            "both:1.0",
+            vec![
+                (b"not for this node".to_vec(), precompiled, for_arm),
+                (artefact.clone(), precompiled, for_here),
+                (wasm.clone(), "application/wasm", &[]),
+            ],
+        )
+        .await;
+    registry
+        .push_layers("machine:1.0", vec![(artefact, precompiled, for_here)])
+        .await;
+
+    let trusting = TestNode::with({
+        let host = host.clone();
+        move |o: NodeOptions| o.insecure_registry(host.clone()).precompiled_registry(host)
+    });
+    for image in ["both:1.0", "machine:1.0"] {
+        let p = trusting
+            .start(&pod(
+                &image.replace([':', '.'], "-"),
+                &format!("{host}/{image}"),
+                "",
+            ))
+            .await;
+        assert_eq!(ended(&p).await.phase.as_deref(), Some("Succeeded"));
+        assert_eq!(out(&p), ["hi"]);
+        // What was pulled is the machine code, not the portable layer.
+        let pulled = messages(&p, Reason::Pulled).await;
+        assert!(
+            pulled[0].ends_with(&format!("Image size: {artefact_len} bytes.")),
+            "{image}: {pulled:?}"
+        );
+    }
+
+    let wary = node(&registry);
+    let p = wary
+        .start(&pod("wary", &format!("{host}/both:1.0"), ""))
+        .await;
+    assert_eq!(ended(&p).await.phase.as_deref(), Some("Succeeded"));
+    assert_eq!(out(&p), ["hi"]);
+    let pulled = messages(&p, Reason::Pulled).await;
+    assert!(
+        pulled[0].ends_with(&format!("Image size: {} bytes.", wasm.len())),
+        "{pulled:?}"
+    );
+    let p = wary
+        .start(&pod("refused", &format!("{host}/machine:1.0"), ""))
+        .await;
+    wait_for(&p, LIMIT, |s| {
+        waiting_reason(s, "c").as_deref() == Some("ImagePullBackOff")
+    })
+    .await;
+    let failed = messages(&p, Reason::Failed).await;
+    assert!(
+        failed[0].contains(&format!("--precompiled-registry {host}")),
+        "{failed:?}"
+    );
+    p.delete(Some(Duration::ZERO));
+}
