@@ -130,13 +130,8 @@ impl Registry {
         self.push(name, vec![layer], config).await
     }
 
-    /// Pushes a wasm artifact at `name` whose layers are `layers` (data, media type and
-    /// annotations); returns the manifest digest.
-    pub async fn push_layers(
-        &self,
-        name: &str,
-        layers: Vec<(Vec<u8>, &str, &[(&str, &str)])>,
-    ) -> String {
+    /// Pushes a wasm artifact at `name` whose layers are `layers`; returns the manifest digest.
+    pub async fn push_layers(&self, name: &str, layers: Vec<Layer<'_>>) -> String {
         let layers = layers
             .into_iter()
             .map(|(data, media_type, annotations)| {
@@ -260,6 +255,9 @@ impl Registry {
         format!("sha256:{:x}", sha2::Sha256::digest(data))
     }
 }
+
+/// A layer to push: its data, media type and annotations.
+pub type Layer<'a> = (Vec<u8>, &'a str, &'a [(&'a str, &'a str)]);
 
 /// A pod's `.dockerconfigjson` Secret for `host` with these credentials, as `kubectl create
 /// secret docker-registry` makes it.
