@@ -209,6 +209,9 @@ impl Agent {
             .collect();
         let mut node_options = options.node.clone();
         node_options.priority_classes.extend(classes);
+        // Pods come from the network: machine code runs only from directories the operator
+        // named, never from wherever a pod's image path points.
+        node_options.precompiled_dirs.get_or_insert_with(Vec::new);
         let node = Node::new(node_options)?;
         let address = match addr.ip() {
             ip if ip.is_unspecified() => "127.0.0.1".to_owned(),

@@ -27,6 +27,10 @@ pub(crate) struct ServeArgs {
     /// files); refused by default, as the Pod Security Standards' baseline does.
     #[arg(long)]
     allow_host_path: bool,
+    /// A directory whose precompiled images (`.cwasm`: machine code, run as it is) pods may
+    /// name; none by default, since pods come from the API. Repeatable.
+    #[arg(long, value_name = "DIR")]
+    precompiled_dir: Vec<PathBuf>,
     #[command(flatten)]
     node: NodeArgs,
 }
@@ -34,7 +38,10 @@ pub(crate) struct ServeArgs {
 /// `wasmpod serve`: the node agent, until SIGTERM or Ctrl-C.
 pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let mut signals = Signals::listen().context("cannot listen for signals")?;
-    let mut node = args.node.options();
+    let mut node = args
+        .node
+        .options()
+        .precompiled_dirs(Some(args.precompiled_dir));
     if let Some(name) = args.node_name {
         node = node.node_name(name);
     }

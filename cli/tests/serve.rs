@@ -1186,3 +1186,49 @@ fn a_small_address_space_runs_fifty_pods() {
     agent.until(&["get", "pod", "hello"], LIMIT, |t| t.contains("Completed"));
     assert_eq!(agent.ok(&["logs", "hello"]), "hello\n");
 }
+
+/// Pods come from the network, so an agent runs machine code (a `.cwasm` from `wasmpod
+/// compile`) only from the directories it is given (`--precompiled-dir`): elsewhere such a pod
+/// is refused with where machine code may come from.
+#[test]
+fn precompiled_images_run_only_from_named_dirs() {
+    wasmpod_tests::warm_shared_cache();
+    let tmp = tempfile::tempdir().unwrap();
+    let bin = tmp.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let artefact = bin.join("app.cwasm");
+    let compiled = Command::new(env!("CARGO_BIN_EXE_wasmpod"))
+        .arg("compile")
+        .arg(fill("{p1}"))
+        .arg("-o")
+        .arg(&artefact)
+        .status()
+        .unwrap();
+    assert!(compiled.success());
+    let pod = |name: &str| {
+        PodYaml::new(name)
+            .never()
+            .container(&format!(
+                r#"{{ name: main, image: "{}", args: [print, hi] }}"#,
+                artefact.display()
+            ))
+            .build()
+    };
+
+    let agent = Agent::start_in(tmp.path(), &[]);
+    let file = agent.file("refused.yaml", &pod("refused"));
+    let refused = agent.fails(&["create", "-f", &file]);
+    assert!(
+        refused.contains("is machine code (a precompiled artefact)")
+            && refused.contains("--precompiled-dir"),
+        "{refused}"
+    );
+    agent.kill();
+
+    let agent = Agent::start_in(tmp.path(), &["--precompiled-dir", bin.to_str().unwrap()]);
+    agent.create(&pod("allowed"));
+    agent.until(&["get", "pod", "allowed"], LIMIT, |t| {
+        t.contains("Completed")
+    });
+    assert_eq!(agent.ok(&["logs", "allowed"]), "hi\n");
+}

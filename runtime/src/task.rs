@@ -289,7 +289,7 @@ impl Task {
 }
 
 fn task_engine(name: &Path) -> Result<Engine, LoadError> {
-    Engine::new(None, GuestSockets::Host).map_err(|e| LoadError::Compile {
+    Engine::new(None, GuestSockets::Host, Default::default()).map_err(|e| LoadError::Compile {
         path: name.to_owned(),
         message: format!("cannot start the engine: {e:#}"),
     })

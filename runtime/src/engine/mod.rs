@@ -93,6 +93,53 @@ impl Image {
     }
 }
 
+/// Where an image file comes from, which decides whether it may be machine code.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Origin {
+    /// A path in a pod spec: machine code only where [`MachineCode`] allows.
+    Local,
+    /// A registry image's blob: machine code only from a precompiled layer of a trusted
+    /// registry.
+    Pulled { machine_code: bool },
+}
+
+/// Where a node takes local precompiled artefacts (machine code, run as it is) from.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct MachineCode {
+    /// `None`: anywhere (the operator's own pod files); else only under these directories.
+    pub dirs: Option<Vec<PathBuf>>,
+    /// Never under these (where guests write: the state dir).
+    pub never: Vec<PathBuf>,
+}
+
+impl MachineCode {
+    /// Whether `file` (canonical) may be machine code.
+    fn allows(&self, file: &Path) -> bool {
+        let under =
+            |dir: &PathBuf| std::fs::canonicalize(dir).is_ok_and(|dir| file.starts_with(dir));
+        !self.never.iter().any(under)
+            && self.dirs.as_ref().is_none_or(|dirs| dirs.iter().any(under))
+    }
+
+    fn sources(&self) -> String {
+        match &self.dirs {
+            Some(dirs) if dirs.is_empty() => {
+                "from registries it trusts with it (--precompiled-registry) and from no local \
+                 directory (--precompiled-dir names one)"
+                    .into()
+            }
+            Some(dirs) => format!(
+                "from {} and registries it trusts with it",
+                dirs.iter()
+                    .map(|d| d.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            None => "outside the node's state directory, where guests write".into(),
+        }
+    }
+}
+
 /// How an image was obtained, for the `Pulled` event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(not(feature = "compiler"), allow(dead_code))]
@@ -140,6 +187,14 @@ pub enum LoadError {
         path: PathBuf,
         /// What differs, and how to make one for this node.
         message: String,
+    },
+    /// A precompiled artefact (machine code) from where this node does not run machine code.
+    #[error("{path} is machine code (a precompiled artefact), which this node runs only {allowed}")]
+    MachineCode {
+        /// The file.
+        path: PathBuf,
+        /// Where the node takes machine code from.
+        allowed: String,
     },
     /// The module imports something wasmpod does not provide, or lacks the entry point.
     #[error("{path} cannot run in wasmpod: {message}")]
@@ -234,6 +289,8 @@ pub(crate) fn precompile_key() -> u64 {
 
 pub(crate) struct Engine {
     pub(crate) wasmtime: wasmtime::Engine,
+    /// Where local precompiled artefacts (machine code) may come from.
+    machine_code: MachineCode,
     #[cfg(feature = "compiler")]
     cache: CompileCache,
     linkers: Linkers,
@@ -257,6 +314,7 @@ impl Engine {
     pub(crate) fn new(
         cache_dir: Option<PathBuf>,
         sockets: GuestSockets,
+        machine_code: MachineCode,
     ) -> wasmtime::Result<Engine> {
         let mut config = config();
         config.with_host_stack(Arc::new(stacks::Stacks::default()));
@@ -289,6 +347,7 @@ impl Engine {
         #[cfg(not(feature = "compiler"))]
         let _ = cache_dir;
         Ok(Engine {
+            machine_code,
             #[cfg(feature = "compiler")]
             cache: CompileCache::new(cache_dir, &wasmtime),
             wasmtime,
@@ -316,8 +375,13 @@ impl Engine {
     }
 
     /// Loads the image at `path`: from memory when this process has it, else from the compile
-    /// cache, else by compiling. Blocking; call from a blocking context.
-    pub(crate) fn load(&self, path: &Path) -> Result<(Arc<Image>, Pull), LoadError> {
+    /// cache, else by compiling; a precompiled artefact only where `origin` allows machine code.
+    /// Blocking; call from a blocking context.
+    pub(crate) fn load(
+        &self,
+        path: &Path,
+        origin: Origin,
+    ) -> Result<(Arc<Image>, Pull), LoadError> {
         let read_err = |e: std::io::Error| LoadError::Read {
             path: path.to_owned(),
             message: e.to_string(),
@@ -326,8 +390,21 @@ impl Engine {
         if let Some(image) = self.loaded.lock().unwrap().get(&key) {
             return Ok((image.clone(), Pull::Present));
         }
-        let bytes = std::fs::read(path).map_err(read_err)?;
-        let (image, pull) = self.compile(path, &bytes)?;
+        // The file as it is named after symbolic links: what is checked is what is read.
+        let file = std::fs::canonicalize(path).map_err(read_err)?;
+        let bytes = std::fs::read(&file).map_err(read_err)?;
+        let machine_code = match origin {
+            Origin::Local if self.machine_code.allows(&file) => Ok(()),
+            Origin::Local => Err(self.machine_code.sources()),
+            Origin::Pulled { machine_code: true } => Ok(()),
+            Origin::Pulled {
+                machine_code: false,
+            } => Err(
+                "from a precompiled layer of a registry it trusts with it (--precompiled-registry)"
+                    .to_owned(),
+            ),
+        };
+        let (image, pull) = self.compile(path, &bytes, machine_code)?;
         let image = Arc::new(image);
         self.loaded.lock().unwrap().insert(key, image.clone());
         Ok((image, pull))
@@ -335,8 +412,19 @@ impl Engine {
 
     /// The image of `bytes`: a precompiled artefact (`.cwasm`) as it is, a module or component
     /// from the compile cache or compiled now.
-    fn compile(&self, path: &Path, bytes: &[u8]) -> Result<(Image, Pull), LoadError> {
+    fn compile(
+        &self,
+        path: &Path,
+        bytes: &[u8],
+        machine_code: Result<(), String>,
+    ) -> Result<(Image, Pull), LoadError> {
         if let Some(kind) = precompiled_kind(bytes) {
+            if let Err(allowed) = machine_code {
+                return Err(LoadError::MachineCode {
+                    path: path.to_owned(),
+                    allowed,
+                });
+            }
             // SAFETY: a `.cwasm` is trusted as the node's binary is (docs/small-devices.md);
             // wasmtime checks its version, target, CPU features and settings.
             let image = unsafe { self.link(path, kind, bytes) }.map_err(|e| match e {
@@ -399,10 +487,12 @@ impl Engine {
         })
     }
 
-    /// Loads a module or component from its bytes (`name` is for messages), compiling it.
-    /// Blocking.
+    /// Loads a module or component from its bytes (`name` is for messages), compiling it (a
+    /// precompiled artefact is refused: see [`Engine::load_precompiled`]). Blocking.
     pub(crate) fn load_bytes(&self, name: &Path, bytes: &[u8]) -> Result<Image, LoadError> {
-        self.compile(name, bytes).map(|(image, _)| image)
+        let allowed = "through `Task::from_precompiled`".to_owned();
+        self.compile(name, bytes, Err(allowed))
+            .map(|(image, _)| image)
     }
 
     /// Loads an artefact of [`precompile`].

@@ -243,7 +243,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn short_lived_instances_come_from_the_pool_while_it_has_room() {
-        let engine = Engine::new(None, GuestSockets::Pod).unwrap();
+        let engine = Engine::new(None, GuestSockets::Pod, Default::default()).unwrap();
         let wasm = wat::parse_str(
             r#"(module (memory (export "memory") 1)
                  (func (export "_start") (i32.store (i32.const 0) (i32.const 7)))

@@ -53,6 +53,8 @@ pub(crate) struct Resolved {
     pub pulled: Option<(Duration, u64)>,
     /// Keeps the image from garbage collection while the container has it.
     pub _lease: Arc<Lease>,
+    /// The blob is machine code, from a precompiled layer of a registry the node trusts.
+    pub precompiled: bool,
 }
 
 /// Why an image is not there.
@@ -264,6 +266,7 @@ impl Images {
             entrypoint: record.entrypoint,
             cmd: record.cmd,
             pulled: pulled.map(|took| (took, size)),
+            precompiled: record.precompiled,
         }
     }
 

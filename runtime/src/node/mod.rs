@@ -69,8 +69,16 @@ impl Node {
         let labels = Arc::new(options.all_labels());
         let taints: Arc<[_]> = options.taints.clone().into();
         crate::volumes::remove_orphans();
-        let engine = Engine::new(options.cache_dir.clone(), crate::host::GuestSockets::Pod)
-            .map_err(|e| Error::Engine(format!("{e:#}")))?;
+        let machine_code = crate::engine::MachineCode {
+            dirs: options.precompiled_dirs.clone(),
+            never: vec![options.state_dir.clone()],
+        };
+        let engine = Engine::new(
+            options.cache_dir.clone(),
+            crate::host::GuestSockets::Pod,
+            machine_code,
+        )
+        .map_err(|e| Error::Engine(format!("{e:#}")))?;
         std::fs::create_dir_all(&options.state_dir)
             .and_then(|()| crate::paths::make_private_trees(&options.state_dir))
             .map_err(|source| Error::Io {
@@ -299,9 +307,11 @@ impl Node {
                 continue;
             }
             let (context, file) = (self.context.clone(), path.to_owned());
-            let loaded = tokio::task::spawn_blocking(move || context.engine.load(&file))
-                .await
-                .map_err(|e| Error::Engine(e.to_string()))?;
+            let loaded = tokio::task::spawn_blocking(move || {
+                context.engine.load(&file, crate::engine::Origin::Local)
+            })
+            .await
+            .map_err(|e| Error::Engine(e.to_string()))?;
             images.push(Some(
                 loaded.map_err(|source| Error::Image { field, source })?,
             ));

@@ -53,6 +53,12 @@ pub struct NodeOptions {
     pub taints: Vec<Taint>,
     /// Registries (`HOST:PORT`) pulled from over plain HTTP; every other is HTTPS only.
     pub insecure_registries: Vec<String>,
+    /// Where pods' local image files may be precompiled artefacts (machine code from
+    /// `wasmpod compile`, run as it is): `None` anywhere but under the state dir (where guests
+    /// write), the default for the operator's own pod files; `Some` only under these
+    /// directories (`wasmpod serve`: `--precompiled-dir`, none by default, since pods come
+    /// from the API).
+    pub precompiled_dirs: Option<Vec<PathBuf>>,
     /// Registries (`HOST:PORT`) whose precompiled layers (`wasmpod compile`'s machine code) the
     /// node runs: from every other, only portable `.wasm` layers are taken.
     pub precompiled_registries: Vec<String>,
@@ -166,6 +172,7 @@ impl Default for NodeOptions {
             taints: Vec::new(),
             insecure_registries: Vec::new(),
             precompiled_registries: Vec::new(),
+            precompiled_dirs: None,
             registry_config: None,
             image_gc: ImageGc::default(),
         }
@@ -176,6 +183,12 @@ impl NodeOptions {
     /// Sets [`NodeOptions::state_dir`].
     pub fn state_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.state_dir = dir.into();
+        self
+    }
+
+    /// Sets [`NodeOptions::precompiled_dirs`].
+    pub fn precompiled_dirs(mut self, dirs: Option<Vec<PathBuf>>) -> Self {
+        self.precompiled_dirs = dirs;
         self
     }
 

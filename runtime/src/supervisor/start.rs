@@ -12,7 +12,7 @@ use super::probe::{self, HookKind, ProbeKind};
 use super::stopping::Stopping;
 use super::{MIN_GRACE, Msg, PodTask, after};
 use crate::container::{CpuLimit, DEFAULT_PORT, EXIT_KILLED, Exit, HttpServe, Preopen, Sandbox};
-use crate::engine::{Image, LoadError, Pull};
+use crate::engine::{Image, LoadError, Origin, Pull};
 use crate::events::{EventType, Reason};
 use crate::host::TermSignal;
 use crate::memory::Budget;
@@ -264,12 +264,19 @@ impl PodTask {
     }
 
     pub(super) async fn load(&self, index: usize) -> Result<(Arc<Image>, Pull), LoadError> {
-        let path = self.containers[index].spec.image.clone();
+        let c = &self.containers[index];
+        let path = c.spec.image.clone();
         if let Some(image) = self.node.engine.loaded(&path) {
             return Ok((image, Pull::Present));
         }
+        let origin = match (&c.spec.pull, &c.pulled) {
+            (None, _) => Origin::Local,
+            (Some(_), pulled) => Origin::Pulled {
+                machine_code: pulled.as_ref().is_some_and(|(r, _)| r.precompiled),
+            },
+        };
         let node = self.node.clone();
-        match tokio::task::spawn_blocking(move || node.engine.load(&path)).await {
+        match tokio::task::spawn_blocking(move || node.engine.load(&path, origin)).await {
             Ok(result) => result,
             Err(e) => Err(LoadError::Compile {
                 path: self.containers[index].spec.image.clone(),

@@ -537,7 +537,14 @@ async fn precompiled_layers_run_only_from_trusted_registries() {
         )
         .await;
     registry
-        .push_layers("machine:1.0", vec![(artefact, precompiled, for_here)])
+        .push_layers(
+            "machine:1.0",
+            vec![(artefact.clone(), precompiled, for_here)],
+        )
+        .await;
+    // Machine code disguised as a portable layer.
+    registry
+        .push_layers("disguised:1.0", vec![(artefact, "application/wasm", &[])])
         .await;
 
     let trusting = TestNode::with({
@@ -583,6 +590,22 @@ async fn precompiled_layers_run_only_from_trusted_registries() {
     let failed = messages(&p, Reason::Failed).await;
     assert!(
         failed[0].contains(&format!("--precompiled-registry {host}")),
+        "{failed:?}"
+    );
+    p.delete(Some(Duration::ZERO));
+    let p = wary
+        .start(&pod("disguised", &format!("{host}/disguised:1.0"), ""))
+        .await;
+    wait_for(&p, LIMIT, |s| {
+        waiting_reason(s, "c").as_deref() == Some("ImagePullBackOff")
+    })
+    .await;
+    let failed = messages(&p, Reason::Failed).await;
+    assert!(
+        failed[0].contains(
+            "is machine code (a precompiled artefact), which this node runs only from a \
+             precompiled layer of a registry it trusts with it"
+        ),
         "{failed:?}"
     );
     p.delete(Some(Duration::ZERO));
