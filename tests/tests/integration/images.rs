@@ -53,6 +53,19 @@ async fn messages(pod: &PodHandle, reason: Reason) -> Vec<String> {
         .collect()
 }
 
+/// Starts a pod of `image` on `node` whose pull must fail: the message of its first `Failed`
+/// event, once the container waits in `ImagePullBackOff` (the pod is deleted).
+async fn pull_failure(node: &TestNode, name: &str, image: &str) -> String {
+    let p = node.start(&pod(name, image, "")).await;
+    wait_for(&p, LIMIT, |s| {
+        waiting_reason(s, "c").as_deref() == Some("ImagePullBackOff")
+    })
+    .await;
+    let failed = messages(&p, Reason::Failed).await;
+    p.delete(Some(Duration::ZERO));
+    failed[0].clone()
+}
+
 /// A wasm artifact and an ordinary image run; an ordinary image's `.wasm` is the one its
 /// entry point names, `args` replacing its `Cmd`; the status names the image and its digest.
 #[tokio::test]
@@ -370,18 +383,12 @@ async fn an_oversized_entrypoint_is_refused() {
         .await;
     let node = node(&registry);
     let image = format!("{}/big:1.0", registry.host);
-    let p = node.start(&pod("big", &image, "")).await;
-    wait_for(&p, LIMIT, |s| {
-        waiting_reason(s, "c").as_deref() == Some("ImagePullBackOff")
-    })
-    .await;
-    let failed = messages(&p, Reason::Failed).await;
+    let failed = pull_failure(&node, "big", &image).await;
     assert!(
-        failed[0].contains("Entrypoint and Cmd hold") && failed[0].len() < 1024,
+        failed.contains("Entrypoint and Cmd hold") && failed.len() < 1024,
         "{:?}",
-        failed[0].get(..200)
+        failed.get(..200)
     );
-    p.delete(Some(Duration::ZERO));
 }
 
 /// A pull does not outlive its pod: deleting a pod whose image a registry never sends closes
@@ -434,7 +441,7 @@ async fn flooding_registry(what: &'static str) -> (String, tokio::task::JoinHand
             let head = String::from_utf8_lossy(&head[..n]).into_owned();
             if what == "token" && !head.starts_with("GET /token") {
                 let challenge = format!(
-                    "HTTP/1.1 401 Unauthorized\r\ncontent-length: 0\r\nwww-authenticate: \
+                    "HTTP/1.1 401 Unauthorized\r\ncontent-length: 0\r\nconnection: close\r\nwww-authenticate: \
                      Bearer realm=\"http://{}/token\",service=\"flood\"\r\n\r\n",
                     listener.local_addr().unwrap()
                 );
@@ -479,20 +486,12 @@ async fn a_registry_flood_is_cut_at_its_bound() {
             let host = host.clone();
             move |o: NodeOptions| o.insecure_registry(host)
         });
-        let p = node
-            .start(&pod("flood", &format!("{host}/app:1.0"), ""))
-            .await;
-        wait_for(&p, LIMIT, |s| {
-            waiting_reason(s, "c").as_deref() == Some("ImagePullBackOff")
-        })
-        .await;
-        let failed = messages(&p, Reason::Failed).await;
+        let failed = pull_failure(&node, "flood", &format!("{host}/app:1.0")).await;
         assert!(
-            failed[0].contains(says) && failed[0].len() < 1024,
+            failed.contains(says) && failed.len() < 1024,
             "{what}: {:?}",
-            failed[0].get(..300)
+            failed.get(..300)
         );
-        p.delete(Some(Duration::ZERO));
         let sent = tokio::time::timeout(LIMIT, sent).await.unwrap().unwrap();
         // What the node read, and what loopback's socket buffers held when it hung up.
         assert!(sent < 16 << 20, "{what}: the node took {sent} bytes");
@@ -580,33 +579,17 @@ async fn precompiled_layers_run_only_from_trusted_registries() {
         pulled[0].ends_with(&format!("Image size: {} bytes.", wasm.len())),
         "{pulled:?}"
     );
-    let p = wary
-        .start(&pod("refused", &format!("{host}/machine:1.0"), ""))
-        .await;
-    wait_for(&p, LIMIT, |s| {
-        waiting_reason(s, "c").as_deref() == Some("ImagePullBackOff")
-    })
-    .await;
-    let failed = messages(&p, Reason::Failed).await;
+    let failed = pull_failure(&wary, "refused", &format!("{host}/machine:1.0")).await;
     assert!(
-        failed[0].contains(&format!("--precompiled-registry {host}")),
-        "{failed:?}"
+        failed.contains(&format!("--precompiled-registry {host}")),
+        "{failed}"
     );
-    p.delete(Some(Duration::ZERO));
-    let p = wary
-        .start(&pod("disguised", &format!("{host}/disguised:1.0"), ""))
-        .await;
-    wait_for(&p, LIMIT, |s| {
-        waiting_reason(s, "c").as_deref() == Some("ImagePullBackOff")
-    })
-    .await;
-    let failed = messages(&p, Reason::Failed).await;
+    let failed = pull_failure(&wary, "disguised", &format!("{host}/disguised:1.0")).await;
     assert!(
-        failed[0].contains(
+        failed.contains(
             "is machine code (a precompiled artefact), which this node runs only from a \
              precompiled layer of a registry it trusts with it"
         ),
-        "{failed:?}"
+        "{failed}"
     );
-    p.delete(Some(Duration::ZERO));
 }
