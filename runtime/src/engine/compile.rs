@@ -5,9 +5,10 @@
 //! made with; wasmtime refuses to load it where any differs, and wasmpod's version is part of
 //! what it checks (the artefact's version string is wasmpod's and wasmtime's). It is machine
 //! code: a node runs it as it is, so it is trusted as the `wasmpod` binary is (see
-//! `docs/small-devices.md`).
+//! `docs/small-devices.md`), and a node takes one only from where its operator said
+//! ([`MachineCode`], [`Origin`]).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use wasmtime::ModuleVersionStrategy;
 
@@ -28,6 +29,53 @@ pub(super) fn version() -> String {
 
 pub(super) fn version_strategy() -> ModuleVersionStrategy {
     ModuleVersionStrategy::Custom(version())
+}
+
+/// Where an image file comes from, which decides whether it may be machine code.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Origin {
+    /// A path in a pod spec: machine code only where [`MachineCode`] allows.
+    Local,
+    /// A registry image's blob: machine code only from a precompiled layer of a trusted
+    /// registry.
+    Pulled { machine_code: bool },
+}
+
+/// Where a node takes local precompiled artefacts (machine code, run as it is) from.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct MachineCode {
+    /// `None`: anywhere (the operator's own pod files); else only under these directories.
+    pub dirs: Option<Vec<PathBuf>>,
+    /// Never under these (where guests write: the state dir).
+    pub never: Vec<PathBuf>,
+}
+
+impl MachineCode {
+    /// Whether `file` (canonical) may be machine code.
+    pub(super) fn allows(&self, file: &Path) -> bool {
+        let under =
+            |dir: &PathBuf| std::fs::canonicalize(dir).is_ok_and(|dir| file.starts_with(dir));
+        !self.never.iter().any(under)
+            && self.dirs.as_ref().is_none_or(|dirs| dirs.iter().any(under))
+    }
+
+    pub(super) fn sources(&self) -> String {
+        match &self.dirs {
+            Some(dirs) if dirs.is_empty() => {
+                "from registries it trusts with it (--precompiled-registry) and from no local \
+                 directory (--precompiled-dir names one)"
+                    .into()
+            }
+            Some(dirs) => format!(
+                "from {} and registries it trusts with it",
+                dirs.iter()
+                    .map(|d| d.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            None => "outside the node's state directory, where guests write".into(),
+        }
+    }
 }
 
 /// The machines an artefact is for.

@@ -27,6 +27,7 @@ use cache::CompileCache;
 pub use compile::CompileTarget;
 #[cfg(feature = "compiler")]
 pub use compile::compile;
+pub(crate) use compile::{MachineCode, Origin};
 use pool::{Pool, Twin};
 pub use space::AddressSpace;
 
@@ -89,53 +90,6 @@ impl Image {
             Image::Module { handles_term, .. } | Image::Component { handles_term, .. } => {
                 *handles_term
             }
-        }
-    }
-}
-
-/// Where an image file comes from, which decides whether it may be machine code.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Origin {
-    /// A path in a pod spec: machine code only where [`MachineCode`] allows.
-    Local,
-    /// A registry image's blob: machine code only from a precompiled layer of a trusted
-    /// registry.
-    Pulled { machine_code: bool },
-}
-
-/// Where a node takes local precompiled artefacts (machine code, run as it is) from.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct MachineCode {
-    /// `None`: anywhere (the operator's own pod files); else only under these directories.
-    pub dirs: Option<Vec<PathBuf>>,
-    /// Never under these (where guests write: the state dir).
-    pub never: Vec<PathBuf>,
-}
-
-impl MachineCode {
-    /// Whether `file` (canonical) may be machine code.
-    fn allows(&self, file: &Path) -> bool {
-        let under =
-            |dir: &PathBuf| std::fs::canonicalize(dir).is_ok_and(|dir| file.starts_with(dir));
-        !self.never.iter().any(under)
-            && self.dirs.as_ref().is_none_or(|dirs| dirs.iter().any(under))
-    }
-
-    fn sources(&self) -> String {
-        match &self.dirs {
-            Some(dirs) if dirs.is_empty() => {
-                "from registries it trusts with it (--precompiled-registry) and from no local \
-                 directory (--precompiled-dir names one)"
-                    .into()
-            }
-            Some(dirs) => format!(
-                "from {} and registries it trusts with it",
-                dirs.iter()
-                    .map(|d| d.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-            None => "outside the node's state directory, where guests write".into(),
         }
     }
 }
@@ -235,6 +189,7 @@ fn config_for(space: AddressSpace) -> Config {
     let mut config = Config::new();
     space.apply(&mut config);
     config.epoch_interruption(true);
+    // The version string is short: wasmtime refuses only strings past 255 bytes.
     config
         .module_version(compile::version_strategy())
         .expect("a version string");
