@@ -22,7 +22,7 @@ use wasmtime::Config;
 pub enum AddressSpace {
     /// Each linear memory reserves 4 GiB and a guard: no bounds checks, growth in place.
     Reserved,
-    /// Each linear memory reserves its size and [`COMPACT_GROWTH`] to grow into, with explicit
+    /// Each linear memory reserves its size and 8 MiB to grow into, with explicit
     /// bounds checks.
     Compact,
 }
