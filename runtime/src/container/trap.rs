@@ -58,7 +58,7 @@ mod tests {
 
     fn trap_of(wat: &str) -> wasmtime::Error {
         let engine = wasmtime::Engine::default();
-        let module = wasmtime::Module::new(&engine, wat).unwrap();
+        let module = wasmtime::Module::new(&engine, wat::parse_str(wat).unwrap()).unwrap();
         let mut store = wasmtime::Store::new(&engine, ());
         let instance = wasmtime::Instance::new(&mut store, &module, &[]).unwrap();
         let run = instance
