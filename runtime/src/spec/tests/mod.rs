@@ -32,7 +32,7 @@ fn errors(yaml: &str) -> Vec<String> {
 }
 
 #[test]
-fn a_full_pod_converts() {
+fn a_full_pod_has_one_error_its_bad_image() {
     let spec = parse(
         r#"
 apiVersion: v1
