@@ -145,6 +145,12 @@ impl Client {
 
     /// One request with the token; the answer's code and JSON body.
     async fn send(&self, method: &str, path: &str, content_type: &str, body: &[u8]) -> Answer {
+        let raw = self.exchange(method, path, content_type, body).await;
+        parse(&raw)
+    }
+
+    /// One request with the token on a connection of its own: the raw answer, read to the end.
+    async fn exchange(&self, method: &str, path: &str, content_type: &str, body: &[u8]) -> Vec<u8> {
         let exchange = async {
             let mut tls = self.connect().await.unwrap();
             let head = self.head(method, path, content_type, body.len(), true);
@@ -152,7 +158,7 @@ impl Client {
             tls.write_all(body).await.unwrap();
             let mut answer = Vec::new();
             let _ = tls.read_to_end(&mut answer).await;
-            parse(&answer)
+            answer
         };
         tokio::time::timeout(ANSWER, exchange)
             .await
@@ -161,6 +167,18 @@ impl Client {
 
     async fn get(&self, path: &str) -> Answer {
         self.send("GET", path, "application/json", b"").await
+    }
+
+    /// A GET as client-go sends it: again when its connection closes before any answer (a
+    /// probable EOF), at most three times.
+    async fn get_as_client_go(&self, path: &str) -> Answer {
+        for _ in 0..2 {
+            let raw = self.exchange("GET", path, "application/json", b"").await;
+            if !raw.is_empty() {
+                return parse(&raw);
+            }
+        }
+        self.get(path).await
     }
 
     /// A PATCH of `body` as JSON, sent as `content_type`.
@@ -426,9 +444,14 @@ async fn connections_without_the_token_do_not_starve_those_with_it() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     for i in 0..10 {
         let start = Instant::now();
-        let answer = tokio::time::timeout(Duration::from_secs(5), c.get("/api/v1/namespaces"))
-            .await
-            .unwrap_or_else(|_| panic!("request {i} with the token was not served"));
+        // A connection not yet authenticated may lose its slot to newer ones (oldest first);
+        // client-go then sends the GET again, and so does this client.
+        let answer = tokio::time::timeout(
+            Duration::from_secs(5),
+            c.get_as_client_go("/api/v1/namespaces"),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("request {i} with the token was not served"));
         assert_eq!(answer.code, 200);
         assert!(start.elapsed() < Duration::from_secs(5));
         tokio::time::sleep(Duration::from_millis(200)).await;
