@@ -27,6 +27,7 @@ pub(crate) enum FieldRef {
     Annotation(String),
     NodeName,
     PodIp,
+    ServiceAccountName,
 }
 
 impl FieldRef {
@@ -42,6 +43,7 @@ impl FieldRef {
             "metadata.namespace" => FieldRef::Namespace,
             "metadata.uid" => FieldRef::Uid,
             "spec.nodeName" => FieldRef::NodeName,
+            "spec.serviceAccountName" => FieldRef::ServiceAccountName,
             "status.podIP" | "status.podIPs" => FieldRef::PodIp,
             _ => {
                 if let Some(k) = key("metadata.labels['") {
@@ -52,7 +54,8 @@ impl FieldRef {
                     return Err(format!(
                         "unsupported value {path:?}: wasmpod supports metadata.name, \
                          metadata.namespace, metadata.uid, metadata.labels['KEY'], \
-                         metadata.annotations['KEY'], spec.nodeName, status.podIP, status.podIPs"
+                         metadata.annotations['KEY'], spec.nodeName, spec.serviceAccountName, \
+                         status.podIP, status.podIPs"
                     ));
                 }
             }
@@ -68,6 +71,7 @@ pub(crate) struct PodInfo<'a> {
     pub labels: &'a BTreeMap<String, String>,
     pub annotations: &'a BTreeMap<String, String>,
     pub node_name: &'a str,
+    pub service_account: &'a str,
     pub pod_ip: String,
 }
 
@@ -80,6 +84,7 @@ impl PodInfo<'_> {
             FieldRef::Label(k) => self.labels.get(k).cloned().unwrap_or_default(),
             FieldRef::Annotation(k) => self.annotations.get(k).cloned().unwrap_or_default(),
             FieldRef::NodeName => self.node_name.into(),
+            FieldRef::ServiceAccountName => self.service_account.into(),
             FieldRef::PodIp => self.pod_ip.clone(),
         }
     }
@@ -403,6 +408,7 @@ mod tests {
             labels: &labels,
             annotations: &none,
             node_name: "n",
+            service_account: "default",
             pod_ip: "10.88.0.2".into(),
         };
         let lit = |v: &str| EnvValue::Literal {

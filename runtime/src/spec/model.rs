@@ -352,6 +352,8 @@ pub struct PodSpec {
     pub(crate) tolerations: Vec<k8s_openapi::api::core::v1::Toleration>,
     /// `spec.nodeName`: the node the pod is bound to, when the manifest says.
     pub(crate) node_name: Option<String>,
+    /// `spec.serviceAccountName` (or the deprecated `serviceAccount`), else `default`.
+    pub(crate) service_account: String,
     /// `spec.nodeSelector`: labels the node must have.
     pub(crate) node_selector: BTreeMap<String, String>,
     /// `spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution`'s terms,

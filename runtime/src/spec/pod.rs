@@ -45,6 +45,12 @@ pub(super) fn convert(
         ));
     }
     let spec = pod.spec.as_ref()?;
+    // The pod's service account, as the API server defaults it.
+    let account = spec
+        .service_account_name
+        .as_deref()
+        .or(spec.service_account.as_deref())
+        .unwrap_or("default");
 
     let restart_policy = match spec.restart_policy.as_deref() {
         None | Some("Always") => RestartPolicy::Always,
@@ -180,11 +186,6 @@ pub(super) fn convert(
             VolumeSource::Files(files)
         } else {
             let p = v.projected.as_ref()?;
-            let account = spec
-                .service_account_name
-                .as_deref()
-                .or(spec.service_account.as_deref())
-                .unwrap_or("default");
             VolumeSource::Files(projected_volume(
                 &path.child("projected"),
                 p,
@@ -215,6 +216,7 @@ pub(super) fn convert(
             FieldRef::Label(k) => of(&meta.labels, k),
             FieldRef::Annotation(k) => of(&meta.annotations, k),
             FieldRef::NodeName => 253,
+            FieldRef::ServiceAccountName => account.len() as u64,
             FieldRef::PodIp => 45,
         }
     };
@@ -370,6 +372,7 @@ pub(super) fn convert(
         dns: super::dns::check(spec, errors),
         placement: super::placement::check(spec, &namespace, &labels, errors),
         node_name: spec.node_name.clone().filter(|n| !n.is_empty()),
+        service_account: account.to_owned(),
         priority: spec.priority,
         preemption_policy: spec.preemption_policy.clone(),
         tolerations: check_tolerations(spec.tolerations.as_deref().unwrap_or_default(), errors),

@@ -50,6 +50,8 @@ pub(super) fn check_container(
 
 /// The pod's host namespaces and process sharing: `false` is what a wasm pod is (its own
 /// in-process network, no processes); `true` asks for what it cannot have, refused with why.
+/// `hostUsers` either way is accepted: a wasm guest has no users, and `false` (a user
+/// namespace) asks for less isolation than a guest already has.
 pub(super) fn check_namespaces(spec: &k8s::PodSpec, errors: &mut Vec<FieldError>) {
     let flags = [
         (
@@ -71,11 +73,6 @@ pub(super) fn check_namespaces(spec: &k8s::PodSpec, errors: &mut Vec<FieldError>
             "shareProcessNamespace",
             spec.share_process_namespace,
             "wasm instances have no processes to share",
-        ),
-        (
-            "hostUsers",
-            spec.host_users.map(|h| !h),
-            "a wasm guest has no user namespace: leave hostUsers unset or true",
         ),
     ];
     for (field, value, why) in flags {

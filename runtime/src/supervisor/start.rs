@@ -131,6 +131,7 @@ impl PodTask {
             labels: &self.spec.labels,
             annotations: &self.spec.annotations,
             node_name: &self.node.node_name,
+            service_account: &self.spec.service_account,
             pod_ip: self.net.ip().to_string(),
         };
         let (env, argv) = resolve_env(&c.spec.env, &c.spec.argv, &labels_and_more);

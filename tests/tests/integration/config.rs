@@ -206,12 +206,14 @@ metadata:
   annotations: { team: blue }
 spec:
   restartPolicy: Never
+  serviceAccountName: shop-web
   containers:
   - name: c
     image: "{p2}"
-    args: [print, "$(POD) on $(NODE) at $(IP)", print, "$$(POD) $(UNDEFINED)", env, URL, env, META]
+    args: [print, "$(POD) on $(NODE) at $(IP) as $(SA)", print, "$$(POD) $(UNDEFINED)", env, URL, env, META]
     env:
     - { name: POD, valueFrom: { fieldRef: { fieldPath: metadata.name } } }
+    - { name: SA, valueFrom: { fieldRef: { fieldPath: spec.serviceAccountName } } }
     - { name: NODE, valueFrom: { fieldRef: { fieldPath: spec.nodeName } } }
     - { name: IP, valueFrom: { fieldRef: { fieldPath: status.podIP } } }
     - { name: NS, valueFrom: { fieldRef: { fieldPath: metadata.namespace } } }
@@ -231,7 +233,7 @@ spec:
     assert_eq!(
         out,
         [
-            format!("downward on edge-1 at {ip}"),
+            format!("downward on edge-1 at {ip} as shop-web"),
             "$(POD) $(UNDEFINED)".into(),
             format!("URL=http://{ip}:8080/shop/web"),
             "META=0b1c2d3e-0000-4000-8000-000000000001 blue $(LATER)".into(),
