@@ -43,6 +43,8 @@ pub enum Reason {
     DeadlineExceeded,
     /// The pod does not fit on the node (yet); the message says why, as the scheduler does.
     FailedScheduling,
+    /// A pull goes on without `imagePullSecrets` the pod names but was not given (a warning).
+    FailedToRetrieveImagePullSecret,
     Preempted,
     Evicted,
     Deleted,

@@ -365,6 +365,9 @@ pub struct PodSpec {
     pub(crate) dns: super::Dns,
     /// `imagePullSecrets`: their `.dockerconfigjson` documents, in order.
     pub(crate) pull_secrets: Vec<serde_json::Value>,
+    /// `imagePullSecrets` naming no secret the pod was given: pulls go on without them, with a
+    /// warning (as the kubelet's).
+    pub(crate) missing_pull_secrets: Vec<String>,
     /// `spec.runtimeClassName`, resolved by the node at creation.
     pub(crate) runtime_class: Option<String>,
     /// Pod (anti-)affinity and topology spread: evaluated against the node's pods at admission.

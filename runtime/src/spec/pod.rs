@@ -363,12 +363,14 @@ pub(super) fn convert(
 
     let labels = meta.labels.clone().unwrap_or_default();
     let annotations = meta.annotations.clone().unwrap_or_default();
+    let (pull_secrets, missing_pull_secrets) = pull_secrets(spec, store, errors);
     Some(PodSpec {
         serving: super::serving::check(&annotations, errors),
         node_selector: spec.node_selector.clone().unwrap_or_default(),
         node_affinity: super::affinity::check_affinity(spec.affinity.as_ref(), errors),
         runtime_class: spec.runtime_class_name.clone(),
-        pull_secrets: pull_secrets(spec, store, errors),
+        pull_secrets,
+        missing_pull_secrets,
         dns: super::dns::check(spec, errors),
         placement: super::placement::check(spec, &namespace, &labels, errors),
         node_name: spec.node_name.clone().filter(|n| !n.is_empty()),
@@ -442,12 +444,14 @@ fn check_tolerations(
 
 /// `imagePullSecrets`: Secrets of type `kubernetes.io/dockerconfigjson` given with the pod,
 /// their `.dockerconfigjson` key a docker-style config.
+/// The docker configs of the pod's `imagePullSecrets`, and the names of those it was not given
+/// (the kubelet pulls without them, and warns).
 fn pull_secrets(
     spec: &k8s::PodSpec,
     store: &ConfigStore,
     errors: &mut Vec<FieldError>,
-) -> Vec<serde_json::Value> {
-    let mut configs = Vec::new();
+) -> (Vec<serde_json::Value>, Vec<String>) {
+    let (mut configs, mut missing) = (Vec::new(), Vec::new());
     for (i, r) in spec.image_pull_secrets.iter().flatten().enumerate() {
         let at = FieldPath::new("spec")
             .child("imagePullSecrets")
@@ -455,10 +459,7 @@ fn pull_secrets(
             .child("name");
         let name = r.name.as_str();
         let Some(data) = store.get(Kind::Secret, name) else {
-            errors.push(FieldError::not_found(
-                at,
-                format!("not found: no secret {name:?} (give it in the pod file or with --config)"),
-            ));
+            missing.push(name.to_owned());
             continue;
         };
         match data
@@ -482,5 +483,5 @@ fn pull_secrets(
             )),
         }
     }
-    configs
+    (configs, missing)
 }

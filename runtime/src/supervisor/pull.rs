@@ -42,6 +42,20 @@ impl PodTask {
             c.last_state = Some(t);
         }
         let images = self.node.images.clone();
+        if !self.spec.missing_pull_secrets.is_empty() {
+            let message = format!(
+                "Unable to retrieve some image pull secrets ({}); attempting to pull the image \
+                 may not succeed.",
+                self.spec.missing_pull_secrets.join(", ")
+            );
+            self.container_event(
+                index,
+                EventType::Warning,
+                Reason::FailedToRetrieveImagePullSecret,
+                message,
+                None,
+            );
+        }
         if pull.policy == PullPolicy::Always || !images.present(&pull.shown) {
             let message = format!("Pulling image {:?}", pull.shown);
             self.container_event(index, EventType::Normal, Reason::Pulling, message, None);
