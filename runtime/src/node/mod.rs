@@ -223,6 +223,15 @@ impl Node {
                 t.value.as_deref().unwrap_or_default()
             ));
         }
+        // Extended resources (a GPU, hugepages): the node advertises none.
+        if !spec.extended_resources.is_empty() {
+            let lacking: Vec<String> = spec
+                .extended_resources
+                .iter()
+                .map(|r| format!("Insufficient {r}"))
+                .collect();
+            return Some(lacking.join(", 1 "));
+        }
         // A node without a spread constraint's key never has it.
         spec.placement
             .spread

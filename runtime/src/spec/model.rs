@@ -354,6 +354,9 @@ pub struct PodSpec {
     pub(crate) node_name: Option<String>,
     /// `spec.serviceAccountName` (or the deprecated `serviceAccount`), else `default`.
     pub(crate) service_account: String,
+    /// Resources besides CPU and memory its containers ask for (extended resources): the node
+    /// advertises none, so such a pod stays Pending.
+    pub(crate) extended_resources: std::collections::BTreeSet<String>,
     /// `spec.nodeSelector`: labels the node must have.
     pub(crate) node_selector: BTreeMap<String, String>,
     /// `spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution`'s terms,

@@ -220,6 +220,20 @@ pub(super) fn convert(
             FieldRef::PodIp => 45,
         }
     };
+    let asked: Vec<_> = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .enumerate()
+        .map(|(i, c)| (FieldPath::new("spec").child("initContainers").index(i), c))
+        .chain(
+            spec.containers
+                .iter()
+                .enumerate()
+                .map(|(i, c)| (FieldPath::new("spec").child("containers").index(i), c)),
+        )
+        .collect();
+    let extended_resources = super::resources::extended(&asked, errors);
     let mut containers = Vec::new();
     let inits = spec
         .init_containers
@@ -375,6 +389,7 @@ pub(super) fn convert(
         placement: super::placement::check(spec, &namespace, &labels, errors),
         node_name: spec.node_name.clone().filter(|n| !n.is_empty()),
         service_account: account.to_owned(),
+        extended_resources,
         priority: spec.priority,
         preemption_policy: spec.preemption_policy.clone(),
         tolerations: check_tolerations(spec.tolerations.as_deref().unwrap_or_default(), errors),

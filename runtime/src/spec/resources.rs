@@ -1,4 +1,5 @@
-//! `resources`: limits and requests of memory and CPU, with the API server's defaulting.
+//! `resources`: limits and requests of memory and CPU, with the API server's defaulting, and the
+//! other resources a container may name (extended resources, ephemeral storage).
 
 use super::errors::{FieldError, FieldPath};
 use super::model::Resources;
@@ -56,4 +57,36 @@ pub(super) fn convert_resources(
         cpu_limit_milli,
         cpu_request_milli,
     }
+}
+
+/// The resources besides CPU and memory that `containers` ask a positive amount of
+/// (`nvidia.com/gpu`, `hugepages-2Mi`, ...): the node advertises none, so a pod asking for one
+/// stays Pending, as the scheduler leaves it. `ephemeral-storage` is accepted and not counted
+/// (the node keeps no disk budget for pods' writable layers: a wasm container has none).
+pub(super) fn extended(
+    containers: &[(FieldPath, &k8s::Container)],
+    errors: &mut Vec<FieldError>,
+) -> std::collections::BTreeSet<String> {
+    let mut names = std::collections::BTreeSet::new();
+    for (path, c) in containers {
+        let Some(r) = &c.resources else { continue };
+        for (kind, map) in [("limits", &r.limits), ("requests", &r.requests)] {
+            for (name, q) in map.iter().flatten() {
+                if matches!(name.as_str(), "cpu" | "memory") {
+                    continue;
+                }
+                match quantity::parse(&q.0, 1.0) {
+                    Ok(n) if n > 0 && name != "ephemeral-storage" => {
+                        names.insert(name.clone());
+                    }
+                    Ok(_) => {}
+                    Err(e) => errors.push(FieldError::invalid(
+                        path.child("resources").child(kind).child(name),
+                        e,
+                    )),
+                }
+            }
+        }
+    }
+    names
 }

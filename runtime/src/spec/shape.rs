@@ -13,6 +13,8 @@ pub(super) enum Shape {
     Scalar,
     /// A map from any string key to a string (labels, annotations).
     StringMap,
+    /// A map from any resource name to a quantity (a string or a number): `limits`, `requests`.
+    Quantities,
     /// An object with these fields.
     Object(&'static [(&'static str, Shape)]),
     /// A list of items of one shape.
@@ -22,7 +24,7 @@ pub(super) enum Shape {
     Ignored,
 }
 
-use Shape::{Ignored, List, Object, Scalar, StringMap};
+use Shape::{Ignored, List, Object, Quantities, Scalar, StringMap};
 
 const NAME_VALUE: Shape = Object(&[("name", Scalar), ("value", Scalar)]);
 const KEY_REF: Shape = Object(&[("name", Scalar), ("key", Scalar), ("optional", Scalar)]);
@@ -199,10 +201,7 @@ const CONTAINER: Shape = Object(&[
     ),
     (
         "resources",
-        Object(&[
-            ("limits", Object(&[("memory", Scalar), ("cpu", Scalar)])),
-            ("requests", Object(&[("memory", Scalar), ("cpu", Scalar)])),
-        ]),
+        Object(&[("limits", Quantities), ("requests", Quantities)]),
     ),
 ]);
 const VOLUME: Shape = Object(&[
@@ -409,6 +408,13 @@ fn walk(
                 }
             }
         }
+        (Quantities, Value::Object(map)) => {
+            for (key, value) in map {
+                if !value.is_string() && !value.is_number() {
+                    errors.push(FieldError::invalid(join(&path, key), "must be a quantity"));
+                }
+            }
+        }
         (Object(fields), Value::Object(map)) => {
             for (key, value) in map {
                 let child = join(&path, key);
@@ -429,7 +435,9 @@ fn walk(
                 walk(item, value, typed_item, format!("{path}[{i}]"), errors);
             }
         }
-        (StringMap | Object(_), _) => errors.push(FieldError::invalid(path, "must be an object")),
+        (StringMap | Quantities | Object(_), _) => {
+            errors.push(FieldError::invalid(path, "must be an object"))
+        }
         (List(_), _) => errors.push(FieldError::invalid(path, "must be a list")),
     }
 }

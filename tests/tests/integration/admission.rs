@@ -511,6 +511,48 @@ async fn node_name_binds_the_pod() {
     elsewhere.deleted().await;
 }
 
+/// A pod asking for a resource the node does not advertise (a GPU, hugepages) is a valid pod
+/// that stays Pending with the scheduler's reason, as on a cluster node without it;
+/// `ephemeral-storage` is accepted and runs (a wasm container has no writable layer to budget).
+#[tokio::test]
+async fn unadvertised_resources_leave_the_pod_pending() {
+    let node = TestNode::new();
+    let pod = |name: &str, resources: &str| {
+        PodYaml::new(name)
+            .never()
+            .container(&format!(
+                r#"{{ name: c, image: "{{p1}}", args: [print, ran], resources: {resources} }}"#
+            ))
+            .build()
+    };
+    let (_, status) = node
+        .run(
+            &pod(
+                "storage",
+                "{ limits: { ephemeral-storage: 1Gi, memory: 64Mi }, requests: { ephemeral-storage: 10Mi } }",
+            ),
+            LIMIT,
+        )
+        .await;
+    assert_eq!(status.phase.as_deref(), Some("Succeeded"));
+    let gpu = node
+        .start(&pod(
+            "gpu",
+            "{ limits: { nvidia.com/gpu: 1, hugepages-2Mi: 4Mi, memory: 64Mi } }",
+        ))
+        .await;
+    let message = unschedulable(&gpu, LIMIT).await;
+    assert!(
+        message.starts_with(
+            "0/1 nodes are available: 1 Insufficient hugepages-2Mi, 1 Insufficient \
+             nvidia.com/gpu."
+        ),
+        "{message}"
+    );
+    gpu.delete(None);
+    gpu.deleted().await;
+}
+
 /// Taints against tolerations: a `NoSchedule` taint keeps a pod that does not tolerate it
 /// Pending with the scheduler's reason; one that tolerates it (by key and value, or `Exists`)
 /// runs; a `PreferNoSchedule` taint is only a preference.
