@@ -20,6 +20,11 @@ use crate::spec::{HostCreate, PodSpec, VolumeSource};
 
 /// Where RAM-backed `emptyDir` volumes live, when the host has it.
 const SHM: &str = "/dev/shm";
+/// The directory of the pods' RAM-backed `emptyDir`s: `<uid>/` each.
+pub(crate) fn shm_root() -> PathBuf {
+    Path::new(SHM).join("wasmpod")
+}
+
 /// The lock a pod holds in its `/dev/shm/wasmpod/<uid>` directory while it lives.
 const SHM_LOCK: &str = ".lock";
 
@@ -134,8 +139,8 @@ impl PodVolumes {
             return Ok(dir.clone());
         }
         // Private to the node's user: /dev/shm is every user's.
-        let dir = Path::new(SHM).join("wasmpod").join(uid);
-        crate::paths::private_dir(&Path::new(SHM).join("wasmpod"))?;
+        let dir = shm_root().join(uid);
+        crate::paths::private_dir(&shm_root())?;
         crate::paths::private_dir(&dir)?;
         let lock = File::create(dir.join(SHM_LOCK))?;
         lock.try_lock().map_err(|_| {
@@ -333,7 +338,7 @@ pub(crate) fn termination_message(
 /// Removes what pods of processes that ended without cleaning up (`kill -9`, a crash) left in
 /// `/dev/shm/wasmpod`: a directory whose lock nobody holds. Returns how many were removed.
 pub(crate) fn remove_orphans() -> usize {
-    let Ok(entries) = std::fs::read_dir(Path::new(SHM).join("wasmpod")) else {
+    let Ok(entries) = std::fs::read_dir(shm_root()) else {
         return 0;
     };
     let mut removed = 0;

@@ -46,7 +46,7 @@ pub(crate) enum Origin {
 pub(crate) struct MachineCode {
     /// `None`: anywhere (the operator's own pod files); else only under these directories.
     pub dirs: Option<Vec<PathBuf>>,
-    /// Never under these (where guests write: the state dir).
+    /// Never under these (where guests write: the state dir, the RAM-backed emptyDirs).
     pub never: Vec<PathBuf>,
 }
 
@@ -73,7 +73,9 @@ impl MachineCode {
                     .collect::<Vec<_>>()
                     .join(", ")
             ),
-            None => "outside the node's state directory, where guests write".into(),
+            None => "outside the node's state directory and /dev/shm/wasmpod, where guests \
+                     write"
+                .into(),
         }
     }
 }
@@ -178,6 +180,52 @@ pub(super) fn command_for_here(input: Option<&Path>) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::MachineCode;
+
+    /// Machine code is taken from the named directories (anywhere without any), never from where
+    /// guests write, also when that is inside a named directory, and never through a link out
+    /// of one.
+    #[test]
+    fn machine_code_comes_only_from_where_the_operator_said() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (bin, state, other) = (
+            tmp.path().join("bin"),
+            tmp.path().join("bin/state"),
+            tmp.path().join("other"),
+        );
+        for dir in [&state, &other] {
+            std::fs::create_dir_all(dir).unwrap();
+        }
+        let file = |dir: &std::path::Path, name: &str| {
+            std::fs::write(dir.join(name), b"").unwrap();
+            std::fs::canonicalize(dir.join(name)).unwrap()
+        };
+        let (app, guest, elsewhere) = (
+            file(&bin, "app.cwasm"),
+            file(&state, "x.cwasm"),
+            file(&other, "y.cwasm"),
+        );
+        std::os::unix::fs::symlink(&elsewhere, bin.join("link.cwasm")).unwrap();
+        let linked = std::fs::canonicalize(bin.join("link.cwasm")).unwrap();
+
+        let anywhere = MachineCode {
+            dirs: None,
+            never: vec![state.clone()],
+        };
+        assert!(anywhere.allows(&app) && anywhere.allows(&elsewhere));
+        assert!(!anywhere.allows(&guest));
+        let named = MachineCode {
+            dirs: Some(vec![bin.clone()]),
+            never: vec![state.clone()],
+        };
+        assert!(named.allows(&app));
+        assert!(!named.allows(&guest) && !named.allows(&elsewhere) && !named.allows(&linked));
+        let none = MachineCode {
+            dirs: Some(Vec::new()),
+            never: vec![state],
+        };
+        assert!(!none.allows(&app));
+    }
     #[test]
     fn the_wasmtime_version_is_the_locked_one() {
         let lock =

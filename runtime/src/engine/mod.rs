@@ -320,8 +320,6 @@ impl Engine {
         &self.activity
     }
 
-    /// Loads the image at `path`: from memory when this process has it, else from the compile
-    /// cache, else by compiling. Blocking; call from a blocking context.
     /// The image at `path` if this process has it loaded and the file is unchanged: one `stat`,
     /// cheap enough for the async runtime's threads.
     pub(crate) fn loaded(&self, path: &Path) -> Option<Arc<Image>> {

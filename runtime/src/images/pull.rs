@@ -24,10 +24,10 @@ const READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// A layer of machine code made by `wasmpod compile`, for the target triple and address-space
 /// mode its annotations name.
-pub(crate) const PRECOMPILED_LAYER: &str = "application/vnd.wasmpod.precompiled.v1";
+const PRECOMPILED_LAYER: &str = "application/vnd.wasmpod.precompiled.v1";
 /// The annotations of a precompiled layer: its target triple, and `reserved` or `compact`.
-pub(crate) const TARGET_ANNOTATION: &str = "dev.wasmpod.target";
-pub(crate) const SPACE_ANNOTATION: &str = "dev.wasmpod.address-space";
+const TARGET_ANNOTATION: &str = "dev.wasmpod.target";
+const SPACE_ANNOTATION: &str = "dev.wasmpod.address-space";
 
 const WASM_LAYERS: &[&str] = &[
     "application/wasm",

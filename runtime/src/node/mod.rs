@@ -71,7 +71,8 @@ impl Node {
         crate::volumes::remove_orphans();
         let machine_code = crate::engine::MachineCode {
             dirs: options.precompiled_dirs.clone(),
-            never: vec![options.state_dir.clone()],
+            // Where guests write: volumes under the state dir, RAM-backed emptyDirs.
+            never: vec![options.state_dir.clone(), crate::volumes::shm_root()],
         };
         let engine = Engine::new(
             options.cache_dir.clone(),

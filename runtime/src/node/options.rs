@@ -54,10 +54,10 @@ pub struct NodeOptions {
     /// Registries (`HOST:PORT`) pulled from over plain HTTP; every other is HTTPS only.
     pub insecure_registries: Vec<String>,
     /// Where pods' local image files may be precompiled artefacts (machine code from
-    /// `wasmpod compile`, run as it is): `None` anywhere but under the state dir (where guests
-    /// write), the default for the operator's own pod files; `Some` only under these
-    /// directories (`wasmpod serve`: `--precompiled-dir`, none by default, since pods come
-    /// from the API).
+    /// `wasmpod compile`, run as it is): `None` anywhere but under the state dir and
+    /// `/dev/shm/wasmpod` (where guests write), the default for the operator's own pod files;
+    /// `Some` only under these directories, and never under those two (`wasmpod serve`:
+    /// `--precompiled-dir`, none by default, since pods come from the API).
     pub precompiled_dirs: Option<Vec<PathBuf>>,
     /// Registries (`HOST:PORT`) whose precompiled layers (`wasmpod compile`'s machine code) the
     /// node runs: from every other, only portable `.wasm` layers are taken.
