@@ -3,6 +3,11 @@
 //! The commands and their exit codes are fixed by the project's contract: `run` exits 0 when
 //! the pod Succeeded, 1 when it Failed, 2 for bad input (with the errors on stderr).
 
+#[cfg(feature = "compiler")]
+mod compile;
+#[cfg(feature = "agent")]
+mod serve;
+
 use std::io::{IsTerminal, Write};
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -15,11 +20,6 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use wasmpod::k8s_openapi::api::core::v1::Taint;
 use wasmpod::k8s_openapi::api::scheduling::v1::PriorityClass;
-#[cfg(feature = "compiler")]
-mod compile;
-#[cfg(feature = "agent")]
-mod serve;
-
 use wasmpod::{
     BackoffOptions, Egress, ImageGc, InvalidPod, LogLimits, Node, NodeOptions, PodHandle,
     PodOptions, PodSpec, Reason, Stream,
