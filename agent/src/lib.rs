@@ -29,6 +29,7 @@ mod bounds;
 mod credentials;
 mod kubelet;
 mod manifests;
+mod metrics;
 mod server;
 mod status;
 mod store;
@@ -60,6 +61,10 @@ pub struct AgentOptions {
     /// Security Standards' baseline: such a pod reads and writes the host's files). Static pods,
     /// which only the host's own user can place, always may.
     pub allow_host_path: bool,
+    /// How often the containers' and the node's CPU and memory are read for `kubectl top`
+    /// (metrics-server's resolution, default 15 s; at least 100 ms): the CPU shown is the rate
+    /// between the last two readings.
+    pub metrics_resolution: std::time::Duration,
 }
 
 impl Default for AgentOptions {
@@ -71,6 +76,7 @@ impl Default for AgentOptions {
             manifests: None,
             manifests_every: std::time::Duration::from_secs(1),
             allow_host_path: false,
+            metrics_resolution: metrics::RESOLUTION,
         }
     }
 }
@@ -97,6 +103,12 @@ impl AgentOptions {
     /// Sets [`AgentOptions::allow_host_path`].
     pub fn allow_host_path(mut self, allow: bool) -> Self {
         self.allow_host_path = allow;
+        self
+    }
+
+    /// Sets [`AgentOptions::metrics_resolution`].
+    pub fn metrics_resolution(mut self, every: std::time::Duration) -> Self {
+        self.metrics_resolution = every;
         self
     }
 
@@ -227,13 +239,19 @@ impl Agent {
         ));
         kubelet.sync_runtime_classes();
         kubelet.restore();
+        let metrics = Arc::new(metrics::Metrics::default());
         let api = Arc::new(api::Api::new(
             store,
-            kubelet,
+            kubelet.clone(),
             credentials.token.clone(),
             options.allow_host_path,
+            metrics.clone(),
         ));
         let (stop, stopped) = watch::channel(false);
+        let every = options
+            .metrics_resolution
+            .max(std::time::Duration::from_millis(100));
+        tokio::spawn(metrics::sample(metrics, kubelet, every, stopped.clone()));
         if let Some(dir) = options.manifests.clone() {
             let every = options
                 .manifests_every

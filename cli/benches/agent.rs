@@ -2,7 +2,11 @@
 //! `BENCH_PODS=n` changes it) created by one `kubectl create -f` of a List through the API
 //! (pods created per second, and until all are Running), the agent's resident memory with them
 //! (per pod, against the agent with none), and `kubectl get pods` latency with all of them
-//! (p50 and max of 10, beside `kubectl version`, which is kubectl's own cost for one request).
+//! (p50 and max of 10, beside `kubectl version`, which is kubectl's own cost for one request),
+//! and what resource metrics cost with all of them: the agent's CPU over 15 s without scrapes
+//! and over 15 s with one scrape round (as metrics-server and Prometheus scrape every 15 s:
+//! `/metrics/resource`, `/stats/summary`, and the `metrics.k8s.io` pod list `kubectl top pod -A`
+//! reads), the sampler reading every container every 15 s in both.
 //!
 //! `cargo bench -p wasmpod-cli --bench agent`; writes `target/wasmpod-bench/agent.json` and
 //! compares with the `agent` entry of `docs/bench-baseline.json`.
@@ -111,6 +115,28 @@ fn main() {
     let (get_p50, get_max) = latency(&agent, home, &["get", "pods"], 10);
     let (version_p50, _) = latency(&agent, home, &["version"], 10);
 
+    // Resource metrics: a 15 s window without scrapes, then one with a scrape round.
+    const WINDOW: Duration = Duration::from_secs(15);
+    let cpu_over = |scrape: bool| {
+        let (cpu, wall) = (wasmpod_tests::cpu_time(), Instant::now());
+        if scrape {
+            for path in [
+                "/metrics/resource",
+                "/stats/summary",
+                "/apis/metrics.k8s.io/v1beta1/pods",
+            ] {
+                kubectl(&agent, home, &["get", "--raw", path]);
+            }
+        }
+        std::thread::sleep(WINDOW.saturating_sub(wall.elapsed()));
+        (wasmpod_tests::cpu_time() - cpu).as_secs_f64() / wall.elapsed().as_secs_f64()
+    };
+    let quiet = cpu_over(false);
+    let scraped = cpu_over(true);
+    let scrape_cost = (scraped - quiet).max(0.0);
+    let top = kubectl(&agent, home, &["top", "pod", "--no-headers"]);
+    assert_eq!(top.lines().count(), n, "kubectl top lists every pod");
+
     let per_second = n as f64 / created.as_secs_f64();
     let per_pod_kib = rss.saturating_sub(rss_empty) as f64 / n as f64 / 1024.0;
     println!(
@@ -124,7 +150,16 @@ fn main() {
     println!(
         "agent: kubectl get pods with {n} pods: p50 {get_p50:.2?}, max {get_max:.2?} (kubectl version: p50 {version_p50:.2?})"
     );
+    println!(
+        "agent: CPU with {n} sleeping pods: {:.3} % of a core without scrapes, {:.3} % with a scrape round every 15 s: scrapes cost {:.3} %",
+        quiet * 100.0,
+        scraped * 100.0,
+        scrape_cost * 100.0
+    );
     let report = json!({
+        "idle_cpu_percent": quiet * 100.0,
+        "scraped_cpu_percent": scraped * 100.0,
+        "scrape_cpu_percent": scrape_cost * 100.0,
         "pods": n,
         "create_seconds": created.as_secs_f64(),
         "pods_created_per_second": per_second,
@@ -145,6 +180,8 @@ fn main() {
             "rss_per_pod_kib",
             "get_pods_p50_ms",
             "kubectl_version_p50_ms",
+            "idle_cpu_percent",
+            "scrape_cpu_percent",
         ],
     );
     wasmpod_tests::save_bench("agent", &report);

@@ -31,6 +31,10 @@ pub(crate) struct ServeArgs {
     /// name; none by default, since pods come from the API. Repeatable.
     #[arg(long, value_name = "DIR")]
     precompiled_dir: Vec<PathBuf>,
+    /// How often containers' CPU and memory are read for `kubectl top` (metrics-server's
+    /// resolution): the CPU shown is the rate between the last two readings.
+    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = humantime::parse_duration)]
+    metrics_resolution: std::time::Duration,
     #[command(flatten)]
     node: NodeArgs,
 }
@@ -48,7 +52,8 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let mut options = wasmpod_agent::AgentOptions::default()
         .node(node)
         .listen(args.listen)
-        .allow_host_path(args.allow_host_path);
+        .allow_host_path(args.allow_host_path)
+        .metrics_resolution(args.metrics_resolution);
     if let Some(dir) = args.images_dir {
         options = options.images_dir(dir);
     }

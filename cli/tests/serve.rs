@@ -1232,3 +1232,172 @@ fn precompiled_images_run_only_from_named_dirs() {
     });
     assert_eq!(agent.ok(&["logs", "allowed"]), "hi\n");
 }
+
+/// The `kubectl top` row of `name`: (CPU in millicores, memory in MiB).
+fn top_row(table: &str, name: &str) -> (u64, u64) {
+    let cells = row(table, name);
+    let milli = cells[cells.len() - 2]
+        .trim_end_matches('m')
+        .parse()
+        .unwrap();
+    let mib = cells[cells.len() - 1]
+        .trim_end_matches("Mi")
+        .parse()
+        .unwrap();
+    (milli, mib)
+}
+
+/// `kubectl top` reads `metrics.k8s.io` as metrics-server serves it, and the kubelet's
+/// `/metrics/resource` and `/stats/summary` answer through the node proxy and on the agent
+/// itself. A spinning container under `limits.cpu: 500m` shows about 500m (its limit holds it
+/// there; on a loaded two-core machine it may get less), an idle one about 0, one that
+/// allocated 8 MiB about 8 MiB above an idle one's memory.
+#[test]
+fn kubectl_top_and_the_kubelets_metrics() {
+    wasmpod_tests::warm_shared_cache();
+    let tmp = tempfile::tempdir().unwrap();
+    let agent = Agent::start_in(tmp.path(), &["--metrics-resolution", "1s"]);
+    agent.ok(&["create", "namespace", "tools"]);
+    let spinner = PodYaml::new("spinner")
+        .metadata("labels: {app: spin}")
+        .container(
+            r#"{ name: spin, image: "{p1}", args: [loop], resources: {limits: {cpu: 500m}} }"#,
+        )
+        .build();
+    let idle = PodYaml::new("idle")
+        .container(r#"{ name: idle, image: "{p1}", args: [sleep, "600000"] }"#)
+        .container(r#"{ name: hog, image: "{p1}", args: [alloc, "8", sleep, "600000"] }"#)
+        .build();
+    agent.create(&spinner);
+    agent.create(&idle);
+    let file = agent.file("tools.yaml", &idle);
+    agent.ok(&["create", "-n", "tools", "-f", &file]);
+    let pods = agent.until(&["top", "pod", "-A"], LIMIT, |t| t.lines().count() == 4);
+    assert!(pods.starts_with("NAMESPACE"), "{pods}");
+    // Two windows of the spinner, so its rate covers a second of spinning.
+    std::thread::sleep(Duration::from_secs(2));
+    let pods = agent.ok(&["top", "pod", "--containers", "-l", "app=spin"]);
+    let (spin, _) = top_row(&pods, "spinner");
+    assert!(
+        (200..=600).contains(&spin),
+        "the spinner at {spin}m:\n{pods}"
+    );
+    let pods = agent.ok(&["top", "pod", "idle", "--containers"]);
+    let cells = |c: &str| -> (u64, u64) {
+        let line = pods
+            .lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(c))
+            .unwrap();
+        top_row(line, "idle")
+    };
+    let ((idle_cpu, idle_mem), (hog_cpu, hog_mem)) = (cells("idle"), cells("hog"));
+    assert!(idle_cpu <= 5 && hog_cpu <= 5, "{pods}");
+    assert!((8..=10).contains(&(hog_mem - idle_mem)), "{pods}");
+    let nodes = agent.ok(&["top", "node"]);
+    // NAME CPU(cores) CPU(%) MEMORY(bytes) MEMORY(%)
+    let node = row(&nodes, "edge-1");
+    let node_cpu: u64 = node[1].trim_end_matches('m').parse().unwrap();
+    let node_mem: u64 = node[3].trim_end_matches("Mi").parse().unwrap();
+    assert!(node_cpu >= spin / 2 && node_mem > hog_mem, "{nodes}");
+    let missing = agent.fails(&["top", "pod", "nosuch"]);
+    assert!(missing.contains("not found"), "{missing}");
+
+    // The kubelet's resource metrics, read by a Prometheus parser.
+    for path in [
+        "/api/v1/nodes/edge-1/proxy/metrics/resource",
+        "/metrics/resource",
+    ] {
+        let text = agent.ok(&["get", "--raw", path]);
+        let lines = text.lines().map(|l| Ok(l.to_owned()));
+        let scrape = prometheus_parse::Scrape::parse(lines).unwrap();
+        let sample = |metric: &str, labels: &[(&str, &str)]| -> f64 {
+            let found = scrape.samples.iter().find(|s| {
+                s.metric == metric && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v))
+            });
+            match found.map(|s| &s.value) {
+                Some(prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Gauge(v)) => *v,
+                other => panic!("{metric} {labels:?}: {other:?} in\n{text}"),
+            }
+        };
+        let spin_cpu = sample(
+            "container_cpu_usage_seconds_total",
+            &[
+                ("container", "spin"),
+                ("pod", "spinner"),
+                ("namespace", "default"),
+            ],
+        );
+        assert!(spin_cpu > 0.5, "{text}");
+        let hog = [
+            ("container", "hog"),
+            ("pod", "idle"),
+            ("namespace", "tools"),
+        ];
+        let hog_bytes = sample("container_memory_working_set_bytes", &hog);
+        assert!(hog_bytes > 8.0 * 1024.0 * 1024.0, "{text}");
+        let started = sample("container_start_time_seconds", &hog);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap();
+        assert!((now.as_secs_f64() - started) < 600.0, "{text}");
+        let pod_cpu = sample("pod_cpu_usage_seconds_total", &[("pod", "spinner")]);
+        assert!(pod_cpu >= spin_cpu, "{text}");
+        let pod_bytes = sample(
+            "pod_memory_working_set_bytes",
+            &[("pod", "idle"), ("namespace", "tools")],
+        );
+        assert!(pod_bytes > hog_bytes, "{text}");
+        assert!(
+            sample("node_cpu_usage_seconds_total", &[]) >= pod_cpu,
+            "{text}"
+        );
+        assert!(
+            sample("node_memory_working_set_bytes", &[]) > pod_bytes,
+            "{text}"
+        );
+        assert_eq!(sample("scrape_error", &[]), 0.0, "{text}");
+        let types: Vec<_> = scrape.docs.keys().collect();
+        assert_eq!(types.len(), 8, "{types:?}");
+    }
+
+    // The Summary API.
+    let summary: Value = serde_json::from_str(&agent.ok(&[
+        "get",
+        "--raw",
+        "/api/v1/nodes/edge-1/proxy/stats/summary",
+    ]))
+    .unwrap();
+    assert_eq!(summary["node"]["nodeName"], "edge-1");
+    assert!(
+        summary["node"]["memory"]["workingSetBytes"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+    let pods = summary["pods"].as_array().unwrap();
+    assert_eq!(pods.len(), 3, "{summary}");
+    let spinner = pods
+        .iter()
+        .find(|p| p["podRef"]["name"] == "spinner")
+        .unwrap();
+    let spin = &spinner["containers"][0];
+    assert_eq!(spin["name"], "spin");
+    let cores = spin["cpu"]["usageNanoCores"].as_u64().unwrap();
+    assert!((200_000_000..=600_000_000).contains(&cores), "{spin}");
+    assert!(
+        spin["cpu"]["usageCoreNanoSeconds"].as_u64().unwrap() > 500_000_000,
+        "{spin}"
+    );
+    assert!(
+        spin["startTime"].is_string() && spinner["startTime"].is_string(),
+        "{spinner}"
+    );
+    agent.fails(&[
+        "get",
+        "--raw",
+        "/api/v1/nodes/elsewhere/proxy/stats/summary",
+    ]);
+    // Only with the token.
+    let refused = agent.fails(&["--token", "wrong", "get", "--raw", "/metrics/resource"]);
+    assert!(refused.contains("Unauthorized"), "{refused}");
+}

@@ -48,7 +48,7 @@ mod supervisor;
 pub mod task;
 mod volumes;
 
-pub use container::ExecOutput;
+pub use container::{ContainerUsage, ExecOutput};
 #[cfg(feature = "compiler")]
 pub use engine::compile;
 pub use engine::{AddressSpace, CompileTarget, LoadError};

@@ -108,8 +108,7 @@ impl Budget {
     }
 
     /// Bytes in use.
-    #[cfg(test)]
-    fn used(&self) -> u64 {
+    pub(crate) fn used(&self) -> u64 {
         self.used.load(Ordering::Acquire)
     }
 

@@ -249,6 +249,7 @@ impl Task {
             },
             activity: engine.activity().clone(),
             memory: PodMemory::new(node_memory),
+            meter: crate::container::Meter::new(),
         });
         Task {
             sandbox,

@@ -1,11 +1,14 @@
-//! CPU limits: a container spinning under `resources.limits.cpu` uses about its share of a core.
-//! One test in its own binary, so the process's CPU time is the pod's.
+//! CPU limits: a container spinning under `resources.limits.cpu` uses about its share of a core,
+//! and the CPU time the runtime counts for it (`PodHandle::usage`, what `kubectl top` shows)
+//! agrees with the process's. One test in its own binary, so the process's CPU time is the pod's.
 
 use std::time::Duration;
 
 use wasmpod_tests::{TestNode, is_running, wait_for};
 
-async fn share_of(node: &TestNode, limit: &str) -> f64 {
+/// The share of a core a spinning container uses, by the process's CPU time, and by the CPU
+/// time the runtime counted for the container.
+async fn share_of(node: &TestNode, limit: &str) -> (f64, f64) {
     let resources = if limit.is_empty() {
         String::new()
     } else {
@@ -17,19 +20,36 @@ async fn share_of(node: &TestNode, limit: &str) -> f64 {
     let pod = node.start(&yaml).await;
     wait_for(&pod, Duration::from_secs(10), |s| is_running(s, "c")).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let (cpu, wall) = (wasmpod_tests::cpu_time(), std::time::Instant::now());
+    let counted = || pod.usage().iter().map(|c| c.cpu).sum::<Duration>();
+    let (cpu, wall, metered) = (
+        wasmpod_tests::cpu_time(),
+        std::time::Instant::now(),
+        counted(),
+    );
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let share = (wasmpod_tests::cpu_time() - cpu).as_secs_f64() / wall.elapsed().as_secs_f64();
+    let (cpu, metered) = (wasmpod_tests::cpu_time() - cpu, counted() - metered);
+    let wall = wall.elapsed().as_secs_f64();
     pod.delete(Some(Duration::ZERO));
     pod.deleted().await;
-    share
+    assert!(pod.usage().is_empty(), "an ended container has no usage");
+    (cpu.as_secs_f64() / wall, metered.as_secs_f64() / wall)
+}
+
+/// The runtime's count against the process's CPU time: never much below it (the guest is all
+/// the process does), above it by at most what preemption adds to a poll's wall time.
+fn agrees(limit: &str, process: f64, metered: f64) {
+    assert!(
+        metered >= process * 0.8 && metered <= process + 0.2,
+        "{limit}: the container counted {metered:.3} of a core, the process used {process:.3}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[cfg(target_os = "linux")]
 async fn cpu_limit_caps_a_spinning_guest() {
     let node = TestNode::new();
-    let unlimited = share_of(&node, "").await;
+    let (unlimited, metered) = share_of(&node, "").await;
+    agrees("no limit", unlimited, metered);
     assert!(
         unlimited > 0.8,
         "an unlimited spinner uses a whole core: {unlimited:.2}"
@@ -42,7 +62,8 @@ async fn cpu_limit_caps_a_spinning_guest() {
         "four spinning requests under 250m used {handler:.3} of a core"
     );
     for (limit, share) in [("100m", 0.1), ("500m", 0.5)] {
-        let measured = share_of(&node, limit).await;
+        let (measured, metered) = share_of(&node, limit).await;
+        agrees(limit, measured, metered);
         // the bench reports the precise figure; here: within ±50 % on a shared CI machine
         assert!(
             (measured - share).abs() <= share * 0.5,

@@ -42,6 +42,13 @@ pub(crate) fn groups() -> Value {
             let gv = json!({"groupVersion": format!("{name}/v1"), "version": "v1"});
             json!({"name": name, "versions": [gv], "preferredVersion": gv})
         })
+        .chain(std::iter::once({
+            let gv = json!({
+                "groupVersion": format!("{}/{}", super::metrics::GROUP, super::metrics::VERSION),
+                "version": super::metrics::VERSION,
+            });
+            json!({"name": super::metrics::GROUP, "versions": [gv], "preferredVersion": gv})
+        }))
         .collect();
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
@@ -67,7 +74,11 @@ pub(crate) fn resources(group: &str) -> Value {
                 "name": format!("{}/{sub}", r.name),
                 "singularName": "",
                 "namespaced": r.namespaced,
-                "kind": if *sub == "exec" { "PodExecOptions" } else { r.kind },
+                "kind": match *sub {
+                    "exec" => "PodExecOptions",
+                    "proxy" => "NodeProxyOptions",
+                    _ => r.kind,
+                },
                 "verbs": verbs,
             }));
         }

@@ -10,6 +10,7 @@
 mod discovery;
 mod exec;
 mod logs;
+mod metrics;
 mod node;
 mod objects;
 mod patch;
@@ -31,6 +32,7 @@ use serde_json::Value;
 
 use crate::body::Body;
 use crate::kubelet::Kubelet;
+use crate::metrics::Metrics;
 use crate::status::ApiError;
 use crate::store::{MAX_OBJECT, Store};
 pub(crate) use objects::now;
@@ -43,6 +45,8 @@ pub(crate) struct Api {
     token: String,
     /// Pods from the API may have `hostPath` volumes.
     pub(crate) allow_host_path: bool,
+    /// What the node's containers used, sampled.
+    pub(crate) metrics: Arc<Metrics>,
 }
 
 impl std::fmt::Debug for Api {
@@ -131,6 +135,13 @@ enum Route {
     Resources(&'static str),
     OpenApiIndex,
     OpenApi(String),
+    /// `metrics.k8s.io/v1beta1`, the path after the version.
+    Metrics(Vec<String>),
+    /// A kubelet endpoint: through the node proxy of the node named, or on the agent itself.
+    Kubelet {
+        node: Option<String>,
+        endpoint: metrics::Endpoint,
+    },
     Collection {
         resource: &'static Resource,
         namespace: Option<String>,
@@ -145,12 +156,32 @@ enum Route {
 
 fn route(path: &str) -> Result<Route, ApiError> {
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    if let Some(endpoint) = metrics::Endpoint::at(&segments) {
+        return Ok(Route::Kubelet {
+            node: None,
+            endpoint,
+        });
+    }
     let (group, rest) = match segments.as_slice() {
         ["version"] => return Ok(Route::Version),
         ["api"] => return Ok(Route::CoreVersions),
         ["apis"] => return Ok(Route::Groups),
         ["openapi", "v3"] => return Ok(Route::OpenApiIndex),
         ["openapi", "v3", rest @ ..] => return Ok(Route::OpenApi(rest.join("/"))),
+        ["apis", metrics::GROUP, metrics::VERSION, rest @ ..] => {
+            return Ok(Route::Metrics(
+                rest.iter().map(|s| (*s).to_owned()).collect(),
+            ));
+        }
+        ["api", "v1", "nodes", node, "proxy", rest @ ..] => {
+            return match metrics::Endpoint::at(rest) {
+                Some(endpoint) => Ok(Route::Kubelet {
+                    node: Some((*node).to_owned()),
+                    endpoint,
+                }),
+                None => Err(ApiError::no_route()),
+            };
+        }
         ["api", "v1", rest @ ..] => ("", rest),
         ["apis", group, "v1", rest @ ..] => {
             match discovery::GROUPS[1..].iter().find(|g| *g == group) {
@@ -223,12 +254,14 @@ impl Api {
         kubelet: Arc<Kubelet>,
         token: String,
         allow_host_path: bool,
+        metrics: Arc<Metrics>,
     ) -> Api {
         Api {
             store,
             kubelet,
             token,
             allow_host_path,
+            metrics,
         }
     }
 
@@ -298,6 +331,16 @@ impl Api {
             Route::OpenApi(path) if get => discovery::openapi_document(&path)
                 .map(|doc| json(StatusCode::OK, &doc))
                 .ok_or_else(ApiError::no_route),
+            Route::Metrics(rest) if get => {
+                let rest: Vec<&str> = rest.iter().map(String::as_str).collect();
+                self.metrics_api(&rest, &call)
+            }
+            Route::Kubelet { node, endpoint } if get => match node {
+                Some(node) if node != self.kubelet.node_name() => {
+                    Err(ApiError::not_found("nodes", &node))
+                }
+                _ => Ok(self.kubelet_endpoint(endpoint)),
+            },
             Route::Collection {
                 resource,
                 namespace,
@@ -465,6 +508,20 @@ mod tests {
         assert!(route("/api/v1/widgets").is_err());
         assert!(route("/apis/apps/v1/deployments").is_err());
         assert!(route("/../../etc/passwd").is_err());
+        let r = route("/api/v1/nodes/edge-1/proxy/stats/summary").unwrap();
+        assert!(
+            matches!(r, Route::Kubelet { node: Some(n), endpoint: metrics::Endpoint::Summary } if n == "edge-1")
+        );
+        let r = route("/metrics/resource").unwrap();
+        assert!(matches!(
+            r,
+            Route::Kubelet {
+                node: None,
+                endpoint: metrics::Endpoint::Resource
+            }
+        ));
+        assert!(route("/api/v1/nodes/edge-1/proxy/etc/passwd").is_err());
+        assert!(route("/apis/metrics.k8s.io/v1/pods").is_err());
     }
 
     #[test]

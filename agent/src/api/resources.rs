@@ -104,7 +104,7 @@ pub(crate) static NODES: Resource = Resource {
     namespaced: false,
     short_names: &["no"],
     verbs: &["get", "list"],
-    subresources: &[("status", &["get"])],
+    subresources: &[("proxy", &["get"]), ("status", &["get"])],
 };
 
 pub(crate) static PRIORITY_CLASSES: Resource = Resource {

@@ -270,7 +270,10 @@ where
         let cut_by_task = cut.clone();
         let task = tokio::spawn(async move {
             let _slot = slot;
-            let run = pre.call(&mut store, request, tx, sent);
+            let run = server
+                .sandbox
+                .meter
+                .run(pre.call(&mut store, request, tx, sent));
             let result = tokio::select! {
                 ran = tokio::time::timeout(server.timeout, run) => match ran {
                     Ok(Ok(())) => Ok(()),

@@ -16,8 +16,11 @@ use wasmtime_wasi::{FsPerms, I32Exit, WasiCtxBuilder};
 
 mod http;
 mod trap;
+mod usage;
 
 pub(crate) use http::{DEFAULT_PORT, HttpServe};
+pub use usage::ContainerUsage;
+pub(crate) use usage::{Meter, PodMeters};
 
 use crate::engine::{Activity, Entry, Image};
 use crate::host::{
@@ -71,6 +74,8 @@ pub(crate) struct Sandbox {
     pub(crate) activity: Arc<Activity>,
     /// Where the instances' memory is counted.
     pub(crate) memory: Arc<PodMemory>,
+    /// The CPU time the instances ran.
+    pub(crate) meter: Meter,
 }
 
 /// How a container instance ended.
@@ -248,10 +253,10 @@ impl Sandbox {
             ..
         } = &*self.image
         {
-            return self.serve(pre, stdout, stderr).await;
+            return self.meter.run(self.serve(pre, stdout, stderr)).await;
         }
         match self.wasi(&self.argv, stdout, stderr) {
-            Ok(wasi) => self.run_entry(&self.image, wasi).await,
+            Ok(wasi) => self.meter.run(self.run_entry(&self.image, wasi)).await,
             Err(e) => Exit::start_error(e.to_string()),
         }
     }
@@ -317,7 +322,8 @@ impl Sandbox {
     /// not, with what the handler printed.
     pub(crate) async fn exec(&self, command: &[String]) -> Result<(), String> {
         let output = MemoryOutputPipe::new(EXEC_OUTPUT);
-        let (_, why) = self.invoke(command, output.clone(), output.clone()).await;
+        let invoked = self.invoke(command, output.clone(), output.clone());
+        let (_, why) = self.meter.run(invoked).await;
         match why {
             None => Ok(()),
             Some(message) => {
@@ -337,7 +343,8 @@ impl Sandbox {
     /// stdout and stderr (`kubectl exec`).
     pub(crate) async fn exec_output(&self, command: &[String], limit: usize) -> ExecOutput {
         let (stdout, stderr) = (MemoryOutputPipe::new(limit), MemoryOutputPipe::new(limit));
-        let (exit_code, why) = self.invoke(command, stdout.clone(), stderr.clone()).await;
+        let invoked = self.invoke(command, stdout.clone(), stderr.clone());
+        let (exit_code, why) = self.meter.run(invoked).await;
         let mut stderr = stderr.contents().to_vec();
         if exit_code != 0
             && let Some(why) = why.filter(|w| !w.starts_with("command exited with"))
@@ -351,7 +358,7 @@ impl Sandbox {
         }
     }
 
-    /// Runs `command` in a fresh instance: its exit code (the export's result, the entry
+    /// Runs `command` in a fresh instance (its caller meters it): its exit code (the export's result, the entry
     /// point's exit code, 134 for a trap) and, when that is not 0, why.
     async fn invoke(
         &self,

@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::PodStatus;
 use tokio::sync::{oneshot, watch};
 
 use super::Error;
-use crate::container::ExecOutput;
+use crate::container::{ContainerUsage, ExecOutput, PodMeters};
 use crate::events::{EventStream, Journal};
 use crate::output::{LogBook, LogOptions, Logs};
 use crate::supervisor::{Mailbox, Msg, Snapshot};
@@ -24,6 +24,7 @@ pub(super) struct PodShared {
     pub(super) journal: Arc<Journal>,
     pub(super) snapshot: watch::Receiver<Snapshot>,
     pub(super) logs: Arc<LogBook>,
+    pub(super) meters: Arc<PodMeters>,
 }
 
 /// A pod running on a [`Node`](crate::Node). Cheap to clone.
@@ -55,6 +56,12 @@ impl PodHandle {
     /// The pod's events from the first, followed live until the pod is deleted.
     pub fn events(&self) -> EventStream {
         self.inner.journal.stream()
+    }
+
+    /// What each of the pod's running containers uses now: CPU time since it started, memory
+    /// held. A container that is not running (waiting, ended) is not listed.
+    pub fn usage(&self) -> Vec<ContainerUsage> {
+        self.inner.meters.usage()
     }
 
     /// The pod's current status.

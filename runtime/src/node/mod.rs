@@ -499,6 +499,7 @@ impl Node {
                 journal: channels.journal,
                 snapshot: channels.snapshot,
                 logs: channels.logs,
+                meters: channels.meters,
             }),
         };
         let candidate = scheduler::Candidate {

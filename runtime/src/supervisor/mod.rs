@@ -30,7 +30,7 @@ use container::{Container, Instance};
 use probe::{HookKind, ProbeKind};
 use status::Phase;
 
-use crate::container::Exit;
+use crate::container::{Exit, PodMeters};
 use crate::engine::{Engine, Image, Pull};
 use crate::events::{EventType, Journal, Reason};
 use crate::memory::PodMemory;
@@ -225,6 +225,8 @@ pub(crate) struct PodTask {
     instances: u64,
     net: Arc<PodNetwork>,
     memory: Arc<PodMemory>,
+    /// The running containers' usage, read by the pod's handle.
+    meters: Arc<PodMeters>,
     /// The pod's place in the node's admission.
     seat: Box<dyn AdmissionSeat>,
     /// Admitted, initialized.
@@ -281,6 +283,7 @@ pub(crate) struct PodChannels {
     pub journal: Arc<Journal>,
     pub snapshot: watch::Receiver<Snapshot>,
     pub logs: Arc<LogBook>,
+    pub meters: Arc<PodMeters>,
 }
 
 /// Should the supervisor ever end without cleaning up (a panic), its watchers are not left
@@ -375,6 +378,7 @@ impl PodTask {
             instances: 0,
             net,
             memory,
+            meters: Arc::default(),
             seat,
             stage: Stage::Pending {
                 message: None,
@@ -389,6 +393,7 @@ impl PodTask {
             journal,
             snapshot: snapshot_rx,
             logs: task.output.book(),
+            meters: task.meters.clone(),
         };
         Ok((task, channels))
     }

@@ -11,7 +11,9 @@ use super::container::{HookState, Instance, State};
 use super::probe::{self, HookKind, ProbeKind};
 use super::stopping::Stopping;
 use super::{MIN_GRACE, Msg, PodTask, after};
-use crate::container::{CpuLimit, DEFAULT_PORT, EXIT_KILLED, Exit, HttpServe, Preopen, Sandbox};
+use crate::container::{
+    CpuLimit, DEFAULT_PORT, EXIT_KILLED, Exit, HttpServe, Meter, Preopen, Sandbox,
+};
 use crate::engine::{Image, LoadError, Origin, Pull};
 use crate::events::{EventType, Reason};
 use crate::host::TermSignal;
@@ -208,7 +210,9 @@ impl PodTask {
             },
             activity: self.node.engine.activity().clone(),
             memory: self.memory.clone(),
+            meter: Meter::new(),
         });
+        self.meters.running(index, &c.name, &sandbox);
         let (stdout, stderr, log) = self.output.instance(&c.name, c.restart_count);
         self.instances += 1;
         let id = self.instances;
