@@ -8,7 +8,7 @@ mod compile;
 #[cfg(feature = "agent")]
 mod serve;
 
-use std::io::{IsTerminal, Write};
+use std::io::{IsTerminal, Read, Write};
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -381,6 +381,18 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         ),
         None => None,
     };
+    // `wasmpod run`'s stdin goes to the pod's one container with `stdin: true`.
+    let stdin_container = match spec.stdin_containers().collect::<Vec<_>>().as_slice() {
+        [] => None,
+        [(name, _)] => Some((*name).to_owned()),
+        [(_, first), (_, second), ..] => {
+            eprintln!(
+                "{}: {second}: wasmpod run connects its stdin to one container, and {first} asks for it too",
+                args.pod.display()
+            );
+            return Ok(ExitCode::from(2));
+        }
+    };
     let node = Node::new(args.node.options().priority_classes(classes))?;
     if let Err(why) = node.check_fits(&spec) {
         eprintln!("{}: {why}", args.pod.display());
@@ -421,6 +433,9 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     });
     let events = events_out.map(|out| write_events(pod.clone(), out, written.clone()));
     tokio::spawn(forward_signals(signals, pod.clone()));
+    if let Some(container) = stdin_container {
+        tokio::spawn(forward_stdin(pod.clone(), container));
+    }
     tokio::spawn(report_pending(pod.clone()));
     if std::io::stderr().is_terminal() {
         tokio::spawn(show_pulls(node.clone()));
@@ -453,6 +468,49 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         Some("Succeeded") => ExitCode::SUCCESS,
         _ => ExitCode::from(1),
     })
+}
+
+/// Copies wasmpod's stdin to `container`'s once it runs, and ends the container's stdin at
+/// wasmpod's end of file. Read on a thread of its own, which the process's exit does not wait
+/// for (a terminal nobody types on).
+async fn forward_stdin(pod: PodHandle, container: String) {
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<u8>>(4);
+    std::thread::spawn(move || {
+        let mut buf = vec![0; 16 * 1024];
+        loop {
+            match std::io::stdin().read(&mut buf) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => {
+                    if tx.blocking_send(buf[..n].to_vec()).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+    let running = |s: &wasmpod::k8s_openapi::api::core::v1::PodStatus| {
+        s.container_statuses
+            .iter()
+            .chain(&s.init_container_statuses)
+            .flatten()
+            .any(|c| c.name == container && c.state.as_ref().is_some_and(|s| s.running.is_some()))
+    };
+    let status = pod
+        .wait_until(|s| running(s) || matches!(s.phase.as_deref(), Some("Succeeded" | "Failed")))
+        .await;
+    if !running(&status) {
+        return;
+    }
+    let stdin = match pod.attach_stdin(&container).await {
+        Ok(stdin) => stdin,
+        Err(why) => return tracing::warn!("cannot attach wasmpod's stdin: {why}"),
+    };
+    while let Some(chunk) = rx.recv().await {
+        if stdin.write_all(&chunk).await.is_err() {
+            return;
+        }
+    }
+    stdin.close().await;
 }
 
 /// Why each container that failed did (its last end that was not a success: reason, exit code,

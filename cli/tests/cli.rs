@@ -881,13 +881,13 @@ spec:
     image: "{p1}"
     securityContext: { privileged: true }
     imagee: typo
-  - { name: b, image: "{p1}", stdin: true }
+  - { name: b, image: "{p1}", stdin: true, tty: true }
 "#,
         &[
             "spec.hostNetwork: not supported by wasmpod",
             "spec.containers[0].securityContext.privileged: not supported by wasmpod: a wasm guest cannot be given",
             "spec.containers[0].imagee: unknown field",
-            "spec.containers[1].stdin: not supported by wasmpod",
+            "spec.containers[1].tty: not supported by wasmpod",
         ],
     );
 }
@@ -1353,4 +1353,64 @@ fn taints_from_the_command_line() {
         &["--register-with-taints", "dedicated=wasm:Sometimes"],
     );
     assert_eq!(bad.status.code(), Some(2));
+}
+
+/// `wasmpod run`'s stdin goes to the pod's one container with `stdin: true`, which reads its
+/// end as end of file; two containers asking for it are refused, naming the field.
+#[test]
+fn run_connects_its_stdin_to_the_stdin_container() {
+    use std::io::Write as _;
+    let dir = Dir::new();
+    let pod = dir.write(
+        "pod.yaml",
+        &wasmpod_tests::PodYaml::new("interactive")
+            .never()
+            .container(r#"{ name: quiet, image: "{p1}", args: [stdin] }"#)
+            .container(r#"{ name: c, image: "{p2}", args: [stdin], stdin: true }"#)
+            .build(),
+    );
+    let mut child = dir
+        .run_command(&pod, &[])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"first line\nsecond line\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    for line in [
+        "[c] read: first line",
+        "[c] read: second line",
+        "[c] stdin ended after 2 lines",
+        // The container without `stdin: true` read an empty stdin.
+        "[quiet] stdin ended after 0 lines",
+    ] {
+        assert!(
+            stdout.lines().any(|l| l == line),
+            "{line:?} missing:\n{stdout}"
+        );
+    }
+
+    let two = dir.write(
+        "two.yaml",
+        &wasmpod_tests::PodYaml::new("two")
+            .container(r#"{ name: a, image: "{p1}", stdin: true }"#)
+            .container(r#"{ name: b, image: "{p1}", stdin: true }"#)
+            .build(),
+    );
+    let out = dir.run(&two, &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains(
+            "spec.containers[1].stdin: wasmpod run connects its stdin to one container, and spec.containers[0].stdin asks for it too"
+        ),
+        "{}",
+        text(&out.stderr)
+    );
 }

@@ -48,7 +48,7 @@ mod supervisor;
 pub mod task;
 mod volumes;
 
-pub use container::{ContainerUsage, ExecOutput};
+pub use container::{ContainerStdin, ContainerUsage, ExecOutput};
 #[cfg(feature = "compiler")]
 pub use engine::compile;
 pub use engine::{AddressSpace, CompileTarget, LoadError};

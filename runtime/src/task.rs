@@ -250,6 +250,7 @@ impl Task {
             activity: engine.activity().clone(),
             memory: PodMemory::new(node_memory),
             meter: crate::container::Meter::new(),
+            stdin: None,
         });
         Task {
             sandbox,

@@ -10,15 +10,18 @@ use std::time::{Duration, Instant};
 
 use wasmtime::component::ResourceTable;
 use wasmtime::{ResourceLimiter, Store, UpdateDeadline};
-use wasmtime_wasi::cli::StdoutStream;
+use wasmtime_wasi::cli::{AsyncStdinStream, StdoutStream};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{FsPerms, I32Exit, WasiCtxBuilder};
 
 mod http;
+mod stdin;
 mod trap;
 mod usage;
 
 pub(crate) use http::{DEFAULT_PORT, HttpServe};
+pub use stdin::ContainerStdin;
+pub(crate) use stdin::StdinPipe;
 pub use usage::ContainerUsage;
 pub(crate) use usage::{Meter, PodMeters};
 
@@ -76,6 +79,8 @@ pub(crate) struct Sandbox {
     pub(crate) memory: Arc<PodMemory>,
     /// The CPU time the instances ran.
     pub(crate) meter: Meter,
+    /// The main instance's stdin, for a container with `stdin: true`.
+    pub(crate) stdin: Option<Arc<StdinPipe>>,
 }
 
 /// How a container instance ended.
@@ -255,10 +260,14 @@ impl Sandbox {
         {
             return self.meter.run(self.serve(pre, stdout, stderr)).await;
         }
-        match self.wasi(&self.argv, stdout, stderr) {
-            Ok(wasi) => self.meter.run(self.run_entry(&self.image, wasi)).await,
-            Err(e) => Exit::start_error(e.to_string()),
+        let mut wasi = match self.wasi(&self.argv, stdout, stderr) {
+            Ok(wasi) => wasi,
+            Err(e) => return Exit::start_error(e.to_string()),
+        };
+        if let Some(reader) = self.stdin.as_ref().and_then(|pipe| pipe.reader()) {
+            wasi.stdin(AsyncStdinStream::new(reader));
         }
+        self.meter.run(self.run_entry(&self.image, wasi)).await
     }
 
     async fn run_entry(&self, image: &Image, mut wasi: WasiCtxBuilder) -> Exit {
@@ -322,7 +331,7 @@ impl Sandbox {
     /// not, with what the handler printed.
     pub(crate) async fn exec(&self, command: &[String]) -> Result<(), String> {
         let output = MemoryOutputPipe::new(EXEC_OUTPUT);
-        let invoked = self.invoke(command, output.clone(), output.clone());
+        let invoked = self.invoke(command, None, output.clone(), output.clone());
         let (_, why) = self.meter.run(invoked).await;
         match why {
             None => Ok(()),
@@ -339,11 +348,16 @@ impl Sandbox {
         }
     }
 
-    /// Runs `command` as [`Sandbox::exec`] does, keeping up to `limit` bytes of each of its
-    /// stdout and stderr (`kubectl exec`).
-    pub(crate) async fn exec_output(&self, command: &[String], limit: usize) -> ExecOutput {
+    /// Runs `command` as [`Sandbox::exec`] does, reading `stdin` (empty when `None`) and
+    /// keeping up to `limit` bytes of each of its stdout and stderr (`kubectl exec`).
+    pub(crate) async fn exec_output(
+        &self,
+        command: &[String],
+        stdin: Option<AsyncStdinStream>,
+        limit: usize,
+    ) -> ExecOutput {
         let (stdout, stderr) = (MemoryOutputPipe::new(limit), MemoryOutputPipe::new(limit));
-        let invoked = self.invoke(command, stdout.clone(), stderr.clone());
+        let invoked = self.invoke(command, stdin, stdout.clone(), stderr.clone());
         let (exit_code, why) = self.meter.run(invoked).await;
         let mut stderr = stderr.contents().to_vec();
         if exit_code != 0
@@ -363,6 +377,7 @@ impl Sandbox {
     async fn invoke(
         &self,
         command: &[String],
+        stdin: Option<AsyncStdinStream>,
         stdout: MemoryOutputPipe,
         stderr: MemoryOutputPipe,
     ) -> (i32, Option<String>) {
@@ -371,6 +386,9 @@ impl Sandbox {
             Ok(wasi) => wasi,
             Err(e) => return (EXIT_START_ERROR, Some(e.to_string())),
         };
+        if let Some(stdin) = stdin {
+            wasi.stdin(stdin);
+        }
         // The instance's place in the pool: dropped after its store (declared before it).
         let lease = self.image.short_lived();
         let called = match &*lease.image {

@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::PodStatus;
 use tokio::sync::{oneshot, watch};
 
 use super::Error;
-use crate::container::{ContainerUsage, ExecOutput, PodMeters};
+use crate::container::{ContainerStdin, ContainerUsage, ExecOutput, PodMeters};
 use crate::events::{EventStream, Journal};
 use crate::output::{LogBook, LogOptions, Logs};
 use crate::supervisor::{Mailbox, Msg, Snapshot};
@@ -112,8 +112,38 @@ impl PodHandle {
         Ok(self
             .sandbox(container)
             .await?
-            .exec_output(command, limit)
+            .exec_output(command, None, limit)
             .await)
+    }
+
+    /// [`PodHandle::exec_output`] with the command reading `stdin` (`kubectl exec -i`): its
+    /// stdin ends when `stdin` does.
+    pub async fn exec_with_stdin(
+        &self,
+        container: &str,
+        command: &[String],
+        stdin: impl tokio::io::AsyncRead + Send + Sync + 'static,
+        limit: usize,
+    ) -> Result<ExecOutput, String> {
+        let stdin = wasmtime_wasi::cli::AsyncStdinStream::new(stdin);
+        Ok(self
+            .sandbox(container)
+            .await?
+            .exec_output(command, Some(stdin), limit)
+            .await)
+    }
+
+    /// A writer to the running `container`'s stdin (`stdin: true`), as `kubectl attach -i`
+    /// writes to it. Each instance has its own stdin: a writer of one that ended fails. `Err`
+    /// when there is no such container, it does not run, or it has no stdin.
+    pub async fn attach_stdin(&self, container: &str) -> Result<ContainerStdin, String> {
+        let sandbox = self.sandbox(container).await?;
+        match &sandbox.stdin {
+            Some(pipe) => Ok(ContainerStdin::new(pipe.clone())),
+            None => Err(format!(
+                "container {container} does not have stdin: true (it reads an empty stdin)"
+            )),
+        }
     }
 
     /// Changes the module `container` runs, as a pod update of its `image` does in Kubernetes:

@@ -238,20 +238,19 @@ pub(super) fn convert_container(
     let resources = convert_resources(path, c.resources.as_ref(), errors);
     security::check_container(path, c.security_context.as_ref(), errors);
     check_pull_policy(path, c, errors);
-    // A guest's stdin is empty and it has no terminal: asking for either is refused.
-    for (field, asked) in [
-        ("stdin", c.stdin),
-        ("stdinOnce", c.stdin_once),
-        ("tty", c.tty),
-    ] {
-        if asked == Some(true) {
-            errors.push(FieldError::not_supported(
-                path.child(field),
-                "not supported by wasmpod: containers get an empty stdin and no terminal \
-                 (nothing attaches to them)",
-            ));
-        }
+    // A guest has no terminal: WASI gives it byte streams, with no line discipline, window size
+    // or signals to drive.
+    if c.tty == Some(true) {
+        errors.push(FieldError::not_supported(
+            path.child("tty"),
+            "not supported by wasmpod: a WASI guest has byte streams, not a terminal (use stdin \
+             without tty)",
+        ));
     }
+    // As the kubelet, `stdinOnce` means nothing without `stdin`.
+    let stdin = (c.stdin == Some(true)).then_some(super::StdinMode {
+        once: c.stdin_once == Some(true),
+    });
     let termination = check_termination(path, c, &mounts, errors);
     let file_dirs = super::file_mounts::group(path, &mounts, errors);
     Some(ContainerSpec {
@@ -273,6 +272,7 @@ pub(super) fn convert_container(
         mounts,
         ports,
         working_dir: c.working_dir.clone(),
+        stdin,
     })
 }
 

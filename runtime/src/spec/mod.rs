@@ -36,7 +36,7 @@ pub use errors::{FieldError, FieldErrorKind, InvalidPod};
 pub use model::PodSpec;
 pub(crate) use model::{
     ContainerSpec, Handler, HostCreate, HttpGet, ImagePull, Mount, Probe, Requests, RestartPolicy,
-    Role, TerminationMessage, VolumeSource,
+    Role, StdinMode, TerminationMessage, VolumeSource,
 };
 pub(crate) use names::{MAX_DURATION, check_subdomain};
 pub(crate) use placement::{Placement, PodTerm};

@@ -59,6 +59,16 @@ pub(crate) struct ContainerSpec {
     /// A registry image, pulled when the container first starts (`image` is then empty until
     /// it is).
     pub pull: Option<ImagePull>,
+    /// `stdin: true`: each instance reads a stream that attachers write to; with `stdinOnce`,
+    /// the stream ends when the first attacher leaves.
+    pub stdin: Option<StdinMode>,
+}
+
+/// How a container's stdin stays open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct StdinMode {
+    /// `stdinOnce`: closed when the first attach session ends.
+    pub once: bool,
 }
 
 /// A container's registry image and how it is pulled.
@@ -397,6 +407,15 @@ impl PodSpec {
         self.containers
             .iter()
             .map(|c| (format!("{}.image", c.field), c.image.as_path()))
+    }
+
+    /// The containers with `stdin: true`, in spec order: each one's name and the field that says
+    /// so (`spec.containers[0].stdin`).
+    pub fn stdin_containers(&self) -> impl Iterator<Item = (&str, String)> {
+        self.containers
+            .iter()
+            .filter(|c| c.stdin.is_some())
+            .map(|c| (c.name.as_str(), format!("{}.stdin", c.field)))
     }
 
     /// The pod's QoS class, as Kubernetes computes it.

@@ -12,7 +12,7 @@ use super::probe::{self, HookKind, ProbeKind};
 use super::stopping::Stopping;
 use super::{MIN_GRACE, Msg, PodTask, after};
 use crate::container::{
-    CpuLimit, DEFAULT_PORT, EXIT_KILLED, Exit, HttpServe, Meter, Preopen, Sandbox,
+    CpuLimit, DEFAULT_PORT, EXIT_KILLED, Exit, HttpServe, Meter, Preopen, Sandbox, StdinPipe,
 };
 use crate::engine::{Image, LoadError, Origin, Pull};
 use crate::events::{EventType, Reason};
@@ -211,6 +211,7 @@ impl PodTask {
             activity: self.node.engine.activity().clone(),
             memory: self.memory.clone(),
             meter: Meter::new(),
+            stdin: c.spec.stdin.map(StdinPipe::new),
         });
         self.meters.running(index, &c.name, &sandbox);
         let (stdout, stderr, log) = self.output.instance(&c.name, c.restart_count);

@@ -141,6 +141,7 @@ mod tests {
             termination: None,
             file_dirs: Vec::new(),
             pull: None,
+            stdin: None,
         };
         let mut c = Container::new(spec, "ContainerCreating", None);
         let terminated = |code: i32| Terminated {

@@ -5,6 +5,7 @@
 //! `print TEXT`, `eprint TEXT`, `sleep MS`, `exit CODE`, `trap`, `loop` (spin forever),
 //! `work MILLIONS` (a fixed amount of computation),
 //! `alloc MIB` (allocate and touch), `flood LINES`, `longline BYTES`, `args`, `env NAME`,
+//! `stdin` (print each line of stdin as it comes, then how many there were),
 //! `write PATH TEXT`, `append PATH TEXT`, `cat PATH`, `exists PATH` (exit 1 if missing), `rm PATH`,
 //! `ls DIR` (sorted names), `bigfile PATH KIB`,
 //! `count PATH` (append a line to PATH and print how many it has), `fail-after PATH N` (exit 1
@@ -67,6 +68,15 @@ pub fn main(term: Option<TermCheck>) {
                 println!("{}", "y".repeat(n));
             }
             "args" => println!("{}", std::env::args().collect::<Vec<_>>().join(" ")),
+            "stdin" => {
+                // Each line read is printed back as it comes, then how many there were.
+                let mut lines = 0;
+                for line in std::io::stdin().lines() {
+                    println!("read: {}", line.unwrap_or_else(|e| fail(&format!("stdin: {e}"))));
+                    lines += 1;
+                }
+                println!("stdin ended after {lines} lines");
+            }
             "env" => {
                 let name = arg();
                 println!(

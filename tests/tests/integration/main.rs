@@ -3,6 +3,7 @@
 //! limit test is a binary of its own (`cpu.rs`): it measures the whole process's CPU time.
 
 mod admission;
+mod attach;
 mod config;
 mod hardening;
 mod http;

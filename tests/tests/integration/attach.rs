@@ -1,0 +1,117 @@
+//! A container's stdin (`stdin: true`, `stdinOnce`): what attachers write reaches the guest,
+//! its end reaches it as end of file, and `exec` commands read a stdin of their own
+//! (`PodHandle::attach_stdin`, `PodHandle::exec_with_stdin`: `kubectl attach -i`, `kubectl
+//! run -i`, `kubectl exec -i`).
+
+use std::time::Duration;
+
+use wasmpod::LogOptions;
+use wasmpod_tests::{PodYaml, TestNode, is_running, wait_for};
+
+const LIMIT: Duration = Duration::from_secs(20);
+
+/// The container's current log, read to its end.
+async fn log(pod: &wasmpod::PodHandle, container: &str) -> Vec<String> {
+    let mut logs = pod.logs(container, LogOptions::default().follow()).unwrap();
+    let mut lines = Vec::new();
+    while let Some(l) = logs.next().await {
+        lines.push(l.line);
+    }
+    lines
+}
+
+#[tokio::test]
+async fn stdin_once_ends_when_the_first_attacher_leaves() {
+    let node = TestNode::new();
+    let yaml = PodYaml::new("interactive")
+        .never()
+        .container(r#"{ name: c, image: "{p1}", args: [stdin], stdin: true, stdinOnce: true }"#)
+        .build();
+    let pod = node.start(&yaml).await;
+    wait_for(&pod, LIMIT, |s| is_running(s, "c")).await;
+    let stdin = pod.attach_stdin("c").await.unwrap();
+    assert!(stdin.once());
+    stdin.write_all(b"one\ntwo\n").await.unwrap();
+    drop(stdin);
+    let status = tokio::time::timeout(LIMIT, pod.wait()).await.unwrap();
+    assert_eq!(status.phase.as_deref(), Some("Succeeded"));
+    assert_eq!(
+        log(&pod, "c").await,
+        ["read: one", "read: two", "stdin ended after 2 lines"]
+    );
+    // The instance is gone: nothing attaches to it any more.
+    assert!(pod.attach_stdin("c").await.is_err());
+}
+
+#[tokio::test]
+async fn without_once_stdin_stays_open_until_closed_and_without_stdin_it_is_empty() {
+    let node = TestNode::new();
+    let yaml = PodYaml::new("two-sessions")
+        .never()
+        .container(r#"{ name: c, image: "{p2}", args: [stdin], stdin: true }"#)
+        .container(r#"{ name: plain, image: "{p1}", args: [stdin, sleep, "600000"] }"#)
+        .build();
+    let pod = node.start(&yaml).await;
+    wait_for(&pod, LIMIT, |s| {
+        is_running(s, "c") && is_running(s, "plain")
+    })
+    .await;
+    let first = pod.attach_stdin("c").await.unwrap();
+    assert!(!first.once());
+    first.write_all(b"from the first\n").await.unwrap();
+    drop(first);
+    // The first session's end did not end the stream: a second one writes on and closes it.
+    let second = pod.attach_stdin("c").await.unwrap();
+    second.write_all(b"from the second\n").await.unwrap();
+    second.close().await;
+    let mut logs = pod.logs("c", LogOptions::default().follow()).unwrap();
+    let mut lines = Vec::new();
+    while let Some(l) = tokio::time::timeout(LIMIT, logs.next()).await.unwrap() {
+        lines.push(l.line);
+    }
+    assert_eq!(
+        lines,
+        [
+            "read: from the first",
+            "read: from the second",
+            "stdin ended after 2 lines"
+        ]
+    );
+    // A container without `stdin: true` reads an empty stdin, and cannot be attached to.
+    let mut plain = pod.logs("plain", LogOptions::default()).unwrap();
+    let first_line = tokio::time::timeout(LIMIT, plain.next()).await.unwrap();
+    assert_eq!(first_line.unwrap().line, "stdin ended after 0 lines");
+    let refused = pod.attach_stdin("plain").await.unwrap_err();
+    assert!(refused.contains("stdin: true"), "{refused}");
+    pod.delete(Some(Duration::ZERO));
+    pod.deleted().await;
+}
+
+#[tokio::test]
+async fn an_exec_reads_its_own_stdin() {
+    let node = TestNode::new();
+    let yaml = PodYaml::new("exec-i")
+        .container(r#"{ name: c, image: "{p1}", args: [sleep, "600000"] }"#)
+        .build();
+    let pod = node.start(&yaml).await;
+    wait_for(&pod, LIMIT, |s| is_running(s, "c")).await;
+    let command = ["agnhost".to_owned(), "stdin".to_owned()];
+    let input: &[u8] = b"piped in\nand more\n";
+    let out = pod
+        .exec_with_stdin("c", &command, input, 1 << 20)
+        .await
+        .unwrap();
+    assert_eq!(out.exit_code, 0);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "read: piped in\nread: and more\nstdin ended after 2 lines\n"
+    );
+    // Without stdin, the same command reads nothing.
+    let out = pod.exec_output("c", &command, 1 << 20).await.unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "stdin ended after 0 lines\n"
+    );
+    pod.delete(Some(Duration::ZERO));
+    pod.deleted().await;
+}
