@@ -96,6 +96,24 @@ impl Agent {
             .expect("kubectl runs")
     }
 
+    /// kubectl with `input` on its stdin, bounded to a minute.
+    fn kubectl_with_input(&self, args: &[&str], input: &[u8]) -> Output {
+        use std::io::Write as _;
+        let mut child = Command::new("timeout")
+            .arg("60")
+            .arg("kubectl")
+            .args(args)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env("HOME", &self.dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("kubectl runs");
+        child.stdin.take().unwrap().write_all(input).unwrap();
+        child.wait_with_output().unwrap()
+    }
+
     /// kubectl that must succeed: its stdout.
     fn ok(&self, args: &[&str]) -> String {
         let out = self.kubectl(args);
@@ -1400,4 +1418,124 @@ fn kubectl_top_and_the_kubelets_metrics() {
     // Only with the token.
     let refused = agent.fails(&["--token", "wrong", "get", "--raw", "/metrics/resource"]);
     assert!(refused.contains("Unauthorized"), "{refused}");
+}
+
+/// `kubectl run -i --rm` pipes its input to the new pod's stdin (`stdinOnce`: the input's end
+/// is the container's), shows all it printed, deletes the pod and exits with the container's
+/// code; `kubectl exec -i` gives the command its own stdin; `kubectl attach -i` shows the
+/// container's output from its start and writes to a stdin that stays open for the next
+/// attacher.
+#[test]
+fn run_exec_and_attach_with_stdin() {
+    let (_tmp, agent) = Agent::start();
+    std::fs::copy(
+        wasmpod_tests::guests::AGNHOST_P1,
+        agent.dir.join("agnhost.wasm"),
+    )
+    .unwrap();
+    let run = |name: &str, extra: &[&str], input: &[u8]| {
+        let mut args = vec![
+            "run",
+            name,
+            "-i",
+            "--rm",
+            "--restart=Never",
+            "--image=agnhost.wasm",
+            "--",
+            "print",
+            "hello",
+            "stdin",
+        ];
+        args.extend(extra);
+        agent.kubectl_with_input(&args, input)
+    };
+    let out = run("interactive", &[], b"first\nsecond\n");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "hello\nread: first\nread: second\nstdin ended after 2 lines\npod \"interactive\" deleted\n"
+    );
+    let out = run("failing", &["exit", "3"], b"x\n");
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("stdin ended after 1 lines"));
+    assert_eq!(agent.ok(&["get", "pods", "-o", "name"]).trim(), "");
+
+    agent.create(
+        &PodYaml::new("shell")
+            .container(r#"{ name: c, image: "{p1}", args: [print, started, stdin], stdin: true }"#)
+            .container(r#"{ name: plain, image: "{p1}", args: [sleep, "600000"] }"#)
+            .build(),
+    );
+    agent.ok(&[
+        "wait",
+        "--for=condition=Ready",
+        "pod/shell",
+        "--timeout=30s",
+    ]);
+    let out = agent.kubectl_with_input(
+        &[
+            "exec", "-i", "shell", "-c", "plain", "--", "agnhost", "stdin",
+        ],
+        b"to exec\n",
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "read: to exec\nstdin ended after 1 lines\n"
+    );
+    // Attach sessions do not end by themselves: each is read until what it wrote came back.
+    for (input, seen) in [("one\n", "read: one"), ("two\n", "read: two")] {
+        let mut child = Command::new("kubectl")
+            .args(["attach", "-i", "shell", "-c", "c"])
+            .env("KUBECONFIG", &agent.kubeconfig)
+            .env("HOME", &agent.dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        use std::io::Write as _;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+        let lines: Vec<String> = BufReader::new(child.stdout.take().unwrap())
+            .lines()
+            .map(Result::unwrap)
+            .take_while(|l| l != seen)
+            .collect();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        // From the instance's start: what it printed before this session too.
+        assert_eq!(
+            lines.first().map(String::as_str),
+            Some("started"),
+            "{lines:?}"
+        );
+    }
+    let log = agent.ok(&["logs", "shell", "-c", "c"]);
+    assert_eq!(log, "started\nread: one\nread: two\n");
+    // Nothing is written to a container without stdin: true.
+    let refused = String::from_utf8_lossy(
+        &agent
+            .kubectl_with_input(&["attach", "-i", "shell", "-c", "plain"], b"x\n")
+            .stderr,
+    )
+    .into_owned();
+    assert!(refused.contains("does not have stdin: true"), "{refused}");
 }

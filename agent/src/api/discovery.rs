@@ -76,6 +76,7 @@ pub(crate) fn resources(group: &str) -> Value {
                 "namespaced": r.namespaced,
                 "kind": match *sub {
                     "exec" => "PodExecOptions",
+                    "attach" => "PodAttachOptions",
                     "proxy" => "NodeProxyOptions",
                     _ => r.kind,
                 },

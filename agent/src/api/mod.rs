@@ -7,6 +7,7 @@
 //! [`patch`] (merge and strategic merge patches), [`validate`] (ConfigMaps, Secrets, PriorityClasses),
 //! [`protobuf`] (the bodies kubectl sends as protobuf).
 
+mod attach;
 mod discovery;
 mod exec;
 mod logs;
@@ -18,6 +19,7 @@ pub(crate) mod pods;
 mod protobuf;
 pub(crate) mod resources;
 mod select;
+mod stream;
 pub(crate) mod table;
 mod validate;
 
@@ -47,6 +49,8 @@ pub(crate) struct Api {
     pub(crate) allow_host_path: bool,
     /// What the node's containers used, sampled.
     pub(crate) metrics: Arc<Metrics>,
+    /// The `exec` and `attach` sessions of each pod.
+    sessions: stream::Sessions,
 }
 
 impl std::fmt::Debug for Api {
@@ -262,6 +266,7 @@ impl Api {
             token,
             allow_host_path,
             metrics,
+            sessions: Default::default(),
         }
     }
 
@@ -374,6 +379,9 @@ impl Api {
                     }
                     (Some("exec"), &Method::GET | &Method::POST) if resource.is("pods") => {
                         exec::exec(self, ns.unwrap_or_default(), &name, &call, req).await
+                    }
+                    (Some("attach"), &Method::GET | &Method::POST) if resource.is("pods") => {
+                        attach::attach(self, ns.unwrap_or_default(), &name, &call, req).await
                     }
                     (None | Some("status"), &Method::GET) => self.get(resource, ns, &name, &call),
                     (None, &Method::DELETE) => {

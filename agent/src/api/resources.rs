@@ -46,6 +46,7 @@ pub(crate) static PODS: Resource = Resource {
     short_names: &["po"],
     verbs: RW,
     subresources: &[
+        ("attach", &["create", "get"]),
         ("exec", &["create", "get"]),
         ("log", &["get"]),
         ("status", &["get"]),

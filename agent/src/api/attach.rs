@@ -1,0 +1,113 @@
+//! `pods/{name}/attach`: `kubectl attach` and `kubectl run -i` over the streaming protocol
+//! ([`super::stream`]). The container's output comes on channels 1 and 2 as its log has it,
+//! from the start of its current instance (so `kubectl run -i` misses nothing the container
+//! printed before kubectl attached), followed until the instance ends; with `-i`, what the
+//! client sends on channel 0 goes to the container's stdin (`stdin: true`). The client's end of
+//! stdin, or its leaving, ends the container's stdin when it has `stdinOnce`, as the kubelet
+//! does; otherwise the stdin stays open for the next attacher.
+
+use http::{Request, Response};
+use hyper::body::Incoming;
+use serde_json::{Value, json};
+use wasmpod::{LogOptions, Stream};
+
+use super::stream::{self, FromClient, STDERR, STDOUT};
+use super::{Api, Call};
+use crate::body::Body;
+use crate::status::ApiError;
+
+pub(super) async fn attach(
+    api: &Api,
+    ns: &str,
+    name: &str,
+    call: &Call,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, ApiError> {
+    let pod = api
+        .store
+        .get("pods", ns, name)
+        .ok_or_else(|| ApiError::not_found("pods", name))?;
+    let (container, spec) = stream::container(&pod, name, call.query.get("container"))?;
+    if call.query.flag("tty") {
+        return Err(ApiError::bad_request(
+            "wasmpod containers have no tty: a WASI guest has byte streams, not a terminal \
+             (drop -t)",
+        ));
+    }
+    let uid = pod
+        .pointer("/metadata/uid")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let handle = api.kubelet.handle(uid).ok_or_else(|| {
+        ApiError::bad_request(format!("pod {name} does not run on this node any more"))
+    })?;
+    let stdin = if call.query.flag("stdin") {
+        if spec["stdin"] != json!(true) {
+            return Err(ApiError::bad_request(format!(
+                "container {container} does not have stdin: true: nothing can be written to it"
+            )));
+        }
+        Some(
+            handle
+                .attach_stdin(&container)
+                .await
+                .map_err(ApiError::bad_request)?,
+        )
+    } else {
+        None
+    };
+    let mut logs = handle
+        .logs(&container, LogOptions::default().follow())
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let (stdout, stderr) = (
+        !matches!(call.query.get("stdout"), Some("false" | "0")),
+        !matches!(call.query.get("stderr"), Some("false" | "0")),
+    );
+    let seat = api.sessions.enter(uid)?;
+    let (answer, channels) = stream::accept("attach", req)?;
+    tokio::spawn(async move {
+        let _seat = seat;
+        let Some(mut channels) = channels.await else {
+            return;
+        };
+        let mut stdin = stdin;
+        loop {
+            tokio::select! {
+                line = logs.next() => {
+                    let Some(line) = line else { break };
+                    let (channel, wanted) = match line.stream {
+                        Stream::Stdout => (STDOUT, stdout),
+                        Stream::Stderr => (STDERR, stderr),
+                    };
+                    if !wanted {
+                        continue;
+                    }
+                    let mut bytes = line.line.into_bytes();
+                    if !line.partial {
+                        bytes.push(b'\n');
+                    }
+                    if !channels.send(channel, &bytes).await {
+                        return;
+                    }
+                }
+                from = channels.receive() => match from {
+                    FromClient::Stdin(bytes) => {
+                        if let Some(pipe) = &stdin
+                            && pipe.write_all(&bytes).await.is_err()
+                        {
+                            stdin = None;
+                        }
+                    }
+                    // Dropping the writer ends a `stdinOnce` container's stdin.
+                    FromClient::StdinClosed => stdin = None,
+                    FromClient::Gone => return,
+                },
+            }
+        }
+        drop(stdin);
+        channels
+            .finish(&json!({"metadata": {}, "status": "Success"}))
+            .await;
+    });
+    Ok(answer)
+}

@@ -1,0 +1,262 @@
+//! The streaming protocol of `exec` and `attach` as kubectl 1.30+ speaks it: a WebSocket with
+//! the `v5.channel.k8s.io` (or `v4.channel.k8s.io`) subprotocol, each binary message a channel
+//! byte and data: 0 stdin (from the client), 1 stdout, 2 stderr, 3 the end as a `Status`, 4
+//! terminal resizes (ignored: there is no terminal). v5 adds 255: the client closed a channel
+//! (`[255, 0]`: end of stdin).
+//!
+//! A session is bounded: [`MAX_SESSIONS`] per pod at once, frames of at most [`FRAME`] bytes
+//! sent, and stdin read only as fast as the command or container takes it (the WebSocket is
+//! not read past one message while a write to it waits).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use futures_util::{SinkExt, StreamExt};
+use http::{HeaderValue, Request, Response, StatusCode, header};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use serde_json::Value;
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
+
+use crate::body::Body;
+use crate::status::ApiError;
+
+/// The largest WebSocket frame sent.
+pub(crate) const FRAME: usize = 32 * 1024;
+/// The largest message taken from a client (kubectl sends stdin in pieces of 32 KiB at most).
+const MESSAGE: usize = 64 * 1024;
+/// `exec` and `attach` sessions of one pod at once.
+pub(crate) const MAX_SESSIONS: usize = 16;
+const PROTOCOLS: [&str; 2] = ["v5.channel.k8s.io", "v4.channel.k8s.io"];
+
+pub(crate) const STDIN: u8 = 0;
+pub(crate) const STDOUT: u8 = 1;
+pub(crate) const STDERR: u8 = 2;
+const ERROR: u8 = 3;
+const CLOSE: u8 = 255;
+
+/// The sessions of each pod, by uid.
+#[derive(Debug, Default)]
+pub(crate) struct Sessions(Arc<Mutex<HashMap<String, usize>>>);
+
+/// One session's place; given back when dropped.
+#[derive(Debug)]
+pub(crate) struct Seat {
+    sessions: Arc<Mutex<HashMap<String, usize>>>,
+    uid: String,
+}
+
+impl Sessions {
+    /// A place for a session of the pod `uid`; `429` when it has [`MAX_SESSIONS`].
+    pub(crate) fn enter(&self, uid: &str) -> Result<Seat, ApiError> {
+        let mut all = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let n = all.entry(uid.to_owned()).or_default();
+        if *n >= MAX_SESSIONS {
+            return Err(ApiError::too_many_requests(format!(
+                "the pod has {MAX_SESSIONS} exec and attach sessions already"
+            )));
+        }
+        *n += 1;
+        Ok(Seat {
+            sessions: self.0.clone(),
+            uid: uid.to_owned(),
+        })
+    }
+}
+
+impl Drop for Seat {
+    fn drop(&mut self) {
+        let mut all = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = all.get_mut(&self.uid) {
+            *n -= 1;
+            if *n == 0 {
+                all.remove(&self.uid);
+            }
+        }
+    }
+}
+
+/// What the client sent.
+#[derive(Debug)]
+pub(crate) enum FromClient {
+    Stdin(Vec<u8>),
+    /// The client's stdin ended (v5's close of channel 0).
+    StdinClosed,
+    /// The client left (or broke the protocol).
+    Gone,
+}
+
+/// A session's WebSocket.
+pub(crate) struct Channels {
+    ws: WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>,
+}
+
+impl std::fmt::Debug for Channels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Channels").finish_non_exhaustive()
+    }
+}
+
+impl Channels {
+    /// Sends `bytes` on `channel`, in frames; false when the client is gone.
+    pub(crate) async fn send(&mut self, channel: u8, bytes: &[u8]) -> bool {
+        for chunk in bytes.chunks(FRAME) {
+            let mut frame = Vec::with_capacity(chunk.len() + 1);
+            frame.push(channel);
+            frame.extend_from_slice(chunk);
+            if self.ws.send(Message::Binary(frame.into())).await.is_err() {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// The next thing the client sent (pings and resizes are skipped).
+    pub(crate) async fn receive(&mut self) -> FromClient {
+        loop {
+            let data = match self.ws.next().await {
+                Some(Ok(Message::Binary(data))) => data,
+                Some(Ok(Message::Close(_))) | Some(Err(_)) | None => return FromClient::Gone,
+                Some(Ok(_)) => continue,
+            };
+            match data.split_first() {
+                Some((&STDIN, rest)) if !rest.is_empty() => {
+                    return FromClient::Stdin(rest.to_vec());
+                }
+                Some((&CLOSE, [STDIN])) => return FromClient::StdinClosed,
+                _ => continue,
+            }
+        }
+    }
+
+    /// Ends the session: its `Status` on channel 3, then a normal close.
+    pub(crate) async fn finish(mut self, status: &Value) {
+        let mut frame = vec![ERROR];
+        frame.extend_from_slice(&serde_json::to_vec(status).unwrap_or_default());
+        let _ = self.ws.send(Message::Binary(frame.into())).await;
+        let normal = CloseFrame {
+            code: CloseCode::Normal,
+            reason: "".into(),
+        };
+        let _ = self.ws.close(Some(normal)).await;
+    }
+}
+
+/// Accepts a WebSocket session of `what` (`exec`, `attach`): the `101` to answer with, and the
+/// channels once the client switched (to be awaited after the answer is sent).
+pub(crate) fn accept(
+    what: &str,
+    req: Request<Incoming>,
+) -> Result<
+    (
+        Response<Body>,
+        impl Future<Output = Option<Channels>> + Send + 'static,
+    ),
+    ApiError,
+> {
+    let headers = req.headers();
+    let is_websocket = headers
+        .get(header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
+    let key = headers
+        .get("sec-websocket-key")
+        .map(|k| derive_accept_key(k.as_bytes()));
+    let offered: Vec<String> = headers
+        .get_all("sec-websocket-protocol")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(',').map(|p| p.trim().to_owned()))
+        .collect();
+    let protocol = PROTOCOLS
+        .into_iter()
+        .find(|p| offered.iter().any(|o| o == p));
+    let (Some(accept), Some(protocol), true) = (key, protocol, is_websocket) else {
+        return Err(ApiError::bad_request(format!(
+            "{what} is served over WebSocket with the v5.channel.k8s.io or v4.channel.k8s.io protocol"
+        )));
+    };
+    let channels = async move {
+        let upgraded = match hyper::upgrade::on(req).await {
+            Ok(u) => u,
+            Err(e) => {
+                tracing::debug!("upgrade: {e}");
+                return None;
+            }
+        };
+        let config = WebSocketConfig::default()
+            .max_message_size(Some(MESSAGE))
+            .max_frame_size(Some(MESSAGE));
+        let ws =
+            WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config))
+                .await;
+        Some(Channels { ws })
+    };
+    let mut r = Response::new(Body::full(Vec::new()));
+    *r.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    let h = r.headers_mut();
+    h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+    h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+    if let Ok(v) = HeaderValue::from_str(&accept) {
+        h.insert("sec-websocket-accept", v);
+    }
+    h.insert("sec-websocket-protocol", HeaderValue::from_static(protocol));
+    Ok((r, channels))
+}
+
+/// The pod's container named by the request's `container` parameter (its first container
+/// when not given), or a 400 naming the choices.
+pub(crate) fn container(
+    pod: &Value,
+    name: &str,
+    asked: Option<&str>,
+) -> Result<(String, Value), ApiError> {
+    let all: Vec<&Value> = ["/spec/containers", "/spec/initContainers"]
+        .iter()
+        .flat_map(|p| {
+            pod.pointer(p)
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+        })
+        .collect();
+    let wanted = match asked {
+        Some(c) if !c.is_empty() => c.to_owned(),
+        _ => all
+            .first()
+            .and_then(|c| c["name"].as_str())
+            .unwrap_or_default()
+            .to_owned(),
+    };
+    match all.iter().find(|c| c["name"].as_str() == Some(&wanted)) {
+        Some(c) => Ok((wanted, (*c).clone())),
+        None => Err(ApiError::bad_request(format!(
+            "container {wanted} is not valid for pod {name}"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pod_has_at_most_its_sessions_and_gets_them_back() {
+        let sessions = Sessions::default();
+        let seats: Vec<Seat> = (0..MAX_SESSIONS)
+            .map(|_| sessions.enter("a").unwrap())
+            .collect();
+        let refused = sessions.enter("a").unwrap_err();
+        assert_eq!(refused.code, StatusCode::TOO_MANY_REQUESTS);
+        // Another pod's sessions are its own.
+        let other = sessions.enter("b").unwrap();
+        drop(seats);
+        let _again = sessions.enter("a").unwrap();
+        drop(other);
+        assert_eq!(sessions.0.lock().unwrap().get("b"), None, "nothing kept for a pod");
+    }
+}
