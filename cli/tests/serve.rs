@@ -1539,3 +1539,124 @@ fn run_exec_and_attach_with_stdin() {
     .into_owned();
     assert!(refused.contains("does not have stdin: true"), "{refused}");
 }
+
+/// `kubectl port-forward` of `ports` (`0:PORT`: kubectl picks the local port), with `env`; the
+/// process and the local ports, in the order asked.
+fn port_forward(
+    agent: &Agent,
+    pod: &str,
+    ports: &[&str],
+    env: &[(&str, &str)],
+) -> (Child, Vec<u16>) {
+    let mut child = Command::new("kubectl")
+        .args(["port-forward", "--address", "127.0.0.1", pod])
+        .args(ports)
+        .env("KUBECONFIG", &agent.kubeconfig)
+        .env("HOME", &agent.dir)
+        .envs(env.iter().copied())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let local = ports
+        .iter()
+        .map(|_| {
+            // "Forwarding from 127.0.0.1:41234 -> 7000"
+            let line = lines
+                .next()
+                .expect("kubectl port-forward printed nothing")
+                .unwrap();
+            let from = line.split_whitespace().nth(2).unwrap();
+            from.rsplit(':').next().unwrap().parse().unwrap()
+        })
+        .collect();
+    std::thread::spawn(move || lines.for_each(drop));
+    (child, local)
+}
+
+/// Sends `text` to `port` on loopback, half-closes, and reads the answer to its end.
+fn echo(port: u16, text: &[u8]) -> Vec<u8> {
+    use std::io::{Read as _, Write as _};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(LIMIT)).unwrap();
+    s.write_all(text).unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut answer = Vec::new();
+    s.read_to_end(&mut answer).unwrap();
+    answer
+}
+
+/// `kubectl port-forward` reaches what listens in the pod: a component's `wasi:sockets` echo
+/// server and an HTTP handler container, one connection after another and several at once,
+/// over the WebSocket tunnel kubectl speaks first and over SPDY when told to fall back; a port
+/// nothing listens on is reported as kubectl reports the kubelet's refusal.
+#[test]
+fn port_forward_reaches_the_pods_listeners() {
+    let (_tmp, agent) = Agent::start();
+    agent.create(
+        &PodYaml::new("listeners")
+            .container(r#"{ name: echo, image: "{p2}", args: [echo-server, "0.0.0.0:7000"] }"#)
+            .container(r#"{ name: web, image: "{http}", ports: [{containerPort: 8080}] }"#)
+            .build(),
+    );
+    agent.ok(&[
+        "wait",
+        "--for=condition=Ready",
+        "pod/listeners",
+        "--timeout=30s",
+    ]);
+    let (mut kubectl, local) = port_forward(&agent, "pod/listeners", &["0:7000", "0:8080"], &[]);
+    let (echo_port, web_port) = (local[0], local[1]);
+    assert_eq!(echo(echo_port, b"first"), b"first");
+    assert_eq!(echo(echo_port, b"second"), b"second");
+    // 3 MB each way, through frames of 32 KiB.
+    let big: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+    assert!(echo(echo_port, &big) == big, "the echo of 3 MB differs");
+    // Two at once: the echo server answers them in turn, the handler together.
+    let together: Vec<_> = [(echo_port, "one"), (echo_port, "two")]
+        .into_iter()
+        .map(|(port, text)| std::thread::spawn(move || (text, echo(port, text.as_bytes()))))
+        .chain((0..2).map(|_| {
+            std::thread::spawn(move || {
+                let answer = echo(
+                    web_port,
+                    b"GET / HTTP/1.1\r\nHost: pod\r\nConnection: close\r\n\r\n",
+                );
+                ("http", answer)
+            })
+        }))
+        .collect();
+    for t in together {
+        let (text, answer) = t.join().unwrap();
+        let answer = String::from_utf8_lossy(&answer);
+        match text {
+            "http" => assert!(answer.starts_with("HTTP/1.1 200"), "{answer}"),
+            text => assert_eq!(answer, text),
+        }
+    }
+    kubectl.kill().unwrap();
+    kubectl.wait().unwrap();
+
+    // The SPDY upgrade kubectl falls back to.
+    let (mut kubectl, local) = port_forward(
+        &agent,
+        "pod/listeners",
+        &["0:7000"],
+        &[("KUBECTL_PORT_FORWARD_WEBSOCKETS", "false")],
+    );
+    assert_eq!(echo(local[0], b"over spdy"), b"over spdy");
+    kubectl.kill().unwrap();
+    kubectl.wait().unwrap();
+
+    // A port nothing listens on: the connection closes, kubectl says why and gives up.
+    let (kubectl, local) = port_forward(&agent, "pod/listeners", &["0:7999"], &[]);
+    assert_eq!(echo(local[0], b"anyone?"), b"");
+    let out = kubectl.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("error forwarding port 7999 to pod listeners")
+            && stderr.contains("connection refused"),
+        "{stderr}"
+    );
+}

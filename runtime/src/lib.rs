@@ -54,7 +54,7 @@ pub use engine::compile;
 pub use engine::{AddressSpace, CompileTarget, LoadError};
 pub use events::{Event, EventStream, EventType, Reason};
 pub use images::{ImageGc, PullProgress};
-pub use network::Egress;
+pub use network::{Egress, PodConnection};
 pub use node::{Allocatable, Error, Node, NodeOptions, PodHandle, PodOptions};
 pub use output::{LogLimits, LogOptions, Logs, OutputLine, Stream};
 pub use spec::{

@@ -64,10 +64,10 @@ pub(super) async fn attach(
         !matches!(call.query.get("stderr"), Some("false" | "0")),
     );
     let seat = api.sessions.enter(uid)?;
-    let (answer, channels) = stream::accept("attach", req)?;
+    let (answer, socket) = stream::accept("attach", req, stream::CHANNELS)?;
     tokio::spawn(async move {
         let _seat = seat;
-        let Some(mut channels) = channels.await else {
+        let Some(mut channels) = socket.await.map(stream::Channels::new) else {
             return;
         };
         let mut stdin = stdin;

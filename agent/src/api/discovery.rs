@@ -77,6 +77,7 @@ pub(crate) fn resources(group: &str) -> Value {
                 "kind": match *sub {
                     "exec" => "PodExecOptions",
                     "attach" => "PodAttachOptions",
+                    "portforward" => "PodPortForwardOptions",
                     "proxy" => "NodeProxyOptions",
                     _ => r.kind,
                 },

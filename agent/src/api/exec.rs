@@ -49,10 +49,10 @@ pub(super) async fn exec(
         ApiError::bad_request(format!("pod {name} does not run on this node any more"))
     })?;
     let seat = api.sessions.enter(uid)?;
-    let (answer, channels) = stream::accept("exec", req)?;
+    let (answer, socket) = stream::accept("exec", req, stream::CHANNELS)?;
     tokio::spawn(async move {
         let _seat = seat;
-        let Some(mut channels) = channels.await else {
+        let Some(mut channels) = socket.await.map(stream::Channels::new) else {
             return;
         };
         let (mut stdin, reader) = tokio::io::duplex(STDIN_BUFFER);

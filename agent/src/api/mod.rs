@@ -16,9 +16,11 @@ mod node;
 mod objects;
 mod patch;
 pub(crate) mod pods;
+mod portforward;
 mod protobuf;
 pub(crate) mod resources;
 mod select;
+mod spdy;
 mod stream;
 pub(crate) mod table;
 mod validate;
@@ -382,6 +384,10 @@ impl Api {
                     }
                     (Some("attach"), &Method::GET | &Method::POST) if resource.is("pods") => {
                         attach::attach(self, ns.unwrap_or_default(), &name, &call, req).await
+                    }
+                    (Some("portforward"), &Method::GET | &Method::POST) if resource.is("pods") => {
+                        let ns = ns.unwrap_or_default();
+                        portforward::portforward(self, ns, &name, &call, req).await
                     }
                     (None | Some("status"), &Method::GET) => self.get(resource, ns, &name, &call),
                     (None, &Method::DELETE) => {

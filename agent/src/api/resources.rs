@@ -49,6 +49,7 @@ pub(crate) static PODS: Resource = Resource {
         ("attach", &["create", "get"]),
         ("exec", &["create", "get"]),
         ("log", &["get"]),
+        ("portforward", &["create", "get"]),
         ("status", &["get"]),
     ],
 };

@@ -31,7 +31,11 @@ pub(crate) const FRAME: usize = 32 * 1024;
 const MESSAGE: usize = 64 * 1024;
 /// `exec` and `attach` sessions of one pod at once.
 pub(crate) const MAX_SESSIONS: usize = 16;
-const PROTOCOLS: [&str; 2] = ["v5.channel.k8s.io", "v4.channel.k8s.io"];
+/// The subprotocols of `exec` and `attach`.
+pub(crate) const CHANNELS: &[&str] = &["v5.channel.k8s.io", "v4.channel.k8s.io"];
+
+/// A WebSocket the client switched to.
+pub(crate) type Socket = WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>;
 
 pub(crate) const STDIN: u8 = 0;
 pub(crate) const STDOUT: u8 = 1;
@@ -92,7 +96,7 @@ pub(crate) enum FromClient {
 
 /// A session's WebSocket.
 pub(crate) struct Channels {
-    ws: WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>,
+    ws: Socket,
 }
 
 impl std::fmt::Debug for Channels {
@@ -102,6 +106,10 @@ impl std::fmt::Debug for Channels {
 }
 
 impl Channels {
+    pub(crate) fn new(ws: Socket) -> Channels {
+        Channels { ws }
+    }
+
     /// Sends `bytes` on `channel`, in frames; false when the client is gone.
     pub(crate) async fn send(&mut self, channel: u8, bytes: &[u8]) -> bool {
         for chunk in bytes.chunks(FRAME) {
@@ -146,15 +154,42 @@ impl Channels {
     }
 }
 
-/// Accepts a WebSocket session of `what` (`exec`, `attach`): the `101` to answer with, and the
-/// channels once the client switched (to be awaited after the answer is sent).
+/// Whether the request asks to switch to a WebSocket with one of `protocols`.
+pub(crate) fn wants(req: &Request<Incoming>, protocols: &[&'static str]) -> bool {
+    let upgrade = req
+        .headers()
+        .get(header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
+    upgrade && offered(req, protocols).is_some()
+}
+
+/// The first of `protocols` the client offers.
+fn offered(req: &Request<Incoming>, protocols: &[&'static str]) -> Option<&'static str> {
+    let offered: Vec<String> = req
+        .headers()
+        .get_all("sec-websocket-protocol")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(',').map(|p| p.trim().to_owned()))
+        .collect();
+    protocols
+        .iter()
+        .copied()
+        .find(|p| offered.iter().any(|o| o == p))
+}
+
+/// Accepts a WebSocket session of `what` (`exec`, `attach`, `portforward`) with one of
+/// `protocols`: the `101` to answer with, and the socket once the client switched (to be
+/// awaited after the answer is sent).
 pub(crate) fn accept(
     what: &str,
     req: Request<Incoming>,
+    protocols: &[&'static str],
 ) -> Result<
     (
         Response<Body>,
-        impl Future<Output = Option<Channels>> + Send + 'static,
+        impl Future<Output = Option<Socket>> + Send + 'static,
     ),
     ApiError,
 > {
@@ -166,18 +201,11 @@ pub(crate) fn accept(
     let key = headers
         .get("sec-websocket-key")
         .map(|k| derive_accept_key(k.as_bytes()));
-    let offered: Vec<String> = headers
-        .get_all("sec-websocket-protocol")
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(',').map(|p| p.trim().to_owned()))
-        .collect();
-    let protocol = PROTOCOLS
-        .into_iter()
-        .find(|p| offered.iter().any(|o| o == p));
+    let protocol = offered(&req, protocols);
     let (Some(accept), Some(protocol), true) = (key, protocol, is_websocket) else {
         return Err(ApiError::bad_request(format!(
-            "{what} is served over WebSocket with the v5.channel.k8s.io or v4.channel.k8s.io protocol"
+            "{what} is served over WebSocket with the {} protocol",
+            protocols.join(" or ")
         )));
     };
     let channels = async move {
@@ -191,10 +219,10 @@ pub(crate) fn accept(
         let config = WebSocketConfig::default()
             .max_message_size(Some(MESSAGE))
             .max_frame_size(Some(MESSAGE));
-        let ws =
+        Some(
             WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config))
-                .await;
-        Some(Channels { ws })
+                .await,
+        )
     };
     let mut r = Response::new(Body::full(Vec::new()));
     *r.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
@@ -257,6 +285,10 @@ mod tests {
         drop(seats);
         let _again = sessions.enter("a").unwrap();
         drop(other);
-        assert_eq!(sessions.0.lock().unwrap().get("b"), None, "nothing kept for a pod");
+        assert_eq!(
+            sessions.0.lock().unwrap().get("b"),
+            None,
+            "nothing kept for a pod"
+        );
     }
 }

@@ -29,6 +29,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 pub(crate) use listener::{HostListener, Listener};
 pub(crate) use pipe::HostStream;
+pub use pipe::PodConnection;
 use udp::Inbox;
 use wasi::ErrorCode;
 

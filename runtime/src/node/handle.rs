@@ -25,6 +25,7 @@ pub(super) struct PodShared {
     pub(super) snapshot: watch::Receiver<Snapshot>,
     pub(super) logs: Arc<LogBook>,
     pub(super) meters: Arc<PodMeters>,
+    pub(super) net: Arc<crate::network::PodNetwork>,
 }
 
 /// A pod running on a [`Node`](crate::Node). Cheap to clone.
@@ -62,6 +63,17 @@ impl PodHandle {
     /// held. A container that is not running (waiting, ended) is not listed.
     pub fn usage(&self) -> Vec<ContainerUsage> {
         self.inner.meters.usage()
+    }
+
+    /// Connects to `port` on the pod's IP, from the node, as `kubectl port-forward` does: the
+    /// connection reaches whatever listens there (a component's `wasi:sockets` listener, an HTTP
+    /// handler container). `ConnectionRefused` when nothing does.
+    pub async fn connect(&self, port: u16) -> std::io::Result<crate::PodConnection> {
+        self.inner
+            .net
+            .connect_from_host(port)
+            .await
+            .map(crate::PodConnection)
     }
 
     /// The pod's current status.

@@ -466,6 +466,7 @@ impl Node {
         }));
         let published =
             publish(&net, &ports).map_err(|(what, source)| Error::Publish { what, source })?;
+        let net_handle = net.clone();
         let spec = Arc::new(spec);
         let seat = self.scheduler.seat();
         let key = seat.key();
@@ -500,6 +501,7 @@ impl Node {
                 snapshot: channels.snapshot,
                 logs: channels.logs,
                 meters: channels.meters,
+                net: net_handle,
             }),
         };
         let candidate = scheduler::Candidate {
