@@ -72,7 +72,10 @@ pub fn main(term: Option<TermCheck>) {
                 // Each line read is printed back as it comes, then how many there were.
                 let mut lines = 0;
                 for line in std::io::stdin().lines() {
-                    println!("read: {}", line.unwrap_or_else(|e| fail(&format!("stdin: {e}"))));
+                    println!(
+                        "read: {}",
+                        line.unwrap_or_else(|e| fail(&format!("stdin: {e}")))
+                    );
                     lines += 1;
                 }
                 println!("stdin ended after {lines} lines");
