@@ -169,6 +169,8 @@ pub struct Agent {
     kubeconfig: PathBuf,
     stop: watch::Sender<bool>,
     server: tokio::task::JoinHandle<()>,
+    /// The metrics sampler, which holds the store too.
+    sampler: tokio::task::JoinHandle<()>,
 }
 
 /// The namespaces a cluster starts with.
@@ -251,7 +253,7 @@ impl Agent {
         let every = options
             .metrics_resolution
             .max(std::time::Duration::from_millis(100));
-        tokio::spawn(metrics::sample(metrics, kubelet, every, stopped.clone()));
+        let sampler = tokio::spawn(metrics::sample(metrics, kubelet, every, stopped.clone()));
         if let Some(dir) = options.manifests.clone() {
             let every = options
                 .manifests_every
@@ -270,6 +272,7 @@ impl Agent {
             kubeconfig: credentials.kubeconfig,
             stop,
             server,
+            sampler,
         })
     }
 
@@ -288,6 +291,8 @@ impl Agent {
     pub async fn stop(self) {
         let _ = self.stop.send(true);
         let _ = self.server.await;
+        // What holds the store is gone once this returns: another agent may open it.
+        let _ = self.sampler.await;
     }
 
     /// Waits until the server has stopped.

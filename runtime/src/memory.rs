@@ -79,11 +79,14 @@ impl PodMemory {
 /// One container's memory budget (`resources.limits.memory`): its instances' linear memories
 /// and tables, and what the host holds for it (socket buffers), all against one limit. Every
 /// instance of the container (the entry point, probes, hooks, `exec`) draws from it, as every
-/// process of a Linux container counts in its cgroup.
+/// process of a Linux container counts in its cgroup. A pod with a pod-level limit has a budget
+/// of its own that each container's draws from too, as the pod's cgroup holds its containers'.
 #[derive(Debug)]
 pub(crate) struct Budget {
     limit: u64,
     used: AtomicU64,
+    /// The pod's budget, when it has one.
+    pod: Option<Arc<Budget>>,
 }
 
 impl Budget {
@@ -91,20 +94,44 @@ impl Budget {
         Arc::new(Budget {
             limit,
             used: AtomicU64::new(0),
+            pod: None,
         })
     }
 
-    /// Takes `bytes` from the budget if they fit.
+    /// A container's budget inside its pod's (`pod`, when the pod has a limit).
+    pub(crate) fn within(limit: u64, pod: Option<Arc<Budget>>) -> Arc<Budget> {
+        Arc::new(Budget {
+            limit,
+            used: AtomicU64::new(0),
+            pod,
+        })
+    }
+
+    /// Takes `bytes` from the budget, and from the pod's, if they fit in both.
     fn take(&self, bytes: u64) -> bool {
-        self.used
+        let fits = self
+            .used
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
                 used.checked_add(bytes).filter(|&total| total <= self.limit)
             })
-            .is_ok()
+            .is_ok();
+        if !fits {
+            return false;
+        }
+        if let Some(pod) = &self.pod
+            && !pod.take(bytes)
+        {
+            self.used.fetch_sub(bytes, Ordering::AcqRel);
+            return false;
+        }
+        true
     }
 
     fn give_back(&self, bytes: u64) {
         self.used.fetch_sub(bytes, Ordering::AcqRel);
+        if let Some(pod) = &self.pod {
+            pod.give_back(bytes);
+        }
     }
 
     /// Bytes in use.
@@ -197,6 +224,29 @@ mod tests {
         drop(a);
         assert_eq!(node.used(), 0);
         assert_eq!(budget.used(), 0);
+    }
+
+    #[test]
+    fn a_pod_budget_bounds_its_containers_together() {
+        let node = Arc::new(NodeMemory::new(u64::MAX));
+        let pod = PodMemory::new(node);
+        let shared = Budget::new(100);
+        let (one, two) = (
+            Budget::within(80, Some(shared.clone())),
+            Budget::within(80, Some(shared.clone())),
+        );
+        let mut a = Charge::new(pod.clone(), one.clone());
+        let mut b = Charge::new(pod.clone(), two.clone());
+        assert!(a.grow(60));
+        assert!(!a.grow(30), "past its container's budget");
+        assert!(!b.grow(50), "fits its container's, not the pod's");
+        assert_eq!(two.used(), 0, "a refused growth leaves nothing taken");
+        let socket = two.reserve(40).expect("fits both");
+        assert_eq!(shared.used(), 100);
+        drop(socket);
+        drop(a);
+        assert_eq!((shared.used(), one.used()), (0, 0));
+        assert!(b.grow(80));
     }
 
     #[test]

@@ -8,7 +8,7 @@
 
 use http::{Request, Response};
 use hyper::body::Incoming;
-use serde_json::{Value, json};
+use serde_json::json;
 use wasmpod::{LogOptions, Stream};
 
 use super::stream::{self, FromClient, STDERR, STDOUT};
@@ -23,24 +23,10 @@ pub(super) async fn attach(
     call: &Call,
     req: Request<Incoming>,
 ) -> Result<Response<Body>, ApiError> {
-    let pod = api
-        .store
-        .get("pods", ns, name)
-        .ok_or_else(|| ApiError::not_found("pods", name))?;
-    let (container, spec) = stream::container(&pod, name, call.query.get("container"))?;
-    if call.query.flag("tty") {
-        return Err(ApiError::bad_request(
-            "wasmpod containers have no tty: a WASI guest has byte streams, not a terminal \
-             (drop -t)",
-        ));
-    }
-    let uid = pod
-        .pointer("/metadata/uid")
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    let handle = api.kubelet.handle(uid).ok_or_else(|| {
-        ApiError::bad_request(format!("pod {name} does not run on this node any more"))
-    })?;
+    let pod = stream::running(api, ns, name)?;
+    let (container, spec) = stream::container(&pod.object, name, call.query.get("container"))?;
+    stream::no_tty(&call.query)?;
+    let (uid, handle) = (pod.uid, pod.handle);
     let stdin = if call.query.flag("stdin") {
         if spec["stdin"] != json!(true) {
             return Err(ApiError::bad_request(format!(
@@ -63,7 +49,7 @@ pub(super) async fn attach(
         !matches!(call.query.get("stdout"), Some("false" | "0")),
         !matches!(call.query.get("stderr"), Some("false" | "0")),
     );
-    let seat = api.sessions.enter(uid)?;
+    let seat = api.sessions.enter(&uid)?;
     let (answer, socket) = stream::accept("attach", req, stream::CHANNELS)?;
     tokio::spawn(async move {
         let _seat = seat;

@@ -6,7 +6,7 @@
 
 use http::{Request, Response};
 use hyper::body::Incoming;
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::io::AsyncWriteExt;
 
 use super::stream::{self, FromClient, STDERR, STDOUT};
@@ -26,29 +26,16 @@ pub(super) async fn exec(
     call: &Call,
     req: Request<Incoming>,
 ) -> Result<Response<Body>, ApiError> {
-    let pod = api
-        .store
-        .get("pods", ns, name)
-        .ok_or_else(|| ApiError::not_found("pods", name))?;
+    let pod = stream::running(api, ns, name)?;
     let command = repeated(call.raw_query.as_deref(), "command");
     if command.is_empty() {
         return Err(ApiError::bad_request("you must specify at least 1 command"));
     }
-    let (container, _) = stream::container(&pod, name, call.query.get("container"))?;
-    if call.query.flag("tty") {
-        return Err(ApiError::bad_request(
-            "wasmpod exec has no tty: a WASI command has byte streams, not a terminal (drop -t)",
-        ));
-    }
+    let (container, _) = stream::container(&pod.object, name, call.query.get("container"))?;
+    stream::no_tty(&call.query)?;
     let interactive = call.query.flag("stdin");
-    let uid = pod
-        .pointer("/metadata/uid")
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    let handle = api.kubelet.handle(uid).ok_or_else(|| {
-        ApiError::bad_request(format!("pod {name} does not run on this node any more"))
-    })?;
-    let seat = api.sessions.enter(uid)?;
+    let (uid, handle) = (pod.uid, pod.handle);
+    let seat = api.sessions.enter(&uid)?;
     let (answer, socket) = stream::accept("exec", req, stream::CHANNELS)?;
     tokio::spawn(async move {
         let _seat = seat;

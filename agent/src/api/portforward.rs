@@ -19,7 +19,6 @@ use futures_util::{SinkExt, StreamExt};
 use http::{HeaderValue, Request, Response, StatusCode, header};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
-use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -52,23 +51,12 @@ pub(super) async fn portforward(
     _call: &Call,
     req: Request<Incoming>,
 ) -> Result<Response<Body>, ApiError> {
-    let pod = api
-        .store
-        .get("pods", ns, name)
-        .ok_or_else(|| ApiError::not_found("pods", name))?;
-    let uid = pod
-        .pointer("/metadata/uid")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_owned();
-    let handle = api.kubelet.handle(&uid).ok_or_else(|| {
-        ApiError::bad_request(format!("pod {name} does not run on this node any more"))
-    })?;
-    let seat = api.sessions.enter(&uid)?;
+    let pod = stream::running(api, ns, name)?;
+    let seat = api.sessions.enter(&pod.uid)?;
     let target = Target {
-        pod: handle,
+        pod: pod.handle,
         name: name.to_owned(),
-        uid,
+        uid: pod.uid,
     };
     if stream::wants(&req, &[TUNNEL]) {
         let (answer, socket) = stream::accept("port-forward", req, &[TUNNEL])?;

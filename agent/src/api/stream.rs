@@ -236,6 +236,44 @@ pub(crate) fn accept(
     Ok((r, channels))
 }
 
+/// A pod the node runs, as a session finds it.
+pub(crate) struct Running {
+    pub(crate) object: std::sync::Arc<Value>,
+    pub(crate) uid: String,
+    pub(crate) handle: wasmpod::PodHandle,
+}
+
+/// The pod `ns/name` the node runs: `NotFound` without its object, 400 when it ended.
+pub(crate) fn running(api: &super::Api, ns: &str, name: &str) -> Result<Running, ApiError> {
+    let object = api
+        .store
+        .get("pods", ns, name)
+        .ok_or_else(|| ApiError::not_found("pods", name))?;
+    let uid = object
+        .pointer("/metadata/uid")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned();
+    let handle = api.kubelet.handle(&uid).ok_or_else(|| {
+        ApiError::bad_request(format!("pod {name} does not run on this node any more"))
+    })?;
+    Ok(Running {
+        object,
+        uid,
+        handle,
+    })
+}
+
+/// 400 for a session that asks for a terminal (`-t`), which no guest has.
+pub(crate) fn no_tty(query: &super::Query) -> Result<(), ApiError> {
+    if query.flag("tty") {
+        return Err(ApiError::bad_request(
+            "wasmpod has no tty: a WASI guest has byte streams, not a terminal (drop -t)",
+        ));
+    }
+    Ok(())
+}
+
 /// The pod's container named by the request's `container` parameter (its first container
 /// when not given), or a 400 naming the choices.
 pub(crate) fn container(

@@ -541,30 +541,47 @@ struct WasmClock {
 /// and that each instance draws the wasm time it ran from. An instance that finds the container
 /// owing more than [`THROTTLE_PAUSE`] sleeps until the bucket is full again, so that together
 /// the instances use `share` of a core.
+///
+/// A pod with a pod-level CPU limit has one of its own, which its containers' limits draw from
+/// too (or which its containers without one draw from alone): a container pauses for the
+/// longer of what it and its pod owe.
 #[derive(Debug)]
 pub(crate) struct CpuLimit {
     share: f64,
     /// Seconds of CPU the container may still use (negative: owes), as of an instant.
     bucket: std::sync::Mutex<(f64, Instant)>,
+    /// The pod's limit, when it has one.
+    pod: Option<Arc<CpuLimit>>,
 }
 
 impl CpuLimit {
     pub(crate) fn new(share: f64) -> Arc<CpuLimit> {
+        CpuLimit::within(share, None)
+    }
+
+    /// A container's limit inside its pod's.
+    pub(crate) fn within(share: f64, pod: Option<Arc<CpuLimit>>) -> Arc<CpuLimit> {
         Arc::new(CpuLimit {
             share,
             bucket: std::sync::Mutex::new((0.0, Instant::now())),
+            pod,
         })
     }
 
-    /// Draws `spent` seconds of CPU at `now`; how long to pause, if the container owes enough.
+    /// Draws `spent` seconds of CPU at `now`; how long to pause, if the container (or its pod)
+    /// owes enough.
     fn charge(&self, spent: f64, now: Instant) -> Option<Duration> {
-        let mut bucket = self.bucket.lock().unwrap_or_else(|e| e.into_inner());
-        let (tokens, updated) = &mut *bucket;
-        let refill = now.saturating_duration_since(*updated).as_secs_f64() * self.share;
-        *tokens = (*tokens + refill).min(THROTTLE_PAUSE.as_secs_f64()) - spent;
-        *updated = now;
-        let owed = -*tokens / self.share;
-        (owed >= THROTTLE_PAUSE.as_secs_f64()).then(|| Duration::from_secs_f64(owed))
+        let own = {
+            let mut bucket = self.bucket.lock().unwrap_or_else(|e| e.into_inner());
+            let (tokens, updated) = &mut *bucket;
+            let refill = now.saturating_duration_since(*updated).as_secs_f64() * self.share;
+            *tokens = (*tokens + refill).min(THROTTLE_PAUSE.as_secs_f64()) - spent;
+            *updated = now;
+            let owed = -*tokens / self.share;
+            (owed >= THROTTLE_PAUSE.as_secs_f64()).then(|| Duration::from_secs_f64(owed))
+        };
+        let pod = self.pod.as_ref().and_then(|p| p.charge(spent, now));
+        own.max(pod)
     }
 }
 

@@ -152,6 +152,11 @@ impl Resources {
             .filter(|&m| m < 1000)
             .map(|m| m.max(1) as f64 / 1000.0)
     }
+
+    /// A pod-level CPU limit as a share of one core (more than one for a limit of several).
+    pub(crate) fn pod_cpu_share(&self) -> Option<f64> {
+        self.cpu_limit_milli.map(|m| m.max(1) as f64 / 1000.0)
+    }
 }
 
 /// What a probe or a lifecycle hook does.
@@ -345,6 +350,8 @@ pub struct PodSpec {
     pub(crate) uid: Option<String>,
     /// Init containers (and sidecars) first, in order, then regular containers.
     pub(crate) containers: Vec<ContainerSpec>,
+    /// `spec.resources`: the pod's CPU and memory as a whole (empty when not given).
+    pub(crate) pod_resources: Resources,
     pub(crate) restart_policy: RestartPolicy,
     pub(crate) volumes: Vec<Volume>,
     pub(crate) grace_period: Duration,
@@ -420,6 +427,14 @@ impl PodSpec {
 
     /// The pod's QoS class, as Kubernetes computes it.
     pub(crate) fn qos_class(&self) -> &'static str {
+        // Pod-level resources, when given, decide (PodLevelResources).
+        if !self.pod_resources.is_empty() {
+            return if self.pod_resources.guaranteed() {
+                "Guaranteed"
+            } else {
+                "Burstable"
+            };
+        }
         if self.containers.iter().all(|c| c.resources.is_empty()) {
             "BestEffort"
         } else if self.containers.iter().all(|c| c.resources.guaranteed()) {
@@ -463,7 +478,15 @@ impl PodSpec {
                 Role::Init => init_peak = init_peak.max(sidecars.plus(r)),
             }
         }
-        long_running.max(init_peak)
+        let mut total = long_running.max(init_peak);
+        // Pod-level requests are the pod's, whatever its containers ask.
+        if let Some(memory) = self.pod_resources.memory_request {
+            total.memory = memory;
+        }
+        if let Some(cpu) = self.pod_resources.cpu_request_milli {
+            total.cpu_milli = cpu;
+        }
+        total
     }
 
     pub(crate) fn has_init(&self) -> bool {

@@ -59,6 +59,82 @@ pub(super) fn convert_resources(
     }
 }
 
+/// Pod-level `spec.resources` (Kubernetes' PodLevelResources): CPU and memory for the pod as a
+/// whole. Its requests replace the sum of the containers' for scheduling and must cover it; its
+/// limits cap every container together, and each container's own limit must fit in them.
+pub(super) fn pod_level(
+    r: Option<&k8s::ResourceRequirements>,
+    containers: &[super::ContainerSpec],
+    errors: &mut Vec<FieldError>,
+) -> Resources {
+    let path = FieldPath::new("spec");
+    let Some(r) = r else {
+        return Resources::default();
+    };
+    for (kind, map) in [("limits", &r.limits), ("requests", &r.requests)] {
+        for key in map.iter().flatten().map(|(k, _)| k) {
+            if key != "cpu" && key != "memory" {
+                errors.push(FieldError::not_supported(
+                    path.child("resources").child(kind).child(key),
+                    "not supported: pod-level resources may be cpu and memory",
+                ));
+            }
+        }
+    }
+    if r.claims.as_ref().is_some_and(|c| !c.is_empty()) {
+        errors.push(FieldError::not_supported(
+            path.child("resources").child("claims"),
+            "not supported by wasmpod: a wasm node has no dynamic resources (DRA)",
+        ));
+    }
+    let pod = convert_resources(&path, Some(r), errors);
+    let running = containers
+        .iter()
+        .filter(|c| c.role != super::Role::Init)
+        .map(|c| &c.resources);
+    let (memory, cpu) = running.fold((0u64, 0u64), |(m, c), r| {
+        (
+            m.saturating_add(r.memory_request.unwrap_or(0)),
+            c.saturating_add(r.cpu_request_milli.unwrap_or(0)),
+        )
+    });
+    let requests = path.child("resources").child("requests");
+    if pod.memory_request.is_some_and(|p| p < memory) {
+        errors.push(FieldError::invalid(
+            requests.child("memory"),
+            "must be greater than or equal to aggregate container requests",
+        ));
+    }
+    if pod.cpu_request_milli.is_some_and(|p| p < cpu) {
+        errors.push(FieldError::invalid(
+            requests.child("cpu"),
+            "must be greater than or equal to aggregate container requests",
+        ));
+    }
+    for c in containers {
+        let at = FieldPath::new(c.field.as_str())
+            .child("resources")
+            .child("limits");
+        if let (Some(pod), Some(own)) = (pod.memory_limit, c.resources.memory_limit)
+            && own > pod
+        {
+            errors.push(FieldError::invalid(
+                at.child("memory"),
+                "must be less than or equal to the pod-level memory limit",
+            ));
+        }
+        if let (Some(pod), Some(own)) = (pod.cpu_limit_milli, c.resources.cpu_limit_milli)
+            && own > pod
+        {
+            errors.push(FieldError::invalid(
+                at.child("cpu"),
+                "must be less than or equal to the pod-level cpu limit",
+            ));
+        }
+    }
+    pod
+}
+
 /// The resources besides CPU and memory that `containers` ask a positive amount of
 /// (`nvidia.com/gpu`, `hugepages-2Mi`, ...): the node advertises none, so a pod asking for one
 /// stays Pending, as the scheduler leaves it. `ephemeral-storage` is accepted and not counted

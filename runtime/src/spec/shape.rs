@@ -342,6 +342,10 @@ const POD: Shape = Object(&[
             ),
             ("topologySpreadConstraints", List(&SPREAD)),
             ("os", Object(&[("name", Scalar)])),
+            (
+                "resources",
+                Object(&[("limits", Quantities), ("requests", Quantities)]),
+            ),
             ("nodeName", Scalar),
             ("priority", Scalar),
             ("preemptionPolicy", Scalar),
@@ -484,7 +488,6 @@ fn why_not(key: &str) -> &'static str {
         }
         "resizePolicy" => "a wasm container's limits are fixed when it starts (no in-place resize)",
         "schedulingGates" => "nothing removes scheduling gates on a node of its own",
-        "resources" => "pod-level resources are not counted; set each container's resources",
         "subPathExpr" => "expanded subPaths are not supported; use subPath",
         "mountPropagation" | "recursiveReadOnly" => {
             "a WASI preopen has no mount propagation; readOnly applies to the whole mount"

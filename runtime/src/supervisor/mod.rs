@@ -30,10 +30,10 @@ use container::{Container, Instance};
 use probe::{HookKind, ProbeKind};
 use status::Phase;
 
-use crate::container::{Exit, PodMeters};
+use crate::container::{CpuLimit, Exit, PodMeters};
 use crate::engine::{Engine, Image, Pull};
 use crate::events::{EventType, Journal, Reason};
-use crate::memory::PodMemory;
+use crate::memory::{Budget, PodMemory};
 use crate::network::publish::Published;
 use crate::network::{NodeNetwork, PodNetwork};
 use crate::output::{LogBook, PodOutput};
@@ -74,6 +74,13 @@ pub(crate) struct Snapshot {
     pub finished: bool,
     /// The pod is gone (its last event, `Deleted`, was recorded).
     pub deleted: bool,
+}
+
+/// A pod's own limits (`spec.resources.limits`), shared by its containers' instances.
+#[derive(Default)]
+struct PodLimits {
+    memory: Option<Arc<Budget>>,
+    cpu: Option<Arc<CpuLimit>>,
 }
 
 /// A supervisor's mailbox, cheap to clone.
@@ -227,6 +234,8 @@ pub(crate) struct PodTask {
     memory: Arc<PodMemory>,
     /// The running containers' usage, read by the pod's handle.
     meters: Arc<PodMeters>,
+    /// The pod-level limits its containers' draw from too.
+    pod_limits: PodLimits,
     /// The pod's place in the node's admission.
     seat: Box<dyn AdmissionSeat>,
     /// Admitted, initialized.
@@ -355,6 +364,10 @@ impl PodTask {
         for c in containers.iter().filter(|c| c.runs > 0) {
             output.ended(&c.name, c.restart_count);
         }
+        let pod_limits = PodLimits {
+            memory: spec.pod_resources.memory_limit.map(Budget::new),
+            cpu: spec.pod_resources.pod_cpu_share().map(CpuLimit::new),
+        };
         let mut task = PodTask {
             spec,
             node,
@@ -379,6 +392,7 @@ impl PodTask {
             net,
             memory,
             meters: Arc::default(),
+            pod_limits,
             seat,
             stage: Stage::Pending {
                 message: None,

@@ -180,13 +180,17 @@ impl PodTask {
                 }))
                 .collect(),
             working_dir: c.spec.working_dir.clone(),
-            budget: Budget::new(
+            budget: Budget::within(
                 c.spec
                     .resources
                     .memory_limit
                     .unwrap_or(self.node.memory_limit as u64),
+                self.pod_limits.memory.clone(),
             ),
-            cpu: c.spec.resources.cpu_share().map(CpuLimit::new),
+            cpu: match (c.spec.resources.cpu_share(), &self.pod_limits.cpu) {
+                (Some(share), pod) => Some(CpuLimit::within(share, pod.clone())),
+                (None, pod) => pod.clone(),
+            },
             term: TermSignal(term_rx),
             kill: Default::default(),
             net: self.net.clone(),

@@ -368,6 +368,97 @@ spec:
     assert_eq!(status.qos_class.as_deref(), Some("Guaranteed"));
 }
 
+/// Pod-level `spec.resources` (PodLevelResources): its memory limit holds the containers'
+/// memory together (each alone would fit; the second past the pod's limit is OOMKilled while
+/// the first runs on), its CPU limit holds them together (two spinners under `cpu: 500m` use
+/// about half a core between them), it decides the QoS class, and its requests must cover the
+/// containers'.
+#[tokio::test]
+async fn pod_level_resources_cap_the_containers_together() {
+    let node = TestNode::new();
+    let pod = node
+        .start(
+            r#"
+apiVersion: v1
+kind: Pod
+metadata: { name: shared-limit }
+spec:
+  restartPolicy: Never
+  resources: { limits: { memory: 24Mi } }
+  volumes: [ { name: data, emptyDir: {} } ]
+  initContainers:
+  - name: first
+    image: "{p1}"
+    restartPolicy: Always
+    args: [alloc, "12", write, /data/ready, x, sleep, "600000"]
+    volumeMounts: [ { name: data, mountPath: /data } ]
+    startupProbe: { exec: { command: [agnhost, exists, /data/ready] }, periodSeconds: 1 }
+  containers:
+  - { name: second, image: "{p1}", args: [alloc, "12", sleep, "600000"] }
+"#,
+        )
+        .await;
+    let status = tokio::time::timeout(LIMIT, pod.wait()).await.unwrap();
+    assert_eq!(
+        terminated(&status, "second").reason.as_deref(),
+        Some("OOMKilled")
+    );
+    // The sidecar kept its memory, and was stopped (TERM) only as the pod ended.
+    assert_eq!(terminated(&status, "first").exit_code, 143, "{status:#?}");
+    assert_eq!(status.qos_class.as_deref(), Some("Burstable"));
+    pod.delete(Some(Duration::ZERO));
+    pod.deleted().await;
+
+    let pod = node
+        .start(
+            r#"
+apiVersion: v1
+kind: Pod
+metadata: { name: shared-cpu }
+spec:
+  resources: { limits: { cpu: 500m, memory: 64Mi } }
+  containers:
+  - { name: a, image: "{p1}", args: [loop] }
+  - { name: b, image: "{p1}", args: [loop] }
+"#,
+        )
+        .await;
+    let status = wait_for(&pod, LIMIT, |s| is_running(s, "a") && is_running(s, "b")).await;
+    // Limits alone default the requests to them: Guaranteed, from the pod's resources.
+    assert_eq!(status.qos_class.as_deref(), Some("Guaranteed"));
+    let used = || pod.usage().iter().map(|c| c.cpu).sum::<Duration>();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (before, wall) = (used(), std::time::Instant::now());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let share = (used() - before).as_secs_f64() / wall.elapsed().as_secs_f64();
+    // Two unlimited spinners would use up to two cores.
+    assert!(
+        share < 0.75,
+        "two spinners under a pod limit of 500m used {share:.2} of a core"
+    );
+    pod.delete(Some(Duration::ZERO));
+    pod.deleted().await;
+
+    let err = node.invalid(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: { name: bad }
+spec:
+  resources: { requests: { memory: 8Mi, nvidia.com/gpu: "1" }, limits: { cpu: 200m } }
+  containers:
+  - { name: a, image: "{p1}", resources: { requests: { memory: 16Mi }, limits: { cpu: 500m } } }
+"#,
+    );
+    for expected in [
+        "spec.resources.requests.nvidia.com/gpu: not supported: pod-level resources may be cpu and memory",
+        "spec.resources.requests.memory: must be greater than or equal to aggregate container requests",
+        "spec.containers[0].resources.limits.cpu: must be less than or equal to the pod-level cpu limit",
+    ] {
+        assert!(err.contains(expected), "{expected:?} missing in:\n{err}");
+    }
+}
+
 /// Resource errors name their field.
 #[test]
 fn invalid_resources_are_rejected() {
