@@ -55,7 +55,9 @@ pub use engine::{AddressSpace, CompileTarget, LoadError};
 pub use events::{Event, EventStream, EventType, Reason};
 pub use images::{ImageGc, PullProgress};
 pub use network::{Egress, PodConnection};
-pub use node::{Allocatable, Error, Node, NodeOptions, PodHandle, PodOptions};
+pub use node::{
+    Allocatable, ContainerError, Error, ExecError, Node, NodeOptions, PodHandle, PodOptions,
+};
 pub use output::{LogLimits, LogOptions, Logs, OutputLine, Stream};
 pub use spec::{
     FieldError, FieldErrorKind, InvalidPod, PodSpec, read_documents, read_priority_classes,

@@ -37,7 +37,7 @@ pub(super) async fn attach(
             handle
                 .attach_stdin(&container)
                 .await
-                .map_err(ApiError::bad_request)?,
+                .map_err(|e| ApiError::bad_request(e.to_string()))?,
         )
     } else {
         None

@@ -97,7 +97,7 @@ pub(super) async fn exec(
             Ok(Err(why)) => json!({
                 "metadata": {},
                 "status": "Failure",
-                "message": why,
+                "message": why.to_string(),
                 "reason": "InternalError",
             }),
             Err(e) => json!({

@@ -81,6 +81,10 @@ pub enum Error {
     /// instance); the message says which, as `kubectl logs` does.
     #[error("{0}")]
     NoLogs(String),
+    /// The pod can never be admitted on this node (another `nodeName`, unmatched selectors, or
+    /// requests beyond everything the node has); the message is the scheduler's.
+    #[error("{0}")]
+    NeverFits(String),
     /// Another pod (in this process, or in another one using the same state dir) has this
     /// `metadata.uid`.
     #[error("metadata.uid: {0:?} is in use by another pod sharing this state dir")]
@@ -94,4 +98,35 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+}
+
+/// Why a request about one of a running pod's containers (exec, attach, a new image) could not
+/// be carried out.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ContainerError {
+    /// The pod has no container of that name.
+    #[error("no container named {0:?}")]
+    NoSuchContainer(String),
+    /// The container does not run now (waiting, or ended).
+    #[error("container {0:?} is not running")]
+    NotRunning(String),
+    /// The container reads an empty stdin: it does not have `stdin: true`.
+    #[error("container {0} does not have stdin: true (it reads an empty stdin)")]
+    NoStdin(String),
+    /// The pod's supervisor has ended (the pod was deleted).
+    #[error("pod {0} is gone")]
+    PodGone(String),
+}
+
+/// Why a command run in a container ([`crate::PodHandle::exec`]) did not succeed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ExecError {
+    /// It could not run.
+    #[error(transparent)]
+    Container(#[from] ContainerError),
+    /// It ran and failed: its exit code or result, or its trap, with what it printed.
+    #[error("{0}")]
+    Failed(String),
 }

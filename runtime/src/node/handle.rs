@@ -7,7 +7,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::PodStatus;
 use tokio::sync::{oneshot, watch};
 
-use super::Error;
+use super::{ContainerError, Error, ExecError};
 use crate::container::{ContainerStdin, ContainerUsage, ExecOutput, PodMeters};
 use crate::events::{EventStream, Journal};
 use crate::output::{LogBook, LogOptions, Logs};
@@ -105,10 +105,12 @@ impl PodHandle {
     /// does (`kubectl exec`): the export `command[0]` names when the module has it (`liveness`,
     /// `readiness`, `startup`, `post-start`, `pre-stop` name the `wasmpod:pod` exports), else
     /// the entry point with argv = `command`. The instance shares the container's volumes and
-    /// environment, not its memory. `Err` says why it failed, with what it printed.
-    pub async fn exec(&self, container: &str, command: &[&str]) -> Result<(), String> {
+    /// environment, not its memory. `Err` says why it could not run, or why it failed with
+    /// what it printed.
+    pub async fn exec(&self, container: &str, command: &[&str]) -> Result<(), ExecError> {
         let command: Vec<String> = command.iter().map(|s| s.to_string()).collect();
-        self.sandbox(container).await?.exec(&command).await
+        let sandbox = self.sandbox(container).await?;
+        sandbox.exec(&command).await.map_err(ExecError::Failed)
     }
 
     /// Runs `command` in the running `container` as [`PodHandle::exec`] does, and returns what
@@ -120,7 +122,7 @@ impl PodHandle {
         container: &str,
         command: &[String],
         limit: usize,
-    ) -> Result<ExecOutput, String> {
+    ) -> Result<ExecOutput, ContainerError> {
         Ok(self
             .sandbox(container)
             .await?
@@ -136,7 +138,7 @@ impl PodHandle {
         command: &[String],
         stdin: impl tokio::io::AsyncRead + Send + Sync + 'static,
         limit: usize,
-    ) -> Result<ExecOutput, String> {
+    ) -> Result<ExecOutput, ContainerError> {
         let stdin = wasmtime_wasi::cli::AsyncStdinStream::new(stdin);
         Ok(self
             .sandbox(container)
@@ -148,13 +150,11 @@ impl PodHandle {
     /// A writer to the running `container`'s stdin (`stdin: true`), as `kubectl attach -i`
     /// writes to it. Each instance has its own stdin: a writer of one that ended fails. `Err`
     /// when there is no such container, it does not run, or it has no stdin.
-    pub async fn attach_stdin(&self, container: &str) -> Result<ContainerStdin, String> {
+    pub async fn attach_stdin(&self, container: &str) -> Result<ContainerStdin, ContainerError> {
         let sandbox = self.sandbox(container).await?;
         match &sandbox.stdin {
             Some(pipe) => Ok(ContainerStdin::new(pipe.clone())),
-            None => Err(format!(
-                "container {container} does not have stdin: true (it reads an empty stdin)"
-            )),
+            None => Err(ContainerError::NoStdin(container.to_owned())),
         }
     }
 
@@ -163,7 +163,7 @@ impl PodHandle {
     /// started again with `image` whatever the restart policy, its restart count going up; an
     /// init container's new image is used when the pod starts again. Load the module first
     /// ([`crate::Node::load_images`] of the updated spec) so that a bad one is refused before.
-    pub async fn set_image(&self, container: &str, image: &Path) -> Result<(), String> {
+    pub async fn set_image(&self, container: &str, image: &Path) -> Result<(), ContainerError> {
         self.send_image(container, image.to_owned(), None, None)
             .await
     }
@@ -172,12 +172,16 @@ impl PodHandle {
     /// `.wasm` file or a registry image (pulled when the container starts again with it,
     /// under its pull policy), as [`PodHandle::set_image`] does. Load the spec's files first
     /// ([`crate::Node::load_images`]).
-    pub async fn update_image(&self, spec: &crate::PodSpec, container: &str) -> Result<(), String> {
+    pub async fn update_image(
+        &self,
+        spec: &crate::PodSpec,
+        container: &str,
+    ) -> Result<(), ContainerError> {
         let c = spec
             .containers
             .iter()
             .find(|c| c.name == container)
-            .ok_or_else(|| format!("no container named {container:?} in the spec"))?;
+            .ok_or_else(|| ContainerError::NoSuchContainer(container.to_owned()))?;
         let pull = c.pull.clone().map(Box::new);
         self.send_image(container, c.image.clone(), pull, Some(c.argv.clone()))
             .await
@@ -189,7 +193,7 @@ impl PodHandle {
         image: std::path::PathBuf,
         pull: Option<Box<crate::spec::ImagePull>>,
         argv: Option<Vec<String>>,
-    ) -> Result<(), String> {
+    ) -> Result<(), ContainerError> {
         let (reply, answer) = oneshot::channel();
         let msg = Msg::SetImage {
             container: container.to_owned(),
@@ -198,20 +202,23 @@ impl PodHandle {
             argv,
             reply,
         };
-        let gone = || format!("pod {} is gone", self.name());
+        let gone = || ContainerError::PodGone(self.name().to_owned());
         if !self.inner.tx.send(msg) {
             return Err(gone());
         }
         answer.await.map_err(|_| gone())?
     }
 
-    async fn sandbox(&self, container: &str) -> Result<Arc<crate::container::Sandbox>, String> {
+    async fn sandbox(
+        &self,
+        container: &str,
+    ) -> Result<Arc<crate::container::Sandbox>, ContainerError> {
         let (reply, answer) = oneshot::channel();
         let msg = Msg::Exec {
             container: container.to_owned(),
             reply,
         };
-        let gone = || format!("pod {} is gone", self.name());
+        let gone = || ContainerError::PodGone(self.name().to_owned());
         if !self.inner.tx.send(msg) {
             return Err(gone());
         }

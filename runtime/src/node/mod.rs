@@ -20,7 +20,7 @@ use crate::network::publish::{PortMapping, publish};
 use crate::paths::{ClaimError, PodPaths};
 use crate::spec::PodSpec;
 use crate::supervisor::{NodeContext, PodSetup, PodTask};
-pub use error::Error;
+pub use error::{ContainerError, Error, ExecError};
 pub use handle::PodHandle;
 use handle::PodShared;
 pub use options::{Allocatable, NodeOptions, PodOptions};
@@ -265,30 +265,32 @@ impl Node {
     /// Whether the pod could ever be admitted: `Err` says why not (another `nodeName`, a
     /// `nodeSelector` the node's labels do not match, or a request is larger than everything the node has; such a pod
     /// would stay Pending forever).
-    pub fn check_fits(&self, spec: &PodSpec) -> Result<(), String> {
+    pub fn check_fits(&self, spec: &PodSpec) -> Result<(), Error> {
         if let Some(why) = self.unselected(spec) {
-            return Err(format!(
+            return Err(Error::NeverFits(format!(
                 "0/1 nodes are available: 1 {why}: it can never be scheduled"
-            ));
+            )));
         }
         let has = self.scheduler.allocatable();
         let wants = spec.requests();
         if wants.memory > has.memory {
-            return Err(format!(
+            return Err(Error::NeverFits(format!(
                 "0/1 nodes are available: 1 Insufficient memory. The pod requests {} bytes and \
                  the node has {} allocatable: it can never be scheduled",
                 wants.memory, has.memory
-            ));
+            )));
         }
         if wants.cpu_milli > has.cpu_milli {
-            return Err(format!(
+            return Err(Error::NeverFits(format!(
                 "0/1 nodes are available: 1 Insufficient cpu. The pod requests {}m and the node \
                  has {}m allocatable: it can never be scheduled",
                 wants.cpu_milli, has.cpu_milli
-            ));
+            )));
         }
         if has.pods == 0 {
-            return Err("the node admits no pods (allocatable pods is 0)".into());
+            return Err(Error::NeverFits(
+                "the node admits no pods (allocatable pods is 0)".into(),
+            ));
         }
         Ok(())
     }

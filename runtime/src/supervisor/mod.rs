@@ -30,6 +30,7 @@ use container::{Container, Instance};
 use probe::{HookKind, ProbeKind};
 use status::Phase;
 
+use crate::ContainerError;
 use crate::container::{CpuLimit, Exit, PodMeters};
 use crate::engine::{Engine, Image, Pull};
 use crate::events::{EventType, Journal, Reason};
@@ -165,12 +166,12 @@ pub(crate) enum Msg {
         pull: Option<Box<crate::spec::ImagePull>>,
         /// The container's argv as its new spec has it (`None`: unchanged).
         argv: Option<Vec<String>>,
-        reply: oneshot::Sender<Result<(), String>>,
+        reply: oneshot::Sender<Result<(), ContainerError>>,
     },
     /// The sandbox of the named running container, to run a command in (`kubectl exec`).
     Exec {
         container: String,
-        reply: oneshot::Sender<Result<std::sync::Arc<crate::container::Sandbox>, String>>,
+        reply: oneshot::Sender<Result<std::sync::Arc<crate::container::Sandbox>, ContainerError>>,
     },
 }
 

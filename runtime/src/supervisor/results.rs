@@ -8,6 +8,7 @@ use tokio::sync::oneshot;
 use super::PodTask;
 use super::container::{HookState, State, Terminated};
 use super::probe::{HookKind, ProbeKind};
+use crate::ContainerError;
 use crate::container::Exit;
 use crate::events::{EventType, Reason};
 use crate::spec::Role;
@@ -264,12 +265,12 @@ impl PodTask {
         image: std::path::PathBuf,
         pull: Option<crate::spec::ImagePull>,
         argv: Option<Vec<String>>,
-    ) -> Result<(), String> {
+    ) -> Result<(), ContainerError> {
         let index = self
             .containers
             .iter()
             .position(|c| &*c.name == container)
-            .ok_or_else(|| format!("no container named {container:?}"))?;
+            .ok_or_else(|| ContainerError::NoSuchContainer(container.to_owned()))?;
         let c = &mut self.containers[index];
         let shown = |p: &Option<crate::spec::ImagePull>| p.as_ref().map(|p| p.shown.clone());
         if c.spec.image == image && shown(&c.spec.pull) == shown(&pull) {
@@ -296,13 +297,13 @@ impl PodTask {
     pub(super) fn exec(
         &mut self,
         container: &str,
-        reply: oneshot::Sender<Result<std::sync::Arc<crate::container::Sandbox>, String>>,
+        reply: oneshot::Sender<Result<std::sync::Arc<crate::container::Sandbox>, ContainerError>>,
     ) {
         let sandbox = match self.containers.iter().find(|c| &*c.name == container) {
-            None => Err(format!("no container named {container:?}")),
+            None => Err(ContainerError::NoSuchContainer(container.to_owned())),
             Some(c) => match &c.instance {
                 Some(i) if c.is_running() => Ok(i.sandbox.clone()),
-                _ => Err(format!("container {container:?} is not running")),
+                _ => Err(ContainerError::NotRunning(container.to_owned())),
             },
         };
         let _ = reply.send(sandbox);

@@ -656,7 +656,10 @@ async fn a_new_image_restarts_that_container_whatever_the_policy() {
         t.0[killing[0]].message.contains("definition changed"),
         "{t:?}"
     );
-    assert!(pod.set_image("nope", new).await.is_err());
+    assert_eq!(
+        pod.set_image("nope", new).await,
+        Err(wasmpod::ContainerError::NoSuchContainer("nope".into()))
+    );
     pod.delete(Some(Duration::ZERO));
     pod.deleted().await;
 }

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use wasmpod::Reason::*;
+use wasmpod::{ContainerError, ExecError};
 use wasmpod_tests::{TestNode, Timeline, condition, container, wait_for};
 
 const LIMIT: Duration = Duration::from_secs(30);
@@ -536,7 +537,7 @@ spec:
     wait_for(&pod, LIMIT, |s| condition(s, "ContainersReady").0 == "True").await;
     for c in ["p1", "p2"] {
         assert_eq!(pod.exec(c, &["readiness"]).await, Ok(()), "{c}");
-        let err = pod.exec(c, &["liveness"]).await.unwrap_err();
+        let err = pod.exec(c, &["liveness"]).await.unwrap_err().to_string();
         assert!(err.contains("/probe/liveness"), "{c}: {err}");
         assert_eq!(
             pod.exec(c, &["agnhost", "write", "/probe/from-exec", c])
@@ -553,13 +554,17 @@ spec:
             .unwrap_err();
         // Rust's wasip2 std exits through `wasi:cli/exit.exit(err)`: any failure is 1
         let code = if c == "p1" { 3 } else { 1 };
-        assert_eq!(err, format!("command exited with {code}: nope"), "{c}");
+        assert_eq!(
+            err,
+            ExecError::Failed(format!("command exited with {code}: nope")),
+            "{c}"
+        );
     }
-    assert!(
-        pod.exec("nosuch", &["readiness"])
-            .await
-            .unwrap_err()
-            .contains("no container named")
+    assert_eq!(
+        pod.exec("nosuch", &["readiness"]).await,
+        Err(ExecError::Container(ContainerError::NoSuchContainer(
+            "nosuch".into()
+        )))
     );
     assert_eq!(
         container(&pod.status(), "p1").restart_count,
@@ -568,10 +573,8 @@ spec:
     );
     pod.delete(Some(Duration::ZERO));
     pod.deleted().await;
-    assert!(
-        pod.exec("p1", &["readiness"])
-            .await
-            .unwrap_err()
-            .contains("is gone")
+    assert_eq!(
+        pod.exec("p1", &["readiness"]).await,
+        Err(ExecError::Container(ContainerError::PodGone("exec".into())))
     );
 }
