@@ -15,38 +15,61 @@ pub enum EventType {
     Warning,
 }
 
-/// Why an event was recorded. The names are the contract's.
+/// Why an event was recorded. The names are the kubelet's and the event stream's contract.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
-#[allow(missing_docs)] // The contract documents each reason.
 pub enum Reason {
+    /// The container's module was loaded, compiled, taken from the compile cache, or pulled.
     Pulled,
     /// A registry image is being pulled.
     Pulling,
+    /// The container's module could not be loaded or pulled, or its instance could not be made
+    /// (a warning; the message says why).
     Failed,
+    /// The container's instance was made.
     Created,
+    /// The container runs (its postStart hook, if any, returned).
     Started,
+    /// The postStart hook ran.
     PostStartHook,
+    /// The postStart hook failed: the container is killed (a warning).
     FailedPostStartHook,
+    /// The startup probe passed.
     StartupSucceeded,
+    /// The container turned ready.
     Ready,
+    /// The container turned unready.
     NotReady,
+    /// A probe failed; the message names the probe and why (a warning).
     Unhealthy,
+    /// The preStop hook ran.
     PreStopHook,
+    /// The preStop hook failed or was cut off at the grace period (a warning).
     FailedPreStopHook,
+    /// TERM was sent; the message gives the grace period.
     Killing,
+    /// The container's instance ended: `exitCode`, and the Kubernetes reason as the message
+    /// (`Completed`, `Error`, `OOMKilled`, ...).
     Exited,
+    /// The container waits to restart; the message gives the delay (a warning).
     BackOff,
+    /// The pod's phase changed (the event's `phase`).
     PhaseChanged,
+    /// Every init container completed.
     Initialized,
+    /// The pod's deletion was asked; the message gives the grace period.
     Terminating,
+    /// `activeDeadlineSeconds` passed: the pod fails.
     DeadlineExceeded,
     /// The pod does not fit on the node (yet); the message says why, as the scheduler does.
     FailedScheduling,
     /// A pull goes on without `imagePullSecrets` the pod names but was not given (a warning).
     FailedToRetrieveImagePullSecret,
+    /// The pod was preempted for a pod of higher priority.
     Preempted,
+    /// The pod was evicted under node memory pressure (it fails).
     Evicted,
+    /// The pod is gone: its last event.
     Deleted,
 }
 

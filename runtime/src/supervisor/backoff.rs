@@ -77,7 +77,7 @@ impl Backoff {
 mod tests {
     use super::*;
 
-    /// conformance 44: delays 0, 10, 20, 40, 80, 160, 300, 300 s for a container exiting at once.
+    /// Kubernetes: delays 0, 10, 20, 40, 80, 160, 300, 300 s for a container exiting at once.
     #[test]
     fn crash_loop_delays_double_to_the_cap() {
         let options = BackoffOptions::default();

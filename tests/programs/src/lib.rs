@@ -1,5 +1,5 @@
 //! `agnhost` for wasmpod: a guest whose behaviour is a script given as argv, so one module can
-//! play every container of the conformance scenarios.
+//! play every container of the lifecycle scenarios the tests check.
 //!
 //! Words, run left to right:
 //! `print TEXT`, `eprint TEXT`, `sleep MS`, `exit CODE`, `trap`, `loop` (spin forever),

@@ -1,4 +1,5 @@
-//! The kubelet's pod lifecycle, scenario by scenario (`shared/conformance.md`), with real guests.
+//! The kubelet's pod lifecycle, scenario by scenario, with real guests: each test states the
+//! Kubernetes rule it checks.
 //! Kubernetes' seconds become tens of milliseconds and the backoff is 100 ms doubling to 800 ms;
 //! the orderings and ratios are Kubernetes'.
 
@@ -9,7 +10,7 @@ use wasmpod_tests::{TestNode, condition, container, is_running, wait_for, waitin
 
 const LIMIT: Duration = Duration::from_secs(20);
 
-/// conformance 1: init containers run one at a time, in order, before the regular container.
+/// Kubernetes: init containers run one at a time, in order, before the regular container.
 #[tokio::test]
 async fn s01_init_containers_run_one_at_a_time() {
     let node = TestNode::new();
@@ -49,7 +50,7 @@ spec:
     assert_eq!(t.0.last().unwrap().reason, Deleted);
 }
 
-/// conformance 4: a failed init container under Never fails the pod; the regular one never starts.
+/// Kubernetes: a failed init container under Never fails the pod; the regular one never starts.
 #[tokio::test]
 async fn s04_init_fails_under_never() {
     let node = TestNode::new();
@@ -87,7 +88,7 @@ spec:
     );
 }
 
-/// conformance 6: a failing init container under Always is restarted with backoff; the pod stays
+/// Kubernetes: a failing init container under Always is restarted with backoff; the pod stays
 /// Pending; later containers wait with `PodInitializing`; Initialized never goes back to False
 /// once True (here: it never becomes True).
 #[tokio::test]
@@ -139,7 +140,7 @@ spec:
     assert!(t.pod_positions(Initialized).is_empty(), "{t}");
 }
 
-/// conformance 10 and 44: a failing regular container under Always restarts with the kubelet's
+/// Kubernetes: a failing regular container under Always restarts with the kubelet's
 /// backoff: immediately, then initial, doubling to the cap, and waits in CrashLoopBackOff.
 #[tokio::test]
 async fn s10_s44_crash_loop_backoff() {
@@ -205,7 +206,7 @@ spec:
     );
 }
 
-/// conformance 11: inits are not re-run when the main container restarts. (Kubernetes' R1 exits
+/// Kubernetes: inits are not re-run when the main container restarts. (Kubernetes' R1 exits
 /// 255; a preview1 guest exits 125 here, since wasmtime traps on exit statuses of 126 and above.)
 #[tokio::test]
 async fn s11_inits_not_rerun_on_restart() {
@@ -242,7 +243,7 @@ spec:
     assert!(t.last("i3", Exited) < t.first("r1", Started));
 }
 
-/// conformance 14: inits and sidecars interleaved; sidecars run alongside the regular
+/// Kubernetes: inits and sidecars interleaved; sidecars run alongside the regular
 /// container and are stopped after it; the pod Succeeds.
 #[tokio::test]
 async fn s14_inits_and_sidecars_interleaved() {
@@ -292,7 +293,7 @@ spec:
     );
 }
 
-/// conformance 15: a long-running sidecar does not keep the pod alive (N and OF).
+/// Kubernetes: a long-running sidecar does not keep the pod alive (N and OF).
 #[tokio::test]
 async fn s15_sidecar_does_not_keep_pod_alive() {
     for policy in ["Never", "OnFailure"] {
@@ -324,7 +325,7 @@ spec:
     }
 }
 
-/// conformance 17: a sidecar that exits is always restarted, whatever the pod's policy, and
+/// Kubernetes: a sidecar that exits is always restarted, whatever the pod's policy, and
 /// its exit codes do not change the phase.
 #[tokio::test]
 async fn s17_sidecar_always_restarted() {
@@ -366,7 +367,7 @@ spec:
     }
 }
 
-/// conformance 17, Always: the regular container is restarted too.
+/// Kubernetes (restartPolicy Always): the regular container is restarted too.
 #[tokio::test]
 async fn s17_sidecar_restarted_under_always() {
     let node = TestNode::new();
@@ -399,7 +400,7 @@ spec:
     );
 }
 
-/// conformance 23: sidecars shut down in reverse order, each after every later one exited.
+/// Kubernetes: sidecars shut down in reverse order, each after every later one exited.
 #[tokio::test]
 async fn s23_sidecars_shut_down_in_reverse_order() {
     let node = TestNode::new();
@@ -445,7 +446,7 @@ spec:
     }
 }
 
-/// conformance 46: OnFailure with a failed container is Running (it restarts); Never fails;
+/// Kubernetes: OnFailure with a failed container is Running (it restarts); Never fails;
 /// Never with all succeeded is Succeeded; and a never-started container keeps the pod Pending.
 #[tokio::test]
 async fn s46_phase_table() {
@@ -493,7 +494,7 @@ spec:
     assert_eq!(t.phases().first(), Some(&"Pending"));
 }
 
-/// conformance 47: ContainersReady lists unready containers; readiness gates with no condition
+/// Kubernetes: ContainersReady lists unready containers; readiness gates with no condition
 /// keep Ready False.
 #[tokio::test]
 async fn s47_conditions_and_readiness_gates() {

@@ -1,6 +1,7 @@
-//! Probes (`shared/conformance.md` "Probes", and scenario 20): exported functions of preview1
-//! modules and preview2 components, exec with argv, thresholds, initial delays, timeouts, the
-//! startup probe gating liveness, readiness and the next init container, probe-level grace.
+//! Probes, as the kubelet runs them (each test states the Kubernetes rule it checks): exported
+//! functions of preview1 modules and preview2 components, exec with argv, thresholds, initial
+//! delays, timeouts, the startup probe gating liveness, readiness and the next init container,
+//! probe-level grace.
 //!
 //! Kubernetes' probe fields are whole seconds, so these tests use periods of 1 s and scale the
 //! scenarios' other times down to fit; orderings and ratios are Kubernetes'.
@@ -26,7 +27,7 @@ fn with_probe_dir(yaml: &str, dir: &std::path::Path) -> String {
     yaml.replace("{probe}", &dir.display().to_string())
 }
 
-/// conformance 20: a sidecar's startup probe gates the next container.
+/// Kubernetes: a sidecar's startup probe gates the next container.
 #[tokio::test]
 async fn s20_startup_probe_gates_the_next_container() {
     let (node, dir) = node();
@@ -89,7 +90,7 @@ spec:
     assert!(t.between(t.first("s1", Started), t.first("r1", Started)) < Duration::from_millis(100));
 }
 
-/// conformance 28: Ready turns True no sooner than the readiness initial delay; a sidecar's
+/// Kubernetes: Ready turns True no sooner than the readiness initial delay; a sidecar's
 /// readiness counts toward the pod's.
 #[tokio::test]
 async fn s28_readiness_initial_delay() {
@@ -145,7 +146,7 @@ spec:
     );
 }
 
-/// conformance 30: an exec liveness probe that starts failing restarts the container; one that
+/// Kubernetes: an exec liveness probe that starts failing restarts the container; one that
 /// keeps passing never does.
 #[tokio::test]
 async fn s30_exec_liveness_probe() {
@@ -203,7 +204,7 @@ spec:
     assert_eq!(t.count("r1", Unhealthy), 0, "{t}");
 }
 
-/// conformance 33: a failing startup probe kills even when liveness passes.
+/// Kubernetes: a failing startup probe kills even when liveness passes.
 #[tokio::test]
 async fn s33_failing_startup_probe_kills() {
     let (node, dir) = node();
@@ -244,7 +245,7 @@ spec:
     );
 }
 
-/// conformance 34: the startup probe holds liveness off.
+/// Kubernetes: the startup probe holds liveness off.
 #[tokio::test]
 async fn s34_startup_probe_holds_liveness_off() {
     let (node, dir) = node();
@@ -285,7 +286,7 @@ spec:
     );
 }
 
-/// conformance 37: a liveness kill uses the probe's own grace period, not the pod's.
+/// Kubernetes: a liveness kill uses the probe's own grace period, not the pod's.
 #[tokio::test]
 async fn s37_probe_level_grace_period() {
     let (node, dir) = node();
@@ -324,7 +325,7 @@ spec:
     assert_eq!(t.exit_codes("r1")[0], 137);
 }
 
-/// conformance 40: a probe kill runs preStop first; under Never there is no restart.
+/// Kubernetes: a probe kill runs preStop first; under Never there is no restart.
 #[tokio::test]
 async fn s40_probe_kill_runs_pre_stop() {
     let (node, dir) = node();

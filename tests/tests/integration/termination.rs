@@ -242,7 +242,7 @@ async fn pre_stop_runs_before_term() {
     );
 }
 
-/// conformance 43: a preStop that never returns is cut off at the grace period: TERM at g,
+/// Kubernetes: a preStop that never returns is cut off at the grace period: TERM at g,
 /// KILL at g + 2 s.
 #[tokio::test]
 async fn s43_hanging_pre_stop_gives_kill_at_grace_plus_two() {
