@@ -179,7 +179,7 @@ fn create_private_dir(dir: &Path) -> Result<(), Error> {
 }
 
 /// Writes a file only its owner can read, atomically (a crash leaves the old file or the new).
-fn write_private(path: &Path, content: &[u8]) -> Result<(), Error> {
+pub(crate) fn write_private(path: &Path, content: &[u8]) -> Result<(), Error> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let tmp = path.with_extension("tmp");

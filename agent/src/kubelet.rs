@@ -13,6 +13,7 @@ use wasmpod::{Node, PodHandle, PodOptions, PodSpec};
 
 use crate::status::{ApiError, Cause};
 use crate::store::{Durable, Store};
+use crate::tokens::{Claims, Tokens};
 
 /// How long a pod whose termination starts again after a restart may take to start its
 /// containers before they are told to stop.
@@ -26,6 +27,8 @@ const ROOT_CA: &str = "kube-root-ca.crt";
 pub(crate) struct Kubelet {
     /// The agent's CA certificate (PEM).
     root_ca: String,
+    /// What signs the pods' service-account tokens.
+    tokens: Arc<Tokens>,
     node: Node,
     node_name: String,
     store: Arc<Store>,
@@ -62,9 +65,11 @@ impl Kubelet {
         images: PathBuf,
         address: String,
         root_ca: String,
+        tokens: Arc<Tokens>,
     ) -> Kubelet {
         Kubelet {
             root_ca,
+            tokens,
             node,
             node_name,
             store,
@@ -120,7 +125,65 @@ impl Kubelet {
                     .map(|v| (**v).clone()),
             );
         }
+        // Last, so that it is the one a `serviceAccountToken` projection gets.
+        config.push(self.account_token(pod));
         PodSpec::from_value(pod, &self.images, &config)
+    }
+
+    /// The token the pod's `serviceAccountToken` projections show, as a Secret of type
+    /// `kubernetes.io/service-account-token` for its service account: issued by the agent,
+    /// bound to the pod (it dies with it), for the API and every audience the pod's projections
+    /// name, valid for a year — as the API server extends a `kube-api-access` token's hour,
+    /// since the node does not rewrite the file as its expiry nears.
+    fn account_token(&self, pod: &Value) -> Value {
+        let ns = str_at(pod, "/metadata/namespace");
+        let account = ["/spec/serviceAccountName", "/spec/serviceAccount"]
+            .iter()
+            .map(|p| str_at(pod, p))
+            .find(|a| !a.is_empty())
+            .unwrap_or("default");
+        let mut audiences = vec![crate::tokens::API_AUDIENCE.to_owned()];
+        let projected = pod
+            .pointer("/spec/volumes")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v.pointer("/projected/sources").and_then(Value::as_array))
+            .flatten();
+        for source in projected {
+            let audience = source
+                .pointer("/serviceAccountToken/audience")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            if !audience.is_empty()
+                && audiences.len() < 16
+                && !audiences.iter().any(|a| a == audience)
+            {
+                audiences.push(audience.to_owned());
+            }
+        }
+        let now = jiff::Timestamp::now().as_second();
+        let uid = str_at(pod, "/metadata/uid");
+        let token = self.tokens.issue(&Claims {
+            namespace: ns.to_owned(),
+            account: account.to_owned(),
+            audiences,
+            issued: now,
+            expires: now.saturating_add(365 * 24 * 3600),
+            pod: (!uid.is_empty())
+                .then(|| (str_at(pod, "/metadata/name").to_owned(), uid.to_owned())),
+        });
+        json!({
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {
+                "name": format!("{account}-token-wasmpod"),
+                "namespace": ns,
+                "annotations": {"kubernetes.io/service-account.name": account},
+            },
+            "type": "kubernetes.io/service-account-token",
+            "stringData": {"token": token},
+        })
     }
 
     /// Whether the node runs the pod of this uid.

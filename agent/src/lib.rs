@@ -33,6 +33,7 @@ mod metrics;
 mod server;
 mod status;
 mod store;
+mod tokens;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -173,6 +174,24 @@ pub struct Agent {
     sampler: tokio::task::JoinHandle<()>,
 }
 
+/// Stores the `default` ServiceAccount of namespace `ns` unless it has one, as the service
+/// account controller makes it.
+pub(crate) fn ensure_default_account(
+    store: &store::Store,
+    ns: &str,
+) -> Result<(), status::ApiError> {
+    if store.get("serviceaccounts", ns, "default").is_some() {
+        return Ok(());
+    }
+    let object = json!({
+        "kind": "ServiceAccount", "apiVersion": "v1",
+        "metadata": {"name": "default", "namespace": ns, "uid": uuid::Uuid::new_v4().to_string(), "creationTimestamp": api::now()},
+    });
+    store
+        .create("serviceaccounts", ns, "default", object)
+        .map(|_| ())
+}
+
 /// The namespaces a cluster starts with.
 const NAMESPACES: [&str; 4] = ["default", "kube-system", "kube-public", "kube-node-lease"];
 
@@ -215,6 +234,17 @@ impl Agent {
                     })?;
             }
         }
+        let (_, namespaces) = store.list("namespaces", None);
+        for ns in namespaces
+            .iter()
+            .filter_map(|n| n.pointer("/metadata/name").and_then(|n| n.as_str()))
+        {
+            ensure_default_account(&store, ns).map_err(|e| Error::Store {
+                path: path.clone(),
+                message: e.message,
+            })?;
+        }
+        let tokens = Arc::new(tokens::Tokens::load_or_make(&dir)?);
         let classes: Vec<_> = store
             .list("priorityclasses", None)
             .1
@@ -238,6 +268,7 @@ impl Agent {
             options.images_dir.clone(),
             address,
             credentials.ca_pem.clone(),
+            tokens.clone(),
         ));
         kubelet.sync_runtime_classes();
         kubelet.restore();
@@ -248,6 +279,7 @@ impl Agent {
             credentials.token.clone(),
             options.allow_host_path,
             metrics.clone(),
+            tokens,
         ));
         let (stop, stopped) = watch::channel(false);
         let every = options

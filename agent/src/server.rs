@@ -168,7 +168,7 @@ pub(crate) async fn serve(
                 service_fn(move |req| {
                     let (api, conn) = (api.clone(), conn.clone());
                     async move {
-                        if !api.authorized(&req) {
+                        if api.authenticate(&req).is_none() {
                             return Ok::<_, Infallible>(closing(&ApiError::unauthorized()));
                         }
                         if !conn.authenticate() {

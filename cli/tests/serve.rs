@@ -1662,3 +1662,117 @@ fn port_forward_reaches_the_pods_listeners() {
         "{stderr}"
     );
 }
+
+/// Service-account tokens: `kubectl create token` (the TokenRequest API) gives a token the agent
+/// takes for its service account, which may read its namespace but for Secrets and nothing
+/// else; a pod exported from a cluster with its `kube-api-access-*` volume runs as it is and
+/// finds there a token bound to it, the agent's CA and its namespace; a bound token dies with
+/// its pod.
+#[test]
+fn service_account_tokens_and_kube_api_access() {
+    let (_tmp, agent) = Agent::start();
+    let token = agent.ok(&["create", "token", "default", "--duration=10m"]);
+    let token = token.trim();
+    let with = |token: &str, args: &[&str]| {
+        let mut all = vec!["--token", token];
+        all.extend(args);
+        agent.kubectl(&all)
+    };
+    let stderr = |out: &Output| String::from_utf8_lossy(&out.stderr).into_owned();
+    let read = with(token, &["get", "pods"]);
+    assert!(read.status.success(), "{}", stderr(&read));
+    for (args, refused) in [
+        (
+            &["get", "secrets"][..],
+            r#"cannot list resource "secrets" in API group "" in the namespace "default""#,
+        ),
+        (
+            &["run", "x", "--image=x.wasm"][..],
+            r#"cannot create resource "pods""#,
+        ),
+        (
+            &["get", "pods", "-n", "kube-system"][..],
+            r#"in the namespace "kube-system""#,
+        ),
+        (
+            &["get", "nodes"][..],
+            r#"cannot list resource "nodes" in API group "" at the cluster scope"#,
+        ),
+    ] {
+        let out = with(token, args);
+        assert!(
+            !out.status.success() && stderr(&out).contains(refused),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+        assert!(stderr(&out).contains(r#"User "system:serviceaccount:default:default""#));
+    }
+    // For another audience: not a token for the API.
+    let vault = agent.ok(&["create", "token", "default", "--audience=vault"]);
+    assert!(stderr(&with(vault.trim(), &["get", "pods"])).contains("Unauthorized"));
+    let short = agent.fails(&["create", "token", "default", "--duration=1m"]);
+    assert!(
+        short.contains("may not specify a duration less than 10 minutes"),
+        "{short}"
+    );
+    let missing = agent.fails(&["create", "token", "nobody"]);
+    assert!(
+        missing.contains(r#"serviceaccounts "nobody" not found"#),
+        "{missing}"
+    );
+
+    // The volume every pod of a cluster has, as `kubectl get pod -o yaml` shows it.
+    let dir = "/var/run/secrets/kubernetes.io/serviceaccount";
+    agent.create(&format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {{ name: reader }}
+spec:
+  serviceAccountName: default
+  containers:
+  - name: c
+    image: "{{p1}}"
+    args: [cat, {dir}/token, cat, {dir}/namespace, cat, {dir}/ca.crt, sleep, "600000"]
+    volumeMounts: [ {{ name: kube-api-access-x1y2z, mountPath: {dir}, readOnly: true }} ]
+  volumes:
+  - name: kube-api-access-x1y2z
+    projected:
+      defaultMode: 420
+      sources:
+      - serviceAccountToken: {{ expirationSeconds: 3607, path: token }}
+      - configMap: {{ name: kube-root-ca.crt, items: [ {{ key: ca.crt, path: ca.crt }} ] }}
+      - downwardAPI: {{ items: [ {{ path: namespace, fieldRef: {{ apiVersion: v1, fieldPath: metadata.namespace }} }} ] }}
+"#
+    ));
+    let log = agent.until(&["logs", "reader"], LIMIT, |l| {
+        l.contains("END CERTIFICATE")
+    });
+    let mut lines = log.lines();
+    let pod_token = lines.next().unwrap().to_owned();
+    assert_eq!(lines.next(), Some("default"), "{log}");
+    assert_eq!(lines.next(), Some("-----BEGIN CERTIFICATE-----"), "{log}");
+    let read = with(&pod_token, &["get", "pod", "reader", "-o", "name"]);
+    assert_eq!(
+        String::from_utf8_lossy(&read.stdout).trim(),
+        "pod/reader",
+        "{}",
+        stderr(&read)
+    );
+    let bound = agent.ok(&[
+        "create",
+        "token",
+        "default",
+        "--bound-object-kind=Pod",
+        "--bound-object-name=reader",
+    ]);
+    assert!(with(bound.trim(), &["get", "pods"]).status.success());
+    agent.ok(&["delete", "pod", "reader", "--grace-period=0", "--force"]);
+    agent.until(&["get", "pods", "-o", "name"], LIMIT, |t| {
+        t.trim().is_empty()
+    });
+    // Bound to the pod: gone with it. The unbound token lives on.
+    for gone in [pod_token.as_str(), bound.trim()] {
+        assert!(stderr(&with(gone, &["get", "pods"])).contains("Unauthorized"));
+    }
+    assert!(with(token, &["get", "pods"]).status.success());
+}

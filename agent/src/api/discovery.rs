@@ -78,6 +78,7 @@ pub(crate) fn resources(group: &str) -> Value {
                     "exec" => "PodExecOptions",
                     "attach" => "PodAttachOptions",
                     "portforward" => "PodPortForwardOptions",
+                    "token" => "TokenRequest",
                     "proxy" => "NodeProxyOptions",
                     _ => r.kind,
                 },

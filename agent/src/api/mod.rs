@@ -7,6 +7,7 @@
 //! [`patch`] (merge and strategic merge patches), [`validate`] (ConfigMaps, Secrets, PriorityClasses),
 //! [`protobuf`] (the bodies kubectl sends as protobuf).
 
+mod access;
 mod attach;
 mod discovery;
 mod exec;
@@ -20,6 +21,7 @@ mod portforward;
 mod protobuf;
 pub(crate) mod resources;
 mod select;
+mod serviceaccounts;
 mod spdy;
 mod stream;
 pub(crate) mod table;
@@ -53,6 +55,8 @@ pub(crate) struct Api {
     pub(crate) metrics: Arc<Metrics>,
     /// The `exec` and `attach` sessions of each pod.
     sessions: stream::Sessions,
+    /// What signs and checks service-account tokens.
+    tokens: Arc<crate::tokens::Tokens>,
 }
 
 impl std::fmt::Debug for Api {
@@ -134,7 +138,7 @@ fn decode(s: &str) -> String {
 
 /// Where a request goes.
 #[derive(Debug)]
-enum Route {
+pub(crate) enum Route {
     Version,
     CoreVersions,
     Groups,
@@ -261,6 +265,7 @@ impl Api {
         token: String,
         allow_host_path: bool,
         metrics: Arc<Metrics>,
+        tokens: Arc<crate::tokens::Tokens>,
     ) -> Api {
         Api {
             store,
@@ -269,31 +274,19 @@ impl Api {
             allow_host_path,
             metrics,
             sessions: Default::default(),
+            tokens,
         }
-    }
-
-    pub(crate) fn authorized(&self, req: &Request<Incoming>) -> bool {
-        let Some(given) = req
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
-        else {
-            return false;
-        };
-        // Constant time in the token's content.
-        let want = self.token.as_bytes();
-        given.len() == want.len() && given.iter().zip(want).fold(0u8, |d, (a, b)| d | (a ^ b)) == 0
     }
 
     /// Answers one request. Every failure is a `Status`; nothing a request holds can disturb a
     /// pod that runs.
     pub(crate) async fn handle(self: &Arc<Self>, req: Request<Incoming>) -> Response<Body> {
-        if !self.authorized(&req) {
+        let Some(who) = self.authenticate(&req) else {
             return error(&ApiError::unauthorized());
-        }
+        };
         let method = req.method().clone();
         let path = req.uri().path().to_owned();
-        let answer = self.answer(req).await;
+        let answer = self.answer(&who, req).await;
         match answer {
             Ok(r) => r,
             Err(e) => {
@@ -303,7 +296,11 @@ impl Api {
         }
     }
 
-    async fn answer(self: &Arc<Self>, req: Request<Incoming>) -> Result<Response<Body>, ApiError> {
+    async fn answer(
+        self: &Arc<Self>,
+        who: &access::Identity,
+        req: Request<Incoming>,
+    ) -> Result<Response<Body>, ApiError> {
         let route = route(req.uri().path())?;
         let accept = req
             .headers()
@@ -326,6 +323,7 @@ impl Api {
                 .trim()
                 .to_owned(),
         };
+        Self::authorize(who, req.uri().path(), &route, &call)?;
         let get = call.method == Method::GET;
         match route {
             Route::Version if get => Ok(json(StatusCode::OK, &discovery::version())),
@@ -384,6 +382,16 @@ impl Api {
                     }
                     (Some("attach"), &Method::GET | &Method::POST) if resource.is("pods") => {
                         attach::attach(self, ns.unwrap_or_default(), &name, &call, req).await
+                    }
+                    (Some("token"), &Method::POST) if resource.is("serviceaccounts") => {
+                        let body = read_body(req).await?;
+                        let request = if call.content_type == "application/vnd.kubernetes.protobuf"
+                        {
+                            protobuf::decode(&body, "TokenRequest")?
+                        } else {
+                            parse_json(&body)?
+                        };
+                        self.token_request(ns.unwrap_or_default(), &name, &request)
                     }
                     (Some("portforward"), &Method::GET | &Method::POST) if resource.is("pods") => {
                         let ns = ns.unwrap_or_default();

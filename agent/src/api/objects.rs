@@ -336,12 +336,17 @@ impl Api {
         let dry_run = call.query.get("dryRun").is_some();
         let created = match resource.name {
             "pods" => self.create_pod(&ns, &name, body, dry_run).await?,
-            "configmaps" | "secrets" | "namespaces" | "priorityclasses" | "runtimeclasses" => {
+            "configmaps" | "secrets" | "serviceaccounts" | "namespaces" | "priorityclasses"
+            | "runtimeclasses" => {
                 super::validate::check_object(&self.store, resource, &name, &mut body)?;
                 if dry_run {
                     Arc::new(body)
                 } else {
                     let created = self.store.create(resource.name, &ns, &name, body)?;
+                    if resource.is("namespaces") {
+                        // The service account controller's: every namespace has `default`.
+                        crate::ensure_default_account(&self.store, &name)?;
+                    }
                     self.after_change(resource)?;
                     created
                 }
@@ -572,7 +577,7 @@ impl Api {
                 let pod = self.delete_pod(ns, name, grace, true)?;
                 Ok(json(StatusCode::OK, &pod))
             }
-            "configmaps" | "secrets" | "priorityclasses" | "runtimeclasses" => {
+            "configmaps" | "secrets" | "serviceaccounts" | "priorityclasses" | "runtimeclasses" => {
                 let gone = self
                     .store
                     .delete_if(resource.name, ns, name, Durable::Now, |_| true)?

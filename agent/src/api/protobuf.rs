@@ -164,7 +164,10 @@ pub(crate) fn decode(body: &[u8], kind: &str) -> Result<Value, ApiError> {
             }
             ("PriorityClass", 4, Field::Bytes(b)) => put(&mut object, "description", b)?,
             ("PriorityClass", 5, Field::Bytes(b)) => put(&mut object, "preemptionPolicy", b)?,
-            ("ConfigMap" | "Secret" | "PriorityClass" | "Namespace", _, _) => {}
+            ("TokenRequest", 2, Field::Bytes(b)) => {
+                drop(object.insert("spec".into(), token_request_spec(b)?))
+            }
+            ("ConfigMap" | "Secret" | "PriorityClass" | "Namespace" | "TokenRequest", _, _) => {}
             _ => {
                 return Err(ApiError::unsupported_media(format!(
                     "{kind} is not read as protobuf; send application/json"
@@ -185,6 +188,37 @@ pub(crate) fn decode(body: &[u8], kind: &str) -> Result<Value, ApiError> {
         }
     }
     Ok(Value::Object(object))
+}
+
+/// `authentication.k8s.io/v1` `TokenRequestSpec` (`kubectl create token`).
+fn token_request_spec(b: &[u8]) -> Result<Value, ApiError> {
+    let mut spec = Map::new();
+    let mut audiences = Vec::new();
+    for (n, f) in fields(b)? {
+        match (n, f) {
+            (1, Field::Bytes(b)) => audiences.push(json!(text(b)?)),
+            (4, Field::Varint(v)) => drop(spec.insert("expirationSeconds".into(), json!(v as i64))),
+            (3, Field::Bytes(b)) => {
+                let mut reference = Map::new();
+                for (n, f) in fields(b)? {
+                    if let Field::Bytes(b) = f {
+                        let key = match n {
+                            1 => "kind",
+                            2 => "apiVersion",
+                            3 => "name",
+                            4 => "uid",
+                            _ => continue,
+                        };
+                        reference.insert(key.into(), json!(text(b)?));
+                    }
+                }
+                spec.insert("boundObjectRef".into(), Value::Object(reference));
+            }
+            _ => {}
+        }
+    }
+    spec.insert("audiences".into(), Value::Array(audiences));
+    Ok(Value::Object(spec))
 }
 
 #[cfg(test)]

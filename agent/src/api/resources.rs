@@ -87,6 +87,17 @@ pub(crate) static EVENTS: Resource = Resource {
     subresources: &[],
 };
 
+pub(crate) static SERVICE_ACCOUNTS: Resource = Resource {
+    name: "serviceaccounts",
+    singular: "serviceaccount",
+    kind: "ServiceAccount",
+    group: "",
+    namespaced: true,
+    short_names: &["sa"],
+    verbs: RW,
+    subresources: &[("token", &["create"])],
+};
+
 pub(crate) static NAMESPACES: Resource = Resource {
     name: "namespaces",
     singular: "namespace",
@@ -136,6 +147,7 @@ pub(crate) static ALL: &[&Resource] = &[
     &PODS,
     &CONFIG_MAPS,
     &SECRETS,
+    &SERVICE_ACCOUNTS,
     &EVENTS,
     &NAMESPACES,
     &NODES,

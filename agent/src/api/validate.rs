@@ -77,6 +77,12 @@ pub(super) fn check_object(
         "namespaces" => {
             body["status"] = json!({"phase": "Active"});
         }
+        "serviceaccounts" => {
+            serde_json::from_value::<wasmpod::k8s_openapi::api::core::v1::ServiceAccount>(
+                body.clone(),
+            )
+            .map_err(|e| bad("", e.to_string()))?;
+        }
         "priorityclasses" => {
             let class: wasmpod::k8s_openapi::api::scheduling::v1::PriorityClass =
                 serde_json::from_value(body.clone()).map_err(|e| bad("value", e.to_string()))?;

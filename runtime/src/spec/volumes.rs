@@ -228,7 +228,8 @@ pub(super) fn downward_api(
 
 /// The files of a `projected` volume: its sources' files together. A service account token is
 /// the `token` of the Secret of type `kubernetes.io/service-account-token` for the pod's
-/// service account (wasmpod issues no tokens of its own).
+/// service account (the node agent, `wasmpod serve`, gives every pod one it issued; `wasmpod run`
+/// issues none).
 pub(super) fn projected_volume(
     at: &FieldPath,
     volume: &k8s::ProjectedVolumeSource,
@@ -309,10 +310,11 @@ pub(super) fn projected_volume(
                 None => errors.push(FieldError::not_found(
                     tat,
                     format!(
-                        "not found: no token for service account {account:?}: wasmpod issues \
-                         no tokens; give a Secret of type kubernetes.io/service-account-token \
-                         annotated kubernetes.io/service-account.name: {account}, or leave the \
-                         token volume out"
+                        "not found: no token for service account {account:?}: wasmpod run \
+                         issues no tokens (the node agent, wasmpod serve, does); give a Secret \
+                         of type kubernetes.io/service-account-token annotated \
+                         kubernetes.io/service-account.name: {account}, or leave the token \
+                         volume out"
                     ),
                 )),
             }
