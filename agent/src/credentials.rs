@@ -22,7 +22,6 @@ pub(crate) struct Credentials {
 const CA_CERT: &str = "ca.crt";
 const CA_KEY: &str = "ca.key";
 const CERT: &str = "serving.crt";
-const KEY: &str = "serving.key";
 const TOKEN: &str = "token";
 const KUBECONFIG: &str = "kubeconfig";
 
@@ -33,7 +32,10 @@ impl Credentials {
         create_private_dir(dir)?;
         let ca_pem = read_or(dir, CA_CERT, CA_KEY, || make_ca(node))?;
         let ca_key = KeyPair::from_pem(&ca_pem.1).map_err(|e| tls_error(dir, CA_KEY, e))?;
-        let (cert_pem, key_pem) = read_or(dir, CERT, KEY, || make_serving(&ca_key, listen, node))?;
+        // Made at every start from the CA the kubeconfig trusts, for the names and addresses the
+        // agent has now (pods reach it as the `kubernetes` Service too); never written.
+        let (cert_pem, key_pem) =
+            make_serving(&ca_key, listen, node).map_err(|e| tls_error(dir, CERT, e))?;
         let token = match std::fs::read_to_string(dir.join(TOKEN)) {
             Ok(t) if t.trim().len() >= 32 => t.trim().to_owned(),
             _ => {
@@ -114,7 +116,15 @@ fn make_serving(
 ) -> Result<(String, String), rcgen::Error> {
     let issuer = rcgen::Issuer::new(ca_params(node), ca_key);
     let key = KeyPair::generate()?;
-    let mut names = vec!["localhost".to_owned(), node.to_owned()];
+    // The names in-cluster clients use for the API, as an API server's certificate has them.
+    let mut names = vec![
+        "localhost".to_owned(),
+        node.to_owned(),
+        "kubernetes".to_owned(),
+        "kubernetes.default".to_owned(),
+        "kubernetes.default.svc".to_owned(),
+        "kubernetes.default.svc.cluster.local".to_owned(),
+    ];
     names.dedup();
     let mut params = CertificateParams::new(names)?;
     params
@@ -124,6 +134,7 @@ fn make_serving(
         listen.ip(),
         std::net::Ipv4Addr::LOCALHOST.into(),
         std::net::Ipv6Addr::LOCALHOST.into(),
+        wasmpod::KUBERNETES_SERVICE.ip(),
     ] {
         if !ip.is_unspecified() {
             params.subject_alt_names.push(SanType::IpAddress(ip));

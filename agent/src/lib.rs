@@ -256,6 +256,13 @@ impl Agent {
         // Pods come from the network: machine code runs only from directories the operator
         // named, never from wherever a pod's image path points.
         node_options.precompiled_dirs.get_or_insert_with(Vec::new);
+        // Pods reach the API as the `kubernetes` Service.
+        let api_host = match addr.ip() {
+            ip if ip.is_unspecified() && ip.is_ipv4() => std::net::Ipv4Addr::LOCALHOST.into(),
+            ip if ip.is_unspecified() => std::net::Ipv6Addr::LOCALHOST.into(),
+            ip => ip,
+        };
+        node_options.api_server = Some(SocketAddr::new(api_host, addr.port()));
         let node = Node::new(node_options)?;
         let address = match addr.ip() {
             ip if ip.is_unspecified() => "127.0.0.1".to_owned(),

@@ -1776,3 +1776,73 @@ spec:
     }
     assert!(with(token, &["get", "pods"]).status.success());
 }
+
+/// Pods reach the node's API as a cluster's pods do: the `kubernetes` Service's address and
+/// port in their environment, a connection from the pod network to 10.96.0.1:443 reaching the
+/// agent, whose certificate names that address and `kubernetes.default.svc` under the CA a
+/// pod's `kube-api-access` volume holds — what in-cluster configuration needs.
+#[test]
+fn pods_reach_the_api_as_the_kubernetes_service() {
+    let (_tmp, agent) = Agent::start();
+    agent.create(
+        &PodYaml::new("incluster")
+            .container(
+                r#"{ name: c, image: "{p2}", args: [env, KUBERNETES_SERVICE_HOST, env, KUBERNETES_SERVICE_PORT, connect, "10.96.0.1:443", "not TLS", sleep, "600000"] }"#,
+            )
+            .build(),
+    );
+    let log = agent.until(&["logs", "incluster"], LIMIT, |l| l.contains("reply"));
+    assert!(
+        log.starts_with("KUBERNETES_SERVICE_HOST=10.96.0.1\nKUBERNETES_SERVICE_PORT=443\n"),
+        "{log}"
+    );
+    // The agent's TLS server answered (an alert for what is not TLS), on its own address.
+    let kubeconfig = std::fs::read_to_string(&agent.kubeconfig).unwrap();
+    let server = kubeconfig
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("server: https://"))
+        .unwrap();
+    assert!(log.contains(&format!("from {server}")), "{log}");
+
+    // What an in-cluster client does over that connection, done here with curl pinned to the
+    // agent's address: the certificate is checked for the Service's address and name.
+    let ca = agent.dir.join("ca.crt");
+    let data = agent.ok(&[
+        "config",
+        "view",
+        "--raw",
+        "-o",
+        "jsonpath={.clusters[0].cluster.certificate-authority-data}",
+    ]);
+    let pem = Command::new("base64")
+        .arg("-d")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write as _;
+            c.stdin.take().unwrap().write_all(data.as_bytes())?;
+            c.wait_with_output()
+        })
+        .unwrap();
+    std::fs::write(&ca, pem.stdout).unwrap();
+    let token = agent.ok(&["create", "token", "default"]);
+    for host in ["10.96.0.1", "kubernetes.default.svc"] {
+        let out = Command::new("curl")
+            .args(["-sS", "--fail", "--cacert"])
+            .arg(&ca)
+            .arg("--connect-to")
+            .arg(format!("{host}:443:{server}"))
+            .arg("-H")
+            .arg(format!("Authorization: Bearer {}", token.trim()))
+            .arg(format!("https://{host}/api/v1/namespaces/default/pods"))
+            .output()
+            .unwrap();
+        let body = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && body.contains("\"incluster\""),
+            "{host}: {body}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

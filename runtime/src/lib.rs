@@ -54,7 +54,7 @@ pub use engine::compile;
 pub use engine::{AddressSpace, CompileTarget, LoadError};
 pub use events::{Event, EventStream, EventType, Reason};
 pub use images::{ImageGc, PullProgress};
-pub use network::{Egress, PodConnection};
+pub use network::{Egress, KUBERNETES_SERVICE, PodConnection};
 pub use node::{
     Allocatable, ContainerError, Error, ExecError, Node, NodeOptions, PodHandle, PodOptions,
 };

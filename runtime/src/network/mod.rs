@@ -56,6 +56,8 @@ pub(crate) struct NodeNetwork(Arc<NodeState>);
 #[derive(Default)]
 struct NodeState {
     egress: Egress,
+    /// Where connections to [`crate::KUBERNETES_SERVICE`] go.
+    api_server: Option<SocketAddr>,
     pods: Mutex<Pods>,
 }
 
@@ -69,8 +71,23 @@ impl NodeNetwork {
     pub(crate) fn new(egress: Egress) -> NodeNetwork {
         NodeNetwork(Arc::new(NodeState {
             egress,
+            api_server: None,
             pods: Mutex::default(),
         }))
+    }
+
+    /// The node network with the `kubernetes` Service going to `api_server`.
+    pub(crate) fn with_api_server(self, api_server: Option<SocketAddr>) -> NodeNetwork {
+        NodeNetwork(Arc::new(NodeState {
+            egress: self.0.egress,
+            api_server,
+            pods: Mutex::default(),
+        }))
+    }
+
+    /// The host address the `kubernetes` Service leads to, when the node has an API.
+    pub(crate) fn api_server(&self) -> Option<SocketAddr> {
+        self.0.api_server
     }
 
     fn pods(&self) -> MutexGuard<'_, Pods> {
@@ -109,6 +126,33 @@ impl NodeNetwork {
     pub(crate) fn egress(&self) -> Egress {
         self.0.egress
     }
+}
+
+/// The `kubernetes` Service's address in the pod network (a cluster's first Service IP and
+/// the API's port), which leads to [`crate::NodeOptions::api_server`].
+pub const KUBERNETES_SERVICE: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::new(
+    Ipv4Addr::new(10, 96, 0, 1),
+    443,
+));
+
+/// The environment a cluster gives every container for the `kubernetes` Service (the kubelet's
+/// service links of the API, which it adds whatever `enableServiceLinks` says).
+pub(crate) fn kubernetes_service_env() -> Vec<(String, String)> {
+    let (host, port) = (KUBERNETES_SERVICE.ip(), KUBERNETES_SERVICE.port());
+    let url = format!("tcp://{host}:{port}");
+    [
+        ("KUBERNETES_SERVICE_HOST", host.to_string()),
+        ("KUBERNETES_SERVICE_PORT", port.to_string()),
+        ("KUBERNETES_SERVICE_PORT_HTTPS", port.to_string()),
+        ("KUBERNETES_PORT", url.clone()),
+        ("KUBERNETES_PORT_443_TCP", url),
+        ("KUBERNETES_PORT_443_TCP_PROTO", "tcp".into()),
+        ("KUBERNETES_PORT_443_TCP_PORT", port.to_string()),
+        ("KUBERNETES_PORT_443_TCP_ADDR", host.to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect()
 }
 
 /// Where an address a pod talks to lives.
@@ -160,6 +204,14 @@ impl PodNetwork {
 
     pub(crate) fn egress(&self) -> Egress {
         self.node.egress()
+    }
+
+    /// Where a connection to `to` goes when `to` is the `kubernetes` Service of a node that
+    /// has an API.
+    pub(crate) fn service(&self, to: SocketAddr) -> Option<SocketAddr> {
+        (to == KUBERNETES_SERVICE)
+            .then(|| self.node.api_server())
+            .flatten()
     }
 
     /// Is `ip` an address of this pod (loopback or the pod IP)?

@@ -143,6 +143,16 @@ impl TcpSocket {
         if !matches!(self.state, State::Idle) {
             return Err(ErrorCode::InvalidState);
         }
+        // The `kubernetes` Service: the node's API, on the host, whatever the egress policy.
+        if let Some(api) = net.service(to) {
+            self.state = match net.outside_slot() {
+                Some(slot) => {
+                    State::Dialing(tokio::spawn(tokio::net::TcpStream::connect(api)), slot)
+                }
+                None => State::ConnectDone(Err(ErrorCode::NewSocketLimit)),
+            };
+            return Ok(());
+        }
         self.state = match net.route(to.ip()) {
             Route::Pod(pod) => match pod.listener(to) {
                 None => State::ConnectDone(Err(ErrorCode::ConnectionRefused)),

@@ -28,6 +28,11 @@ pub struct NodeOptions {
     pub memory_limit: u64,
     /// Whether pods may reach addresses outside the node's pod network.
     pub egress: Egress,
+    /// The Kubernetes API pods reach as the `kubernetes` Service (a node agent's listener):
+    /// connections from a pod to [`crate::KUBERNETES_SERVICE`] go to this address, whatever
+    /// the egress policy, and every container finds it in its environment
+    /// (`KUBERNETES_SERVICE_HOST`, `KUBERNETES_SERVICE_PORT`, ...), as a cluster's pods do.
+    pub api_server: Option<std::net::SocketAddr>,
     /// The node's name (`spec.nodeName` in the downward API); default the host's name.
     pub node_name: String,
     /// How many terminated pods (Succeeded or Failed, not deleted) the node keeps, with their
@@ -162,6 +167,7 @@ impl Default for NodeOptions {
             backoff: BackoffOptions::default(),
             memory_limit: 1 << 30,
             egress: Egress::Allow,
+            api_server: None,
             node_name: host_name(),
             terminated_pods_kept: 12_500,
             allocatable: Allocatable::from_machine(),
@@ -243,6 +249,12 @@ impl NodeOptions {
     /// Sets [`NodeOptions::egress`].
     pub fn egress(mut self, egress: Egress) -> Self {
         self.egress = egress;
+        self
+    }
+
+    /// Sets [`NodeOptions::api_server`].
+    pub fn api_server(mut self, addr: std::net::SocketAddr) -> Self {
+        self.api_server = Some(addr);
         self
     }
 

@@ -136,7 +136,16 @@ impl PodTask {
             service_account: &self.spec.service_account,
             pod_ip: self.net.ip().to_string(),
         };
-        let (env, argv) = resolve_env(&c.spec.env, &c.spec.argv, &labels_and_more);
+        let (mut env, argv) = resolve_env(&c.spec.env, &c.spec.argv, &labels_and_more);
+        if self.node.network.api_server().is_some() {
+            // Before the container's own, which win.
+            let mut service: Vec<_> = crate::network::kubernetes_service_env()
+                .into_iter()
+                .filter(|(k, _)| !env.iter().any(|(name, _)| name == k))
+                .collect();
+            service.append(&mut env);
+            env = service;
+        }
         let sandbox = Arc::new(Sandbox {
             image,
             argv,
