@@ -218,6 +218,8 @@ impl Task {
                 aliases: Vec::new(),
                 searches: Vec::new(),
                 ndots: 1,
+                nameservers: Vec::new(),
+                node_resolver: true,
             },
         };
         let sandbox = Arc::new(Sandbox {

@@ -54,6 +54,42 @@ impl PodNames {
     }
 }
 
+/// The addresses `name` (fully qualified, without its final dot) has, asked of `nameservers`
+/// (a pod's `dnsConfig.nameservers`, port 53, UDP then TCP): A and AAAA records, at most 2 s a
+/// server and two tries. Empty when none answers with one.
+pub(crate) async fn ask(nameservers: &[IpAddr], name: &str) -> Vec<IpAddr> {
+    use hickory_resolver::Resolver;
+    use hickory_resolver::config::{
+        LookupIpStrategy, NameServerConfigGroup, ResolverConfig, ResolverOpts,
+    };
+    use hickory_resolver::name_server::TokioConnectionProvider;
+
+    let servers = NameServerConfigGroup::from_ips_clear(nameservers, 53, true);
+    let config = ResolverConfig::from_parts(None, Vec::new(), servers);
+    let mut options = ResolverOpts::default();
+    options.timeout = std::time::Duration::from_secs(2);
+    options.attempts = 2;
+    options.ndots = 0;
+    options.cache_size = 0;
+    options.use_hosts_file = hickory_resolver::config::ResolveHosts::Never;
+    options.ip_strategy = LookupIpStrategy::Ipv4AndIpv6;
+    let resolver = Resolver::builder_with_config(config, TokioConnectionProvider::default())
+        .with_options(options)
+        .build();
+    match resolver.lookup_ip(format!("{name}.")).await {
+        Ok(found) => {
+            let mut ips: Vec<IpAddr> = Vec::new();
+            for ip in found.iter().take(64) {
+                if !ips.contains(&ip) {
+                    ips.push(ip);
+                }
+            }
+            ips
+        }
+        Err(_) => Vec::new(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -66,6 +102,8 @@ mod tests {
                 aliases: vec![("db.internal".into(), "10.1.2.3".parse().unwrap())],
                 searches: vec!["internal".into(), "corp".into()],
                 ndots: 2,
+                nameservers: Vec::new(),
+                node_resolver: true,
             },
         };
         assert_eq!(names.candidates("db"), ["db.internal", "db.corp", "db"]);

@@ -296,16 +296,20 @@ fn resolve(pod: &PodNetwork, name: &str) -> ResolveAddresses {
     if pod.egress() == Egress::Deny {
         return ResolveAddresses::Done(Err(ErrorCode::NameUnresolvable));
     }
+    let dns = &pod.names().dns;
+    let (node_resolver, nameservers) = (dns.node_resolver, dns.nameservers.clone());
     ResolveAddresses::Pending(tokio::spawn(async move {
         for host in candidates {
-            let Ok(addrs) = tokio::net::lookup_host((host.as_str(), 0)).await else {
-                continue;
-            };
             let mut ips: VecDeque<IpAddr> = VecDeque::new();
-            for a in addrs {
-                if !ips.contains(&a.ip()) {
-                    ips.push_back(a.ip());
+            if node_resolver && let Ok(addrs) = tokio::net::lookup_host((host.as_str(), 0)).await {
+                for a in addrs {
+                    if !ips.contains(&a.ip()) {
+                        ips.push_back(a.ip());
+                    }
                 }
+            }
+            if ips.is_empty() && !nameservers.is_empty() {
+                ips = super::names::ask(&nameservers, &host).await.into();
             }
             if !ips.is_empty() {
                 return Ok(ips);

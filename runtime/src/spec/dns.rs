@@ -1,10 +1,11 @@
 //! A pod's name lookup: `hostAliases` (its `/etc/hosts` entries), `dnsPolicy` and `dnsConfig`
 //! (its `resolv.conf`), validated as the API server validates them.
 //!
-//! A wasm pod has no resolver of its own: the pod network answers `localhost`, the pod's
-//! hostname and its `hostAliases`, and asks the node's resolver for the rest (when egress is
-//! allowed). `dnsConfig.searches` and the `ndots` option give the names tried, as a
-//! `resolv.conf` search list does; name servers of a pod's own are refused.
+//! The pod network answers `localhost`, the pod's hostname and its `hostAliases`, and asks for
+//! the rest (when egress is allowed) the node's resolver and the pod's own
+//! `dnsConfig.nameservers`, in that order — only the pod's name servers under `dnsPolicy: None`,
+//! as a `resolv.conf` with only them would. `dnsConfig.searches` and the `ndots` option give the
+//! names tried, as a `resolv.conf` search list does.
 
 use std::net::IpAddr;
 
@@ -22,7 +23,14 @@ pub(crate) struct Dns {
     pub searches: Vec<String>,
     /// A name with fewer dots than this is tried with the search domains first.
     pub ndots: usize,
+    /// `dnsConfig.nameservers`: asked after the node's resolver, or alone.
+    pub nameservers: Vec<IpAddr>,
+    /// Whether the node's resolver is asked (all policies but `None`).
+    pub node_resolver: bool,
 }
+
+/// The API server's limit on `dnsConfig.nameservers`.
+const MAX_NAMESERVERS: usize = 3;
 
 /// The API server's limits on `dnsConfig.searches`.
 const MAX_SEARCHES: usize = 32;
@@ -39,15 +47,28 @@ pub(super) fn check(spec: &k8s::PodSpec, errors: &mut Vec<FieldError>) -> Dns {
             5
         },
         searches: Vec::new(),
+        nameservers: Vec::new(),
+        node_resolver: true,
     };
     match spec.dns_policy.as_deref() {
         None | Some("ClusterFirst" | "Default" | "ClusterFirstWithHostNet") => {}
-        Some("None") => errors.push(FieldError::not_supported(
-            "spec.dnsPolicy",
-            "not supported by wasmpod: None asks for the pod's own name servers, and a wasm \
-             pod's names are resolved by the pod network and the node's resolver; use \
-             ClusterFirst or Default, with dnsConfig.searches and hostAliases",
-        )),
+        Some("None") => {
+            // What the pod's `resolv.conf` would have: its dnsConfig, nothing of the node's.
+            dns.node_resolver = false;
+            dns.ndots = 1;
+            if spec
+                .dns_config
+                .as_ref()
+                .and_then(|c| c.nameservers.as_ref())
+                .is_none_or(Vec::is_empty)
+            {
+                errors.push(FieldError::required(
+                    "spec.dnsConfig.nameservers",
+                    "Required value: must provide at least one DNS nameserver when `dnsPolicy` \
+                     is None",
+                ));
+            }
+        }
         Some(other) => errors.push(FieldError::unsupported(
             "spec.dnsPolicy",
             format!(
@@ -60,13 +81,23 @@ pub(super) fn check(spec: &k8s::PodSpec, errors: &mut Vec<FieldError>) -> Dns {
         return dns;
     };
     let at = FieldPath::new("spec").child("dnsConfig");
-    if config.nameservers.as_ref().is_some_and(|n| !n.is_empty()) {
-        errors.push(FieldError::not_supported(
+    let nameservers = config.nameservers.as_deref().unwrap_or_default();
+    if nameservers.len() > MAX_NAMESERVERS {
+        errors.push(FieldError::invalid(
             at.child("nameservers"),
-            "not supported by wasmpod: a wasm pod's names are resolved by the pod network and \
-             the node's resolver, not by name servers of its own",
+            format!("must not have more than {MAX_NAMESERVERS} nameservers"),
         ));
     }
+    for (i, server) in nameservers.iter().enumerate().take(MAX_NAMESERVERS) {
+        match server.parse::<IpAddr>() {
+            Ok(ip) => dns.nameservers.push(ip),
+            Err(_) => errors.push(FieldError::invalid(
+                at.child("nameservers").index(i),
+                format!("Invalid value: {server:?}: must be a valid IP address"),
+            )),
+        }
+    }
+
     let searches = config.searches.as_deref().unwrap_or_default();
     if searches.len() > MAX_SEARCHES {
         errors.push(FieldError::invalid(

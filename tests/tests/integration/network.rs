@@ -132,17 +132,110 @@ kind: Pod
 metadata: { name: bad }
 spec:
   hostAliases: [{ ip: not-an-ip, hostnames: [x] }]
-  dnsConfig: { nameservers: [1.1.1.1], options: [{ name: edns0 }] }
+  dnsConfig: { nameservers: [1.1.1.1, dns.example], options: [{ name: edns0 }] }
   containers: [{ name: c, image: "{p2}" }]
 "#,
     );
     for field in [
         "spec.hostAliases[0].ip: Invalid value",
-        "spec.dnsConfig.nameservers: not supported by wasmpod",
+        "spec.dnsConfig.nameservers[1]: Invalid value: \"dns.example\": must be a valid IP address",
         "spec.dnsConfig.options[0].name: not supported by wasmpod",
     ] {
         assert!(err.contains(field), "{field} not in\n{err}");
     }
+    let err = node.invalid(
+        "apiVersion: v1\nkind: Pod\nmetadata: { name: bad }\nspec:\n  dnsPolicy: None\n  containers: [{ name: c, image: \"{p2}\" }]\n",
+    );
+    assert!(
+        err.contains("spec.dnsConfig.nameservers: Required value: must provide at least one DNS nameserver when `dnsPolicy` is None"),
+        "{err}"
+    );
+}
+
+/// A name server of the tests' own: answers A queries for `names` over UDP, nothing else
+/// (NXDOMAIN).
+async fn name_server(socket: tokio::net::UdpSocket, names: &'static [(&'static str, [u8; 4])]) {
+    let mut buf = [0u8; 512];
+    loop {
+        let Ok((n, peer)) = socket.recv_from(&mut buf).await else {
+            return;
+        };
+        let query = &buf[..n];
+        // The question: labels from byte 12 to a zero length, then type and class.
+        let mut at = 12;
+        let mut labels = Vec::new();
+        while at < n && query[at] != 0 {
+            let len = query[at] as usize;
+            labels.push(String::from_utf8_lossy(&query[at + 1..at + 1 + len]).to_lowercase());
+            at += 1 + len;
+        }
+        let end = at + 5;
+        let qtype = u16::from_be_bytes([query[at + 1], query[at + 2]]);
+        let name = labels.join(".");
+        let answer = names.iter().find(|(n, _)| *n == name).map(|(_, ip)| ip);
+        let mut reply = query[..2].to_vec();
+        let rcode = if answer.is_some() { 0 } else { 3 };
+        reply.extend_from_slice(&[0x81, 0x80 | rcode]);
+        let count = u16::from(answer.is_some() && qtype == 1);
+        reply.extend_from_slice(&[0, 1, 0, count as u8, 0, 0, 0, 0]);
+        reply.extend_from_slice(&query[12..end]);
+        if let (Some(ip), 1) = (answer, count) {
+            reply.extend_from_slice(&[0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4]);
+            reply.extend_from_slice(ip);
+        }
+        let _ = socket.send_to(&reply, peer).await;
+    }
+}
+
+/// `dnsPolicy: None` with `dnsConfig.nameservers`: the pod's names are asked of its own name
+/// servers (with its search domains), not the node's resolver.
+#[tokio::test]
+async fn a_pods_own_name_servers_answer_its_lookups() {
+    // A name server must be on port 53: an address of the loopback range of its own.
+    let socket = match tokio::net::UdpSocket::bind("127.0.0.77:53").await {
+        Ok(s) => s,
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            eprintln!("skipped: port 53 needs root ({e})");
+            return;
+        }
+        Err(e) => panic!("cannot serve DNS on 127.0.0.77:53: {e}"),
+    };
+    tokio::spawn(name_server(
+        socket,
+        &[
+            ("api.corp.example", [10, 9, 8, 7]),
+            ("localhost.corp.example", [10, 0, 0, 1]),
+        ],
+    ));
+    let node = TestNode::new();
+    let pod = node
+        .start(
+            r#"
+apiVersion: v1
+kind: Pod
+metadata: { name: own-dns }
+spec:
+  restartPolicy: Never
+  dnsPolicy: None
+  dnsConfig: { nameservers: [127.0.0.77], searches: [corp.example] }
+  containers:
+  - name: client
+    image: "{p2}"
+    args: [resolve, api, resolve, api.corp.example., resolve, example.com]
+"#,
+        )
+        .await;
+    succeeded(&pod).await;
+    let log = read(&pod.log_file("client", 0));
+    for line in [
+        "resolved api 10.9.8.7",
+        "resolved api.corp.example. 10.9.8.7",
+        // Not the node's resolver: the pod's server knows no such name.
+        "error",
+    ] {
+        assert!(log.contains(line), "{line} not in\n{log}");
+    }
+    assert_eq!(log.lines().count(), 3, "{log}");
 }
 
 /// Two pods bind the same port; a second bind in one pod is `address-in-use`; connecting where

@@ -50,7 +50,7 @@ status:
     parse(yaml).unwrap_or_else(|e| panic!("{e}"));
     let errs = errors(&pod_with("", "  dnsPolicy: None\n", ""));
     assert!(
-        errs[0].starts_with("spec.dnsPolicy: not supported by wasmpod"),
+        errs[0].starts_with("spec.dnsConfig.nameservers: Required value"),
         "{errs:?}"
     );
     let errs = errors(&pod_with("", "  dnsPolicy: Sometimes\n", ""));
