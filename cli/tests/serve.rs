@@ -96,6 +96,16 @@ impl Agent {
             .expect("kubectl runs")
     }
 
+    /// Puts the test guest under the images dir as `agnhost.wasm`: `kubectl run` takes an image
+    /// name, not a path, and the agent finds it under `--images-dir`.
+    fn provide_agnhost(&self) {
+        std::fs::copy(
+            wasmpod_tests::guests::AGNHOST_P1,
+            self.dir.join("agnhost.wasm"),
+        )
+        .unwrap();
+    }
+
     /// kubectl with `input` on its stdin, bounded to a minute.
     fn kubectl_with_input(&self, args: &[&str], input: &[u8]) -> Output {
         use std::io::Write as _;
@@ -1048,12 +1058,7 @@ fn static_pods_follow_their_manifests() {
 #[test]
 fn kubectl_run_and_delete_all() {
     let (_tmp, agent) = Agent::start();
-    // `kubectl run` takes an image name, not a path: the agent finds it under --images-dir.
-    std::fs::copy(
-        wasmpod_tests::guests::AGNHOST_P1,
-        agent.dir.join("agnhost.wasm"),
-    )
-    .unwrap();
+    agent.provide_agnhost();
     let created = agent.ok(&[
         "run",
         "demo",
@@ -1430,11 +1435,7 @@ fn kubectl_top_and_the_kubelets_metrics() {
 #[test]
 fn run_exec_and_attach_with_stdin() {
     let (_tmp, agent) = Agent::start();
-    std::fs::copy(
-        wasmpod_tests::guests::AGNHOST_P1,
-        agent.dir.join("agnhost.wasm"),
-    )
-    .unwrap();
+    agent.provide_agnhost();
     let run = |name: &str, extra: &[&str], input: &[u8]| {
         let mut args = vec![
             "run",
@@ -1775,6 +1776,9 @@ spec:
         assert!(stderr(&with(gone, &["get", "pods"])).contains("Unauthorized"));
     }
     assert!(with(token, &["get", "pods"]).status.success());
+    // A deleted service account's tokens die with it.
+    agent.ok(&["delete", "serviceaccount", "default"]);
+    assert!(stderr(&with(token, &["get", "pods"])).contains("Unauthorized"));
 }
 
 /// Pods reach the node's API as a cluster's pods do: the `kubernetes` Service's address and
