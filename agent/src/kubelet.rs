@@ -374,7 +374,7 @@ impl Kubelet {
             n += 1;
             let event_name = format!("{name}.{:x}{n:08x}", uid_prefix(&uid));
             let field_path = e.container.as_ref().map(|c| {
-                let list = if e.role == Some("regular") {
+                let list = if e.role == Some(wasmpod::ContainerRole::Regular) {
                     "containers"
                 } else {
                     "initContainers"

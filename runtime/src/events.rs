@@ -85,7 +85,7 @@ pub struct Event {
     /// The container's name; `None` for pod-level events.
     pub container: Option<String>,
     /// `init`, `sidecar` or `regular`; `None` for pod-level events.
-    pub role: Option<&'static str>,
+    pub role: Option<crate::ContainerRole>,
     /// Normal or Warning.
     #[serde(rename = "type")]
     pub kind: EventType,
@@ -98,7 +98,7 @@ pub struct Event {
     /// The container's restart count, on container events.
     pub restart_count: Option<i32>,
     /// The new phase, on `PhaseChanged`.
-    pub phase: Option<&'static str>,
+    pub phase: Option<crate::PodPhase>,
 }
 
 pub(crate) fn now_micros() -> String {

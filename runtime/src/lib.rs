@@ -59,10 +59,11 @@ pub use node::{
     Allocatable, ContainerError, Error, ExecError, Node, NodeOptions, PodHandle, PodOptions,
 };
 pub use output::{LogLimits, LogOptions, Logs, OutputLine, Stream};
+pub use spec::Role as ContainerRole;
 pub use spec::{
     FieldError, FieldErrorKind, InvalidPod, PodSpec, read_documents, read_priority_classes,
 };
-pub use supervisor::BackoffOptions;
+pub use supervisor::{BackoffOptions, Phase as PodPhase};
 
 /// The Kubernetes API types wasmpod speaks (`Pod`, `PodStatus`, ...), re-exported.
 pub use k8s_openapi;

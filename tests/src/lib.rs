@@ -313,7 +313,7 @@ impl Timeline {
         self.0
             .iter()
             .filter(|e| e.reason == Reason::PhaseChanged)
-            .filter_map(|e| e.phase)
+            .filter_map(|e| e.phase.map(wasmpod::PodPhase::as_str))
             .collect()
     }
 

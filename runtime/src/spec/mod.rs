@@ -34,9 +34,10 @@ pub(crate) use dns::Dns;
 pub(crate) use env::{PodInfo, resolve as resolve_env};
 pub use errors::{FieldError, FieldErrorKind, InvalidPod};
 pub use model::PodSpec;
+pub use model::Role;
 pub(crate) use model::{
     ContainerSpec, Handler, HostCreate, HttpGet, ImagePull, Mount, Probe, Requests, RestartPolicy,
-    Role, StdinMode, TerminationMessage, VolumeSource,
+    StdinMode, TerminationMessage, VolumeSource,
 };
 pub(crate) use names::{MAX_DURATION, check_subdomain};
 pub(crate) use placement::{Placement, PodTerm};

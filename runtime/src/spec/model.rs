@@ -14,16 +14,23 @@ pub(crate) enum RestartPolicy {
     Never,
 }
 
-/// What part a container plays in its pod.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Role {
+/// What part a container plays in its pod (the event stream's `role`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum Role {
+    /// An init container: runs to completion, in order, before the regular containers.
     Init,
+    /// An init container with `restartPolicy: Always`: starts in order, runs beside the
+    /// regular containers.
     Sidecar,
+    /// A regular container.
     Regular,
 }
 
 impl Role {
-    pub(crate) fn as_str(self) -> &'static str {
+    /// The role as the event stream writes it.
+    pub fn as_str(self) -> &'static str {
         match self {
             Role::Init => "init",
             Role::Sidecar => "sidecar",

@@ -14,6 +14,8 @@ mod report;
 mod results;
 mod start;
 mod status;
+
+pub use status::Phase;
 mod stop;
 mod stopping;
 mod sync;
@@ -28,7 +30,6 @@ use tokio::sync::{mpsc, oneshot, watch};
 pub use backoff::BackoffOptions;
 use container::{Container, Instance};
 use probe::{HookKind, ProbeKind};
-use status::Phase;
 
 use crate::ContainerError;
 use crate::container::{CpuLimit, Exit, PodMeters};

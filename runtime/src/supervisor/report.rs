@@ -189,7 +189,7 @@ impl PodTask {
             message,
             exit_code: None,
             restart_count: None,
-            phase: phase.map(Phase::as_str),
+            phase,
         });
     }
 
@@ -220,7 +220,7 @@ impl PodTask {
             time: crate::events::micros(at),
             pod: self.spec.name.clone(),
             container: Some(c.name.to_string()),
-            role: Some(c.role().as_str()),
+            role: Some(c.role()),
             kind,
             reason,
             message,

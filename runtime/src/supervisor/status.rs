@@ -4,17 +4,24 @@
 use super::container::{Container, State};
 use crate::spec::{RestartPolicy, Role};
 
-/// A pod's phase.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Phase {
+/// A pod's phase (`status.phase`, and the event stream's `phase`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub enum Phase {
+    /// Admitted or not yet, its containers not all started.
     Pending,
+    /// Its containers started; one at least runs or will run again.
     Running,
+    /// Every container ended with success and none restarts.
     Succeeded,
+    /// Every container ended, one at least in failure, or the pod was stopped for good
+    /// (deadline, eviction).
     Failed,
 }
 
 impl Phase {
-    pub(crate) fn as_str(self) -> &'static str {
+    /// The phase as Kubernetes writes it.
+    pub fn as_str(self) -> &'static str {
         match self {
             Phase::Pending => "Pending",
             Phase::Running => "Running",
