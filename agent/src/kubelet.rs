@@ -126,7 +126,7 @@ impl Kubelet {
             );
         }
         // Last, so that it is the one a `serviceAccountToken` projection gets.
-        config.push(self.account_token(pod));
+        config.extend(self.account_token(pod));
         PodSpec::from_value(pod, &self.images, &config)
     }
 
@@ -134,8 +134,9 @@ impl Kubelet {
     /// `kubernetes.io/service-account-token` for its service account: issued by the agent,
     /// bound to the pod (it dies with it), for the API and every audience the pod's projections
     /// name, valid for a year — as the API server extends a `kube-api-access` token's hour,
-    /// since the node does not rewrite the file as its expiry nears.
-    fn account_token(&self, pod: &Value) -> Value {
+    /// since the node does not rewrite the file as its expiry nears. `None` for a pod without
+    /// such a projection.
+    fn account_token(&self, pod: &Value) -> Option<Value> {
         let ns = str_at(pod, "/metadata/namespace");
         let account = ["/spec/serviceAccountName", "/spec/serviceAccount"]
             .iter()
@@ -143,18 +144,18 @@ impl Kubelet {
             .find(|a| !a.is_empty())
             .unwrap_or("default");
         let mut audiences = vec![crate::tokens::API_AUDIENCE.to_owned()];
-        let projected = pod
+        let mut projections = pod
             .pointer("/spec/volumes")
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
             .filter_map(|v| v.pointer("/projected/sources").and_then(Value::as_array))
-            .flatten();
-        for source in projected {
-            let audience = source
-                .pointer("/serviceAccountToken/audience")
-                .and_then(Value::as_str)
-                .unwrap_or("");
+            .flatten()
+            .filter_map(|source| source.get("serviceAccountToken"))
+            .peekable();
+        projections.peek()?;
+        for token in projections {
+            let audience = token.get("audience").and_then(Value::as_str).unwrap_or("");
             if !audience.is_empty()
                 && audiences.len() < 16
                 && !audiences.iter().any(|a| a == audience)
@@ -173,7 +174,7 @@ impl Kubelet {
             pod: (!uid.is_empty())
                 .then(|| (str_at(pod, "/metadata/name").to_owned(), uid.to_owned())),
         });
-        json!({
+        Some(json!({
             "apiVersion": "v1",
             "kind": "Secret",
             "metadata": {
@@ -183,7 +184,7 @@ impl Kubelet {
             },
             "type": "kubernetes.io/service-account-token",
             "stringData": {"token": token},
-        })
+        }))
     }
 
     /// Whether the node runs the pod of this uid.

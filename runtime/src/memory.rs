@@ -91,11 +91,7 @@ pub(crate) struct Budget {
 
 impl Budget {
     pub(crate) fn new(limit: u64) -> Arc<Budget> {
-        Arc::new(Budget {
-            limit,
-            used: AtomicU64::new(0),
-            pod: None,
-        })
+        Budget::within(limit, None)
     }
 
     /// A container's budget inside its pod's (`pod`, when the pod has a limit).

@@ -243,7 +243,7 @@ impl Task {
                 .map(crate::container::CpuLimit::new),
             term: TermSignal(term_rx),
             kill: Default::default(),
-            net: NodeNetwork::new(Egress::Allow).create_pod(names),
+            net: NodeNetwork::new(Egress::Allow, None).create_pod(names),
             host_sockets: true,
             http: HttpServe {
                 ports: vec![options.http_port.unwrap_or(DEFAULT_PORT)],

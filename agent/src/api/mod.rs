@@ -138,7 +138,7 @@ fn decode(s: &str) -> String {
 
 /// Where a request goes.
 #[derive(Debug)]
-pub(crate) enum Route {
+enum Route {
     Version,
     CoreVersions,
     Groups,

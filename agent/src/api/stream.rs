@@ -29,7 +29,7 @@ use crate::status::ApiError;
 pub(crate) const FRAME: usize = 32 * 1024;
 /// The largest message taken from a client (kubectl sends stdin in pieces of 32 KiB at most).
 const MESSAGE: usize = 64 * 1024;
-/// `exec` and `attach` sessions of one pod at once.
+/// `exec`, `attach` and `port-forward` sessions of one pod at once.
 pub(crate) const MAX_SESSIONS: usize = 16;
 /// The subprotocols of `exec` and `attach`.
 pub(crate) const CHANNELS: &[&str] = &["v5.channel.k8s.io", "v4.channel.k8s.io"];
@@ -61,7 +61,7 @@ impl Sessions {
         let n = all.entry(uid.to_owned()).or_default();
         if *n >= MAX_SESSIONS {
             return Err(ApiError::too_many_requests(format!(
-                "the pod has {MAX_SESSIONS} exec and attach sessions already"
+                "the pod has {MAX_SESSIONS} exec, attach and port-forward sessions already"
             )));
         }
         *n += 1;
@@ -156,12 +156,14 @@ impl Channels {
 
 /// Whether the request asks to switch to a WebSocket with one of `protocols`.
 pub(crate) fn wants(req: &Request<Incoming>, protocols: &[&'static str]) -> bool {
-    let upgrade = req
-        .headers()
+    upgrades_to_websocket(req) && offered(req, protocols).is_some()
+}
+
+fn upgrades_to_websocket(req: &Request<Incoming>) -> bool {
+    req.headers()
         .get(header::UPGRADE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
-    upgrade && offered(req, protocols).is_some()
+        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"))
 }
 
 /// The first of `protocols` the client offers.
@@ -193,12 +195,9 @@ pub(crate) fn accept(
     ),
     ApiError,
 > {
-    let headers = req.headers();
-    let is_websocket = headers
-        .get(header::UPGRADE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
-    let key = headers
+    let is_websocket = upgrades_to_websocket(&req);
+    let key = req
+        .headers()
         .get("sec-websocket-key")
         .map(|k| derive_accept_key(k.as_bytes()));
     let protocol = offered(&req, protocols);

@@ -372,8 +372,8 @@ impl Sandbox {
         }
     }
 
-    /// Runs `command` in a fresh instance (its caller meters it): its exit code (the export's result, the entry
-    /// point's exit code, 134 for a trap) and, when that is not 0, why.
+    /// Runs `command` in a fresh instance (its caller meters it): its exit code (the export's
+    /// result, the entry point's exit code, 134 for a trap) and, when that is not 0, why.
     async fn invoke(
         &self,
         command: &[String],

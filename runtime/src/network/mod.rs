@@ -68,18 +68,10 @@ struct Pods {
 }
 
 impl NodeNetwork {
-    pub(crate) fn new(egress: Egress) -> NodeNetwork {
+    /// A node network whose pods reach `api_server`, if any, as the `kubernetes` Service.
+    pub(crate) fn new(egress: Egress, api_server: Option<SocketAddr>) -> NodeNetwork {
         NodeNetwork(Arc::new(NodeState {
             egress,
-            api_server: None,
-            pods: Mutex::default(),
-        }))
-    }
-
-    /// The node network with the `kubernetes` Service going to `api_server`.
-    pub(crate) fn with_api_server(self, api_server: Option<SocketAddr>) -> NodeNetwork {
-        NodeNetwork(Arc::new(NodeState {
-            egress: self.0.egress,
             api_server,
             pods: Mutex::default(),
         }))
@@ -471,7 +463,7 @@ mod tests {
 
     #[test]
     fn pods_get_distinct_ips_and_reuse_freed_ones_later() {
-        let node = NodeNetwork::new(Egress::Allow);
+        let node = NodeNetwork::new(Egress::Allow, None);
         let a = node.create_pod(PodNames {
             hostname: "a".into(),
             ..PodNames::default()

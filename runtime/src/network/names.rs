@@ -54,39 +54,47 @@ impl PodNames {
     }
 }
 
-/// The addresses `name` (fully qualified, without its final dot) has, asked of `nameservers`
-/// (a pod's `dnsConfig.nameservers`, port 53, UDP then TCP): A and AAAA records, at most 2 s a
-/// server and two tries. Empty when none answers with one.
-pub(crate) async fn ask(nameservers: &[IpAddr], name: &str) -> Vec<IpAddr> {
-    use hickory_resolver::Resolver;
-    use hickory_resolver::config::{
-        LookupIpStrategy, NameServerConfigGroup, ResolverConfig, ResolverOpts,
-    };
-    use hickory_resolver::name_server::TokioConnectionProvider;
+/// A pod's own name servers (`dnsConfig.nameservers`): port 53, UDP then TCP, 2 s a server and
+/// two tries, no cache and no search list (the pod's candidates are asked one by one).
+pub(crate) struct NameServers(hickory_resolver::TokioResolver);
 
-    let servers = NameServerConfigGroup::from_ips_clear(nameservers, 53, true);
-    let config = ResolverConfig::from_parts(None, Vec::new(), servers);
-    let mut options = ResolverOpts::default();
-    options.timeout = std::time::Duration::from_secs(2);
-    options.attempts = 2;
-    options.ndots = 0;
-    options.cache_size = 0;
-    options.use_hosts_file = hickory_resolver::config::ResolveHosts::Never;
-    options.ip_strategy = LookupIpStrategy::Ipv4AndIpv6;
-    let resolver = Resolver::builder_with_config(config, TokioConnectionProvider::default())
-        .with_options(options)
-        .build();
-    match resolver.lookup_ip(format!("{name}.")).await {
-        Ok(found) => {
-            let mut ips: Vec<IpAddr> = Vec::new();
-            for ip in found.iter().take(64) {
-                if !ips.contains(&ip) {
-                    ips.push(ip);
-                }
+impl NameServers {
+    pub(crate) fn new(nameservers: &[IpAddr]) -> NameServers {
+        use hickory_resolver::Resolver;
+        use hickory_resolver::config::{
+            LookupIpStrategy, NameServerConfigGroup, ResolveHosts, ResolverConfig, ResolverOpts,
+        };
+        use hickory_resolver::name_server::TokioConnectionProvider;
+
+        let servers = NameServerConfigGroup::from_ips_clear(nameservers, 53, true);
+        let config = ResolverConfig::from_parts(None, Vec::new(), servers);
+        let mut options = ResolverOpts::default();
+        options.timeout = std::time::Duration::from_secs(2);
+        options.attempts = 2;
+        options.ndots = 0;
+        options.cache_size = 0;
+        options.use_hosts_file = ResolveHosts::Never;
+        options.ip_strategy = LookupIpStrategy::Ipv4AndIpv6;
+        NameServers(
+            Resolver::builder_with_config(config, TokioConnectionProvider::default())
+                .with_options(options)
+                .build(),
+        )
+    }
+
+    /// The addresses `name` (fully qualified, without its final dot) has: its A and AAAA
+    /// records, at most 64. Empty when no server answers with one.
+    pub(crate) async fn ask(&self, name: &str) -> Vec<IpAddr> {
+        let Ok(found) = self.0.lookup_ip(format!("{name}.")).await else {
+            return Vec::new();
+        };
+        let mut ips: Vec<IpAddr> = Vec::new();
+        for ip in found.iter().take(64) {
+            if !ips.contains(&ip) {
+                ips.push(ip);
             }
-            ips
         }
-        Err(_) => Vec::new(),
+        ips
     }
 }
 

@@ -297,7 +297,9 @@ fn resolve(pod: &PodNetwork, name: &str) -> ResolveAddresses {
         return ResolveAddresses::Done(Err(ErrorCode::NameUnresolvable));
     }
     let dns = &pod.names().dns;
-    let (node_resolver, nameservers) = (dns.node_resolver, dns.nameservers.clone());
+    let node_resolver = dns.node_resolver;
+    let nameservers =
+        (!dns.nameservers.is_empty()).then(|| super::names::NameServers::new(&dns.nameservers));
     ResolveAddresses::Pending(tokio::spawn(async move {
         for host in candidates {
             let mut ips: VecDeque<IpAddr> = VecDeque::new();
@@ -308,8 +310,10 @@ fn resolve(pod: &PodNetwork, name: &str) -> ResolveAddresses {
                     }
                 }
             }
-            if ips.is_empty() && !nameservers.is_empty() {
-                ips = super::names::ask(&nameservers, &host).await.into();
+            if ips.is_empty()
+                && let Some(servers) = &nameservers
+            {
+                ips = servers.ask(&host).await.into();
             }
             if !ips.is_empty() {
                 return Ok(ips);

@@ -128,7 +128,7 @@ impl Node {
             images: Arc::new(images),
             engine,
             backoff: options.backoff,
-            network: NodeNetwork::new(options.egress).with_api_server(options.api_server),
+            network: NodeNetwork::new(options.egress, options.api_server),
             node_name: options.node_name,
             memory_limit: usize::try_from(options.memory_limit).unwrap_or(usize::MAX),
             log_limits: options.log_limits,

@@ -14,8 +14,6 @@ mod report;
 mod results;
 mod start;
 mod status;
-
-pub use status::Phase;
 mod stop;
 mod stopping;
 mod sync;
@@ -30,6 +28,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 pub use backoff::BackoffOptions;
 use container::{Container, Instance};
 use probe::{HookKind, ProbeKind};
+pub use status::Phase;
 
 use crate::ContainerError;
 use crate::container::{CpuLimit, Exit, PodMeters};
