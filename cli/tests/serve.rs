@@ -1499,10 +1499,11 @@ fn run_exec_and_attach_with_stdin() {
         String::from_utf8_lossy(&out.stdout),
         "read: to exec\nstdin ended after 1 lines\n"
     );
-    // Attach sessions do not end by themselves: each is read until what it wrote came back.
+    // Attach sessions do not end by themselves: each is read until what it wrote came back
+    // (bounded: a session that never echoes ends at the timeout and fails below).
     for (input, seen) in [("one\n", "read: one"), ("two\n", "read: two")] {
-        let mut child = Command::new("kubectl")
-            .args(["attach", "-i", "shell", "-c", "c"])
+        let mut child = Command::new("timeout")
+            .args(["30", "kubectl", "attach", "-i", "shell", "-c", "c"])
             .env("KUBECONFIG", &agent.kubeconfig)
             .env("HOME", &agent.dir)
             .stdin(Stdio::piped())
@@ -1517,13 +1518,22 @@ fn run_exec_and_attach_with_stdin() {
             .unwrap()
             .write_all(input.as_bytes())
             .unwrap();
-        let lines: Vec<String> = BufReader::new(child.stdout.take().unwrap())
-            .lines()
-            .map(Result::unwrap)
-            .take_while(|l| l != seen)
-            .collect();
-        child.kill().unwrap();
-        child.wait().unwrap();
+        let mut lines = Vec::new();
+        for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+            let line = line.unwrap();
+            if line == seen {
+                break;
+            }
+            lines.push(line);
+        }
+        // TERM, which `timeout` passes on to kubectl and then dies of itself.
+        let term = Command::new("kill").arg(child.id().to_string()).status();
+        assert!(term.unwrap().success());
+        let ended = child.wait().unwrap();
+        assert!(
+            ended.code().is_none(),
+            "the session ended ({ended}) before {seen:?} came back: {lines:?}"
+        );
         // From the instance's start: what it printed before this session too.
         assert_eq!(
             lines.first().map(String::as_str),
