@@ -83,7 +83,7 @@ impl PodMemory {
 /// of its own that each container's draws from too, as the pod's cgroup holds its containers'.
 #[derive(Debug)]
 pub(crate) struct Budget {
-    limit: u64,
+    limit: AtomicU64,
     used: AtomicU64,
     /// The pod's budget, when it has one.
     pod: Option<Arc<Budget>>,
@@ -97,7 +97,7 @@ impl Budget {
     /// A container's budget inside its pod's (`pod`, when the pod has a limit).
     pub(crate) fn within(limit: u64, pod: Option<Arc<Budget>>) -> Arc<Budget> {
         Arc::new(Budget {
-            limit,
+            limit: AtomicU64::new(limit),
             used: AtomicU64::new(0),
             pod,
         })
@@ -108,7 +108,8 @@ impl Budget {
         let fits = self
             .used
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
-                used.checked_add(bytes).filter(|&total| total <= self.limit)
+                used.checked_add(bytes)
+                    .filter(|&total| total <= self.limit())
             })
             .is_ok();
         if !fits {
@@ -128,6 +129,22 @@ impl Budget {
         if let Some(pod) = &self.pod {
             pod.give_back(bytes);
         }
+    }
+
+    /// The most bytes it holds.
+    pub(crate) fn limit(&self) -> u64 {
+        self.limit.load(Ordering::Acquire)
+    }
+
+    /// Changes the limit (a running container's resize); refused, with the bytes in use, when
+    /// more than the new limit is in use. Memory already held is never taken back.
+    pub(crate) fn set_limit(&self, limit: u64) -> Result<(), u64> {
+        let used = self.used();
+        if used > limit {
+            return Err(used);
+        }
+        self.limit.store(limit, Ordering::Release);
+        Ok(())
     }
 
     /// Bytes in use.

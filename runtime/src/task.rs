@@ -1,55 +1,66 @@
-//! One container run as a process of its own, as a containerd task runs it.
+//! Containers run where someone else keeps the pod: what the containerd shim runs.
 //!
-//! A [`Task`] is one WASI module or component with its argv, environment, directories, working
-//! directory and limits, run on wasmpod's engine with the container semantics that make sense
-//! for a single process, where someone else (containerd and the kubelet) keeps the pod:
+//! A [`TaskEngine`] is one process's engine, shared by its tasks (one compile of each module,
+//! one epoch ticker); a [`Task`] is one container's WASI module or component with its argv,
+//! environment, directories, working directory and limits, with the container semantics that
+//! make sense where containerd and the kubelet keep the pod:
 //!
+//! - [`Task::run`] runs the entry point with the stdio the caller gives ([`TaskIo`]);
+//!   [`Task::exec`] runs a command in a fresh instance with the same mounts, environment,
+//!   network and memory budget, as `kubectl exec` and exec probes do (the command names an
+//!   export, such as a probe, or is the entry point's argv).
 //! - [`Terminator::terminate`] is TERM: a guest that imports `wasmpod:pod/termination` learns
 //!   it and goes on until it exits by itself; any other guest stops at once with 143. KILL is
-//!   the process's end (SIGKILL), so a task has no grace period of its own.
+//!   dropping the future of `run` or `exec`: every instance yields at each epoch tick.
 //! - Exit codes are the supervisor's: the guest's own (0–255), 134 when it trapped, 137 when it
 //!   ran out of memory ([`TaskExit::oom`]).
-//! - Its stdio is the process's, and its components' `wasi:sockets` are the host's: a task runs
-//!   in a network namespace made for it (in Kubernetes, the CNI's pod network), not in a wasmpod
-//!   pod network.
+//! - Its components' `wasi:sockets` are the host's: a task runs in a network namespace made for
+//!   it (in Kubernetes, the CNI's pod network), not in a wasmpod pod network.
 //! - An HTTP handler component (`wasi:http/incoming-handler`, or 0.3's `wasi:http/handler`) is
 //!   served on [`TaskOptions::http_port`] (8080 unless set, as `wasmtime serve` does) on every IPv4
 //!   address of that namespace, a fresh instance per request, as in a pod; TERM stops accepting,
 //!   lets the requests under way finish and exits 0.
+//! - [`Task::usage`] is what it used (CPU time, memory), [`Task::resize`] changes its limits.
 //!
-//! This is what the containerd shim (`containerd-shim-wasmpod-v1`) runs in each container's
-//! process; a [`crate::Node`] is the way to run pods.
+//! A [`crate::Node`] is the way to run whole pods.
 //!
 //! ```no_run
 //! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! use wasmpod::task::{Task, TaskOptions};
+//! use wasmpod::task::{TaskEngine, TaskIo, TaskOptions};
 //!
+//! let engine = TaskEngine::new(None)?;
 //! let wasm = std::fs::read("hello.wasm")?;
 //! let options = TaskOptions::new(["hello.wasm", "--name", "world"]).memory_limit(64 << 20);
-//! let task = Task::new("hello.wasm".as_ref(), &wasm, options)?;
+//! let task = engine.task("hello.wasm".as_ref(), &wasm, options)?;
 //! let terminator = task.terminator();
 //! tokio::spawn(async move {
 //!     let _ = tokio::signal::ctrl_c().await;
 //!     terminator.terminate();
 //! });
-//! let exit = task.run().await;
+//! let exit = task.run(TaskIo::inherit()).await;
 //! std::process::exit(exit.code);
 //! # }
 //! ```
 
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
+use sha2::{Digest, Sha256};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
+use wasmtime_wasi::cli::{AsyncStdinStream, AsyncStdoutStream, StdoutStream};
 
-use crate::container::{DEFAULT_PORT, EXIT_TERMINATED, HttpServe, Preopen, Sandbox};
-#[cfg(feature = "compiler")]
-use crate::engine;
+use crate::container::{
+    CpuLimit, DEFAULT_PORT, EXIT_TERMINATED, HttpServe, Meter, Preopen, Sandbox, Shared,
+};
 use crate::engine::{Engine, Image};
 use crate::host::{GuestSockets, TermSignal};
 use crate::memory::{Budget, NodeMemory, PodMemory};
 use crate::network::{NodeNetwork, PodNames};
-use crate::{Egress, LoadError};
+use crate::spec::Serving;
+use crate::{Egress, FieldError, LoadError};
 
 /// What a task runs with besides its module: argv, environment, directories, limits.
 #[derive(Debug, Clone, Default)]
@@ -69,6 +80,8 @@ pub struct TaskOptions {
     pub cpu_share: Option<f64>,
     /// The TCP port an HTTP handler component is served on (8080 when unset).
     pub http_port: Option<u16>,
+    /// How an HTTP handler component serves (`wasmpod.dev/http-*` annotations).
+    serving: Serving,
 }
 
 impl TaskOptions {
@@ -128,7 +141,36 @@ impl TaskOptions {
         self.http_port = Some(port);
         self
     }
+
+    /// Takes the pod's `wasmpod.dev/http-*` annotations, as a pod's do in a node
+    /// (`http-max-concurrency`, `http-request-timeout`), and [`HTTP_PORT`]: how an HTTP handler
+    /// component serves. A bad value is an error that names the annotation.
+    pub fn annotations(
+        mut self,
+        annotations: &BTreeMap<String, String>,
+    ) -> Result<Self, Vec<FieldError>> {
+        let mut errors = Vec::new();
+        self.serving = crate::spec::serving::check(annotations, &mut errors);
+        if let Some(value) = annotations.get(HTTP_PORT) {
+            match value.trim().parse::<u16>() {
+                Ok(port) if port > 0 => self.http_port = Some(port),
+                _ => errors.push(FieldError::invalid(
+                    format!("metadata.annotations[{HTTP_PORT}]"),
+                    format!("invalid value {value:?}: must be a port from 1 to 65535"),
+                )),
+            }
+        }
+        if errors.is_empty() {
+            Ok(self)
+        } else {
+            Err(errors)
+        }
+    }
 }
+
+/// The pod annotation that sets the TCP port its HTTP handler components are served on
+/// (`"8000"`; 8080 without it).
+pub const HTTP_PORT: &str = "wasmpod.dev/http-port";
 
 /// A host directory a task's guest sees.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -154,6 +196,46 @@ pub struct TaskExit {
     pub message: Option<String>,
 }
 
+/// What a task used so far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TaskUsage {
+    /// The CPU time its instances ran (entry point, execs, HTTP requests).
+    pub cpu: Duration,
+    /// Its working set: linear memories, tables and socket buffers, in bytes.
+    pub memory: u64,
+    /// Its memory limit in bytes (`u64::MAX` without one).
+    pub memory_limit: u64,
+}
+
+/// Writes why an instance ended, after what it wrote, to its stderr: where the kubelet looks
+/// for it (`terminationMessagePolicy: FallbackToLogsOnError`).
+async fn tell(stderr: &Shared<Output>, message: Option<&str>) {
+    let Some(message) = message else {
+        return;
+    };
+    // Written and flushed before the stream is dropped (which would drop what it still holds).
+    let line = bytes::Bytes::from(format!("wasmpod: {message}\n"));
+    let _ = stderr.p2_stream().blocking_write_and_flush(line).await;
+}
+
+/// Why a task's limits could not be changed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ResizeError {
+    /// The new memory limit is below what the task holds (memory is never taken back).
+    #[error("the memory limit {limit} bytes is below the {used} bytes the container holds")]
+    BelowUsage {
+        /// The limit asked for.
+        limit: u64,
+        /// The bytes in use.
+        used: u64,
+    },
+    /// A CPU share that is not a positive number.
+    #[error("the CPU limit {0} is not a positive share of a core")]
+    Cpu(f64),
+}
+
 /// Delivers TERM to a task (see [`Task::terminator`]).
 #[derive(Debug, Clone)]
 pub struct Terminator(Arc<watch::Sender<bool>>);
@@ -165,12 +247,139 @@ impl Terminator {
     }
 }
 
-/// One container's guest, ready to run as a process (see the [module docs](self)).
+type Output = Box<dyn StdoutStream + Sync>;
+
+/// A task's stdio for one run or exec: empty stdin and discarded output unless given.
+pub struct TaskIo {
+    stdin: Option<AsyncStdinStream>,
+    stdout: Output,
+    stderr: Output,
+}
+
+impl std::fmt::Debug for TaskIo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TaskIo")
+            .field("stdin", &self.stdin.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for TaskIo {
+    fn default() -> Self {
+        TaskIo::new()
+    }
+}
+
+/// Bytes of a guest's output held on their way to a writer that is slow to take them.
+const OUTPUT_BUFFER: usize = 64 << 10;
+
+impl TaskIo {
+    /// No input, output discarded.
+    pub fn new() -> TaskIo {
+        TaskIo {
+            stdin: None,
+            stdout: Box::new(tokio::io::empty()),
+            stderr: Box::new(tokio::io::empty()),
+        }
+    }
+
+    /// The process's own stdout and stderr (no input).
+    pub fn inherit() -> TaskIo {
+        TaskIo {
+            stdin: None,
+            stdout: Box::new(tokio::io::stdout()),
+            stderr: Box::new(tokio::io::stderr()),
+        }
+    }
+
+    /// Reads the guest's stdin from `reader`.
+    pub fn stdin(mut self, reader: impl AsyncRead + Send + Sync + 'static) -> Self {
+        self.stdin = Some(AsyncStdinStream::new(reader));
+        self
+    }
+
+    /// Writes the guest's stdout to `writer`.
+    pub fn stdout(mut self, writer: impl AsyncWrite + Send + Sync + 'static) -> Self {
+        self.stdout = Box::new(AsyncStdoutStream::new(OUTPUT_BUFFER, writer));
+        self
+    }
+
+    /// Writes the guest's stderr to `writer`.
+    pub fn stderr(mut self, writer: impl AsyncWrite + Send + Sync + 'static) -> Self {
+        self.stderr = Box::new(AsyncStdoutStream::new(OUTPUT_BUFFER, writer));
+        self
+    }
+}
+
+/// One process's engine, shared by its tasks: each module or component is compiled once (and
+/// kept in the compile cache directory, when there is one, for the next process).
+pub struct TaskEngine {
+    engine: Arc<Engine>,
+    /// Images by the SHA-256 of their bytes: a pod's containers, and a container's restarts,
+    /// share one compiled image.
+    images: Mutex<HashMap<[u8; 32], Arc<Image>>>,
+}
+
+impl std::fmt::Debug for TaskEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let images = self.images.lock().map(|i| i.len()).unwrap_or(0);
+        f.debug_struct("TaskEngine")
+            .field("images", &images)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TaskEngine {
+    /// An engine whose compiled artefacts are kept in `cache_dir` (a directory only root may
+    /// write, else the cache is off), or only in memory.
+    pub fn new(cache_dir: Option<&Path>) -> Result<TaskEngine, LoadError> {
+        let engine = Engine::new(
+            cache_dir.map(Path::to_path_buf),
+            GuestSockets::Host,
+            Default::default(),
+        )
+        .map_err(|e| LoadError::Compile {
+            path: PathBuf::new(),
+            message: format!("cannot start the engine: {e:#}"),
+        })?;
+        Ok(TaskEngine {
+            engine: Arc::new(engine),
+            images: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// A task of `wasm` (a module or component; `name` names it in errors), compiled unless
+    /// this engine or its cache has it. Blocking: compiling takes milliseconds to seconds.
+    pub fn task(&self, name: &Path, wasm: &[u8], options: TaskOptions) -> Result<Task, LoadError> {
+        let key: [u8; 32] = Sha256::digest(wasm).into();
+        let cached = self
+            .images
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+            .cloned();
+        let image = match cached {
+            Some(image) => image,
+            None => {
+                let image = Arc::new(self.engine.load_bytes(name, wasm)?);
+                self.images
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(key, image.clone());
+                image
+            }
+        };
+        Ok(Task::with(self.engine.clone(), image, options))
+    }
+}
+
+/// One container's guest, ready to run (see the [module docs](self)).
 pub struct Task {
     sandbox: Arc<Sandbox>,
     term: Arc<watch::Sender<bool>>,
+    cpu: Arc<CpuLimit>,
     // The engine's epoch ticker runs while the engine lives.
-    _engine: Engine,
+    _engine: Arc<Engine>,
 }
 
 impl std::fmt::Debug for Task {
@@ -183,33 +392,7 @@ impl std::fmt::Debug for Task {
 }
 
 impl Task {
-    /// Compiles `wasm` (a module or component; `name` names it in errors) into a task.
-    /// Blocking: compiling takes from milliseconds to seconds.
-    pub fn new(name: &Path, wasm: &[u8], options: TaskOptions) -> Result<Task, LoadError> {
-        let engine = task_engine(name)?;
-        let image = engine.load_bytes(name, wasm)?;
-        Ok(Task::with(engine, image, options))
-    }
-
-    /// Makes a task of an artefact of [`precompile`], without compiling.
-    ///
-    /// # Safety
-    ///
-    /// `artefact` must be an output of [`precompile`]: wasmtime checks that it was made by the
-    /// same wasmtime with the same configuration for this CPU, but runs the machine code it
-    /// holds as it is.
-    pub unsafe fn from_precompiled(
-        name: &Path,
-        artefact: &[u8],
-        options: TaskOptions,
-    ) -> Result<Task, LoadError> {
-        let engine = task_engine(name)?;
-        // SAFETY: as the caller promised.
-        let image = unsafe { engine.load_precompiled(name, artefact) }?;
-        Ok(Task::with(engine, image, options))
-    }
-
-    fn with(engine: Engine, image: Image, options: TaskOptions) -> Task {
+    fn with(engine: Arc<Engine>, image: Arc<Image>, options: TaskOptions) -> Task {
         let (term, term_rx) = watch::channel(false);
         let node_memory = Arc::new(NodeMemory::new(u64::MAX));
         let names = PodNames {
@@ -222,8 +405,15 @@ impl Task {
                 node_resolver: true,
             },
         };
+        // Always a CPU limit, unlimited unless set, so that a resize can set one.
+        let cpu = CpuLimit::new(
+            options
+                .cpu_share
+                .filter(|f| *f > 0.0 && f.is_finite())
+                .unwrap_or(f64::INFINITY),
+        );
         let sandbox = Arc::new(Sandbox {
-            image: Arc::new(image),
+            image,
             argv: options.args,
             env: options.env,
             preopens: options
@@ -237,26 +427,24 @@ impl Task {
                 .collect(),
             working_dir: options.working_dir,
             budget: Budget::new(options.memory_limit.unwrap_or(u64::MAX)),
-            cpu: options
-                .cpu_share
-                .filter(|f| *f > 0.0 && *f < 1.0)
-                .map(crate::container::CpuLimit::new),
+            cpu: Some(cpu.clone()),
             term: TermSignal(term_rx),
             kill: Default::default(),
             net: NodeNetwork::new(Egress::Allow, None).create_pod(names),
             host_sockets: true,
             http: HttpServe {
                 ports: vec![options.http_port.unwrap_or(DEFAULT_PORT)],
-                serving: crate::spec::Serving::default(),
+                serving: options.serving,
             },
             activity: engine.activity().clone(),
             memory: PodMemory::new(node_memory),
-            meter: crate::container::Meter::new(),
+            meter: Meter::new(),
             stdin: None,
         });
         Task {
             sandbox,
             term: Arc::new(term),
+            cpu,
             _engine: engine,
         }
     }
@@ -271,45 +459,77 @@ impl Task {
         Terminator(self.term.clone())
     }
 
-    /// Runs the guest to its end, its stdout and stderr the process's.
-    pub async fn run(self) -> TaskExit {
-        let (stdout, stderr) = (wasmtime_wasi::cli::stdout(), wasmtime_wasi::cli::stderr());
+    /// Runs the guest's entry point to its end (an HTTP handler: serves until TERM). Why it
+    /// ended, when that is more than its exit code (a trap), is the last line of its stderr.
+    pub async fn run(&self, io: TaskIo) -> TaskExit {
         let mut term = self.term.subscribe();
         let handles_term = self.handles_term();
         let stopped = async {
             // A guest that does not handle TERM stops at once, as TERM's default action does.
             let _ = term.wait_for(|t| *t && !handles_term).await;
         };
+        let stderr = Shared::new(io.stderr);
         let exit = tokio::select! {
-            exit = self.sandbox.run(stdout, stderr) => exit,
+            exit = self.sandbox.run_with_stdin(io.stdout, stderr.clone(), io.stdin) => exit,
             () = stopped => crate::container::Exit::code(EXIT_TERMINATED),
         };
+        tell(&stderr, exit.message.as_deref()).await;
         TaskExit {
             code: exit.code,
             oom: exit.oom,
             message: exit.message,
         }
     }
-}
 
-fn task_engine(name: &Path) -> Result<Engine, LoadError> {
-    Engine::new(None, GuestSockets::Host, Default::default()).map_err(|e| LoadError::Compile {
-        path: name.to_owned(),
-        message: format!("cannot start the engine: {e:#}"),
-    })
-}
+    /// Runs `command` in a fresh instance: the export `command[0]` names (a probe such as
+    /// `readiness`, or any exported function) when the guest has it, else the entry point with
+    /// `command` as its argv. Same mounts, environment, network and memory budget as
+    /// [`Task::run`]; the instance's memory is its own.
+    pub async fn exec(&self, command: &[String], io: TaskIo) -> TaskExit {
+        let budget = &self.sandbox.budget;
+        let stderr = Shared::new(io.stderr);
+        let (code, message) = self
+            .sandbox
+            .exec_streamed(command, io.stdin, io.stdout, stderr.clone())
+            .await;
+        tell(&stderr, message.as_deref()).await;
+        TaskExit {
+            code,
+            oom: code == crate::container::EXIT_KILLED && budget.used() >= budget.limit(),
+            message,
+        }
+    }
 
-/// Compiles a module or component (`name` names it in errors) into an artefact
-/// [`Task::from_precompiled`] loads without compiling: what the shim stores in containerd's
-/// content store, once for the node. Blocking.
-#[cfg(feature = "compiler")]
-pub fn precompile(name: &Path, wasm: &[u8]) -> Result<Vec<u8>, LoadError> {
-    engine::precompile(name, wasm)
-}
+    /// What the task used so far.
+    pub fn usage(&self) -> TaskUsage {
+        TaskUsage {
+            cpu: self.sandbox.meter.cpu(),
+            memory: self.sandbox.budget.used(),
+            memory_limit: self.sandbox.budget.limit(),
+        }
+    }
 
-/// Changes whenever artefacts of [`precompile`] stop loading (another wasmpod or wasmtime
-/// build, another CPU): part of the key they are stored under.
-#[cfg(feature = "compiler")]
-pub fn precompile_key() -> u64 {
-    engine::precompile_key()
+    /// Changes the task's limits while it runs: the memory limit (refused below what it holds)
+    /// and the CPU share (a share of one core; `f64::INFINITY` for none).
+    pub fn resize(
+        &self,
+        memory_limit: Option<u64>,
+        cpu_share: Option<f64>,
+    ) -> Result<(), ResizeError> {
+        if let Some(share) = cpu_share
+            && (share.is_nan() || share <= 0.0)
+        {
+            return Err(ResizeError::Cpu(share));
+        }
+        if let Some(limit) = memory_limit {
+            self.sandbox
+                .budget
+                .set_limit(limit)
+                .map_err(|used| ResizeError::BelowUsage { limit, used })?;
+        }
+        if let Some(share) = cpu_share {
+            self.cpu.set_share(share);
+        }
+        Ok(())
+    }
 }

@@ -64,20 +64,6 @@ fn processes_of(id: &str) -> Vec<u32> {
     pids
 }
 
-/// How long compiling the guest takes (in this process, p50 of 5): the part of a start that a
-/// `.wasm` in an ordinary image's root filesystem pays in every container.
-fn compile_ms(wasm: &str) -> f64 {
-    let bytes = std::fs::read(wasm).unwrap();
-    let times = (0..5)
-        .map(|_| {
-            let start = Instant::now();
-            wasmpod::task::precompile("guest.wasm".as_ref(), &bytes).unwrap();
-            start.elapsed()
-        })
-        .collect();
-    p50_max(times).0
-}
-
 fn main() {
     let ctd = Containerd::start(SHIM.as_ref());
     let p1 = ctd.import("p1", guests::AGNHOST_P1.as_ref());
@@ -87,10 +73,6 @@ fn main() {
 
     let (module_p50, module_max) = start_to_exit(&ctd, &p1, "m");
     let (component_p50, component_max) = start_to_exit(&ctd, &p2, "c");
-    let (module_compile, component_compile) = (
-        compile_ms(guests::AGNHOST_P1),
-        compile_ms(guests::AGNHOST_P2),
-    );
 
     let mut sleepers: Vec<_> = (0..SLEEPERS)
         .map(|i| {
@@ -122,12 +104,10 @@ fn main() {
 
     println!("ctr run --rm, start to exit (p50 / max of {RUNS}):");
     println!(
-        "  module    ({module_kib} KiB)    {module_p50:>7.1} / {module_max:>7.1} ms   \
-         (compiling it: {module_compile:.1} ms)"
+        "  module    ({module_kib} KiB)    {module_p50:>7.1} / {module_max:>7.1} ms"
     );
     println!(
-        "  component ({component_kib} KiB)   {component_p50:>7.1} / {component_max:>7.1} ms   \
-         (compiling it: {component_compile:.1} ms)"
+        "  component ({component_kib} KiB)   {component_p50:>7.1} / {component_max:>7.1} ms"
     );
     println!(
         "memory per sleeping container ({SLEEPERS} at once, {:.1} processes each): \
@@ -141,8 +121,6 @@ fn main() {
         "module_start_to_exit_max_ms": module_max,
         "component_start_to_exit_p50_ms": component_p50,
         "component_start_to_exit_max_ms": component_max,
-        "module_compile_ms": module_compile,
-        "component_compile_ms": component_compile,
         "rss_per_container_kib": per(rss),
         "pss_per_container_kib": per(pss),
         "processes_per_container": processes as f64 / SLEEPERS as f64,

@@ -1,37 +1,31 @@
 //! `containerd-shim-wasmpod-v1`: the containerd shim of the runtime `io.containerd.wasmpod.v1`.
 //!
-//! containerd starts it for each task (or each pod, when the CRI groups a pod's containers);
-//! runwasi's `containerd-shim-wasm` does the containerd side (the task API, the container's
-//! namespaces, cgroups and mounts, through youki's libcontainer), and in the container's
-//! process wasmpod runs the module or component as a [`wasmpod::task::Task`]: see
-//! [`sandbox`] for what it takes from the OCI spec and how signals reach the guest, and
-//! [`compiler`] for the node's compile cache.
+//! containerd starts one shim process per pod (the CRI's `io.kubernetes.cri.sandbox-id`
+//! annotation groups a pod's containers, as runc's shim does) or per container run outside a
+//! pod (`ctr run`). The process serves containerd's task API itself ([`service`]): each
+//! container is a [`wasmpod::task::Task`] on the process's one engine, so a pod's containers
+//! share compiled code and the pod's sandbox (pause) container costs nothing; exec runs a
+//! command in a fresh instance of the container's guest; a container ended by its memory limit
+//! is reported as containerd's `TaskOOM`; `Stats` and `Update` are the runtime's own figures
+//! and limits.
+//!
+//! - [`shim`]: containerd's `start` and `delete` calls: grouping, the pod's network namespace.
+//! - [`service`]: the task API, one method per request.
+//! - [`container`] and [`process`]: a container and its processes (the entry point and execs),
+//!   a process's state as an enum with a method per transition.
+//! - [`bundle`]: the OCI bundle (config.json and root filesystem) as a task's options.
+//! - [`stdio`]: containerd's fifos; [`stats`]: the metrics containerd reads; [`cgroup`]: the
+//!   cgroup the shim's process runs in.
 
-mod compiler;
-mod sandbox;
-mod spec;
-
-use containerd_shim_wasm::shim::{Cli, Config, Shim, Version, version};
-
-/// The shim: its name (`wasmpod`, hence `io.containerd.wasmpod.v1`) and how it runs and compiles.
-struct WasmpodShim;
-
-impl Shim for WasmpodShim {
-    type Sandbox = sandbox::WasmpodSandbox;
-
-    fn name() -> &'static str {
-        "wasmpod"
-    }
-
-    fn version() -> Version {
-        version!()
-    }
-
-    async fn compiler() -> Option<impl containerd_shim_wasm::shim::Compiler> {
-        Some(compiler::WasmpodCompiler)
-    }
-}
+mod bundle;
+mod cgroup;
+mod container;
+mod process;
+mod service;
+mod shim;
+mod stats;
+mod stdio;
 
 fn main() {
-    WasmpodShim::run(Config::default());
+    containerd_shim::run::<shim::WasmpodShim>(shim::RUNTIME, None);
 }

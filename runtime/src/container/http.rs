@@ -462,11 +462,12 @@ fn plain(status: u16, body: &str) -> hyper::Response<HyperOutgoingBody> {
     response
 }
 
-/// One stdout or stderr shared by every instance of a handler container.
-struct Shared<S>(Arc<Mutex<S>>);
+/// One stdout or stderr shared by every instance of a handler container (or by a task and
+/// the line that says why it ended).
+pub(crate) struct Shared<S>(Arc<Mutex<S>>);
 
 impl<S> Shared<S> {
-    fn new(stream: S) -> Shared<S> {
+    pub(crate) fn new(stream: S) -> Shared<S> {
         Shared(Arc::new(Mutex::new(stream)))
     }
 

@@ -19,7 +19,7 @@ mod stdin;
 mod trap;
 mod usage;
 
-pub(crate) use http::{DEFAULT_PORT, HttpServe};
+pub(crate) use http::{DEFAULT_PORT, HttpServe, Shared};
 pub use stdin::ContainerStdin;
 pub(crate) use stdin::StdinPipe;
 pub use usage::ContainerUsage;
@@ -253,6 +253,18 @@ impl Sandbox {
         stdout: impl StdoutStream + 'static,
         stderr: impl StdoutStream + 'static,
     ) -> Exit {
+        let stdin = self.stdin.as_ref().and_then(|pipe| pipe.reader());
+        self.run_with_stdin(stdout, stderr, stdin.map(AsyncStdinStream::new))
+            .await
+    }
+
+    /// Runs the entry point as [`Sandbox::run`] does, reading `stdin` (empty when `None`).
+    pub(crate) async fn run_with_stdin(
+        self: &Arc<Self>,
+        stdout: impl StdoutStream + 'static,
+        stderr: impl StdoutStream + 'static,
+        stdin: Option<AsyncStdinStream>,
+    ) -> Exit {
         if let Image::Component {
             entry: Entry::Http(pre),
             ..
@@ -264,8 +276,8 @@ impl Sandbox {
             Ok(wasi) => wasi,
             Err(e) => return Exit::start_error(e.to_string()),
         };
-        if let Some(reader) = self.stdin.as_ref().and_then(|pipe| pipe.reader()) {
-            wasi.stdin(AsyncStdinStream::new(reader));
+        if let Some(stdin) = stdin {
+            wasi.stdin(stdin);
         }
         self.meter.run(self.run_entry(&self.image, wasi)).await
     }
@@ -372,14 +384,28 @@ impl Sandbox {
         }
     }
 
+    /// Runs `command` as [`Sandbox::exec`] does, its output streamed to `stdout` and `stderr`:
+    /// its exit code and, when that is not 0, why (the containerd shim's exec).
+    pub(crate) async fn exec_streamed(
+        &self,
+        command: &[String],
+        stdin: Option<AsyncStdinStream>,
+        stdout: impl StdoutStream + 'static,
+        stderr: impl StdoutStream + 'static,
+    ) -> (i32, Option<String>) {
+        self.meter
+            .run(self.invoke(command, stdin, stdout, stderr))
+            .await
+    }
+
     /// Runs `command` in a fresh instance (its caller meters it): its exit code (the export's
     /// result, the entry point's exit code, 134 for a trap) and, when that is not 0, why.
     async fn invoke(
         &self,
         command: &[String],
         stdin: Option<AsyncStdinStream>,
-        stdout: MemoryOutputPipe,
-        stderr: MemoryOutputPipe,
+        stdout: impl StdoutStream + 'static,
+        stderr: impl StdoutStream + 'static,
     ) -> (i32, Option<String>) {
         let name = command.first().map(String::as_str).unwrap_or_default();
         let mut wasi = match self.wasi(command, stdout, stderr) {
@@ -547,7 +573,8 @@ struct WasmClock {
 /// longer of what it and its pod owe.
 #[derive(Debug)]
 pub(crate) struct CpuLimit {
-    share: f64,
+    /// The share of a core, as the bits of an `f64` (a running container's resize changes it).
+    share: std::sync::atomic::AtomicU64,
     /// Seconds of CPU the container may still use (negative: owes), as of an instant.
     bucket: std::sync::Mutex<(f64, Instant)>,
     /// The pod's limit, when it has one.
@@ -562,22 +589,34 @@ impl CpuLimit {
     /// A container's limit inside its pod's.
     pub(crate) fn within(share: f64, pod: Option<Arc<CpuLimit>>) -> Arc<CpuLimit> {
         Arc::new(CpuLimit {
-            share,
+            share: std::sync::atomic::AtomicU64::new(share.to_bits()),
             bucket: std::sync::Mutex::new((0.0, Instant::now())),
             pod,
         })
     }
 
+    /// The share of one core it allows.
+    pub(crate) fn share(&self) -> f64 {
+        f64::from_bits(self.share.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    /// Changes the share (positive; a running container's resize).
+    pub(crate) fn set_share(&self, share: f64) {
+        self.share
+            .store(share.to_bits(), std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Draws `spent` seconds of CPU at `now`; how long to pause, if the container (or its pod)
     /// owes enough.
     fn charge(&self, spent: f64, now: Instant) -> Option<Duration> {
+        let share = self.share();
         let own = {
             let mut bucket = self.bucket.lock().unwrap_or_else(|e| e.into_inner());
             let (tokens, updated) = &mut *bucket;
-            let refill = now.saturating_duration_since(*updated).as_secs_f64() * self.share;
+            let refill = now.saturating_duration_since(*updated).as_secs_f64() * share;
             *tokens = (*tokens + refill).min(THROTTLE_PAUSE.as_secs_f64()) - spent;
             *updated = now;
-            let owed = -*tokens / self.share;
+            let owed = -*tokens / share;
             (owed >= THROTTLE_PAUSE.as_secs_f64()).then(|| Duration::from_secs_f64(owed))
         };
         let pod = self.pod.as_ref().and_then(|p| p.charge(spent, now));

@@ -47,7 +47,7 @@ impl Meter {
         .await
     }
 
-    fn cpu(&self) -> Duration {
+    pub(crate) fn cpu(&self) -> Duration {
         Duration::from_nanos(self.cpu_nanos.load(Ordering::Relaxed))
     }
 }

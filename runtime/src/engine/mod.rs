@@ -205,43 +205,6 @@ fn config_for(space: AddressSpace) -> Config {
     config
 }
 
-/// Compiles a module or component into an artefact [`Engine::load_precompiled`] takes, without
-/// starting an engine. Blocking.
-#[cfg(feature = "compiler")]
-pub(crate) fn precompile(name: &Path, bytes: &[u8]) -> Result<Vec<u8>, LoadError> {
-    let engine = wasmtime::Engine::new(&config()).map_err(|e| LoadError::Compile {
-        path: name.to_owned(),
-        message: format!("{e:#}"),
-    })?;
-    let kind = Kind::of(bytes).ok_or_else(|| LoadError::NotWasm {
-        path: name.to_owned(),
-    })?;
-    match kind {
-        Kind::Module => engine.precompile_module(bytes),
-        Kind::Component => engine.precompile_component(bytes),
-    }
-    .map_err(|e| LoadError::Compile {
-        path: name.to_owned(),
-        message: format!("{e:#}"),
-    })
-}
-
-/// A hash that changes whenever artefacts of [`precompile`] stop loading (another wasmtime, or
-/// another configuration or CPU).
-#[cfg(feature = "compiler")]
-pub(crate) fn precompile_key() -> u64 {
-    use std::hash::{Hash, Hasher};
-    // Making an engine to ask costs milliseconds; the answer never changes in a process.
-    static KEY: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    *KEY.get_or_init(|| {
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        if let Ok(engine) = wasmtime::Engine::new(&config()) {
-            engine.precompile_compatibility_hash().hash(&mut h);
-        }
-        h.finish()
-    })
-}
-
 pub(crate) struct Engine {
     pub(crate) wasmtime: wasmtime::Engine,
     /// Where local precompiled artefacts (machine code) may come from.
@@ -441,29 +404,11 @@ impl Engine {
     }
 
     /// Loads a module or component from its bytes (`name` is for messages), compiling it (a
-    /// precompiled artefact is refused: see [`Engine::load_precompiled`]). Blocking.
+    /// precompiled artefact is refused). Blocking.
     pub(crate) fn load_bytes(&self, name: &Path, bytes: &[u8]) -> Result<Image, LoadError> {
-        let allowed = "through `Task::from_precompiled`".to_owned();
+        let allowed = "from sources it trusts, not from a container image".to_owned();
         self.compile(name, bytes, Err(allowed))
             .map(|(image, _)| image)
-    }
-
-    /// Loads an artefact of [`precompile`].
-    ///
-    /// # Safety
-    ///
-    /// `artefact` must come from [`precompile`] (wasmtime checks the version and configuration,
-    /// but runs the machine code it holds as it is).
-    pub(crate) unsafe fn load_precompiled(
-        &self,
-        name: &Path,
-        artefact: &[u8],
-    ) -> Result<Image, LoadError> {
-        let kind = precompiled_kind(artefact).ok_or_else(|| LoadError::NotWasm {
-            path: name.to_owned(),
-        })?;
-        // SAFETY: as the caller promised.
-        unsafe { self.link(name, kind, artefact) }
     }
 
     /// Deserializes an artefact and links it.

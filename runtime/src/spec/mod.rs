@@ -23,7 +23,7 @@ mod priority;
 mod quantity;
 mod resources;
 mod security;
-mod serving;
+pub(crate) mod serving;
 mod shape;
 mod volumes;
 mod yaml;

@@ -1,0 +1,168 @@
+//! One process of a container: its entry point, or a command exec'd in it. Its state is an enum
+//! with one method per transition (created → running → exited; a created process may also be
+//! killed before it starts), and its end is a watch every waiter sees.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use containerd_shim::protos::types::task::Status;
+use tokio::runtime::Handle;
+use tokio::sync::watch;
+use tokio::task::AbortHandle;
+use wasmpod::task::TaskIo;
+
+use crate::service::Failure;
+use crate::stdio::Stdio;
+
+/// Exit code of a process ended by KILL.
+const KILLED: u32 = 137;
+
+/// How a process's guest ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Outcome {
+    pub(crate) code: u32,
+    /// It reached its memory limit.
+    pub(crate) oom: bool,
+}
+
+impl Outcome {
+    pub(crate) fn of(exit: &wasmpod::task::TaskExit) -> Outcome {
+        Outcome {
+            code: u32::try_from(exit.code).unwrap_or(KILLED),
+            oom: exit.oom,
+        }
+    }
+}
+
+/// When a process ended, and its exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Exited {
+    pub(crate) code: u32,
+    pub(crate) at: SystemTime,
+}
+
+enum State {
+    /// Made, its stdio open, not started.
+    Created(TaskIo),
+    /// Running on the shim's runtime; aborting its future is KILL.
+    Running(AbortHandle),
+    Exited(Exited),
+}
+
+/// A process of a container.
+pub(crate) struct Process {
+    /// The exec's id; empty for the container's entry point.
+    pub(crate) exec_id: String,
+    pub(crate) stdio: Stdio,
+    state: Mutex<State>,
+    exit: watch::Sender<Option<Exited>>,
+}
+
+impl Process {
+    pub(crate) fn new(exec_id: String, stdio: Stdio, io: TaskIo) -> Arc<Process> {
+        Arc::new(Process {
+            exec_id,
+            stdio,
+            state: Mutex::new(State::Created(io)),
+            exit: watch::channel(None).0,
+        })
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Created → running: `run` is driven on `rt` with the process's stdio; when it ends (or
+    /// is killed: 137), `ended` is called with how, then the process is exited.
+    pub(crate) fn start<F>(
+        self: &Arc<Self>,
+        rt: &Handle,
+        run: impl FnOnce(TaskIo) -> F,
+        ended: impl FnOnce(Outcome, Exited) + Send + 'static,
+    ) -> Result<(), Failure>
+    where
+        F: Future<Output = Outcome> + Send + 'static,
+    {
+        let mut state = self.state();
+        let io = match std::mem::replace(&mut *state, State::Exited(exited(KILLED))) {
+            State::Created(io) => io,
+            other => {
+                *state = other;
+                return Err(Failure::Precondition(
+                    "the process was started already".into(),
+                ));
+            }
+        };
+        let running = rt.spawn(run(io));
+        *state = State::Running(running.abort_handle());
+        drop(state);
+        let this = self.clone();
+        rt.spawn(async move {
+            let outcome = running.await.unwrap_or(Outcome {
+                code: KILLED,
+                oom: false,
+            });
+            let end = exited(outcome.code);
+            ended(outcome, end);
+            this.exited(end);
+        });
+        Ok(())
+    }
+
+    /// Running → exited.
+    fn exited(&self, end: Exited) {
+        *self.state() = State::Exited(end);
+        self.exit.send_replace(Some(end));
+    }
+
+    /// KILL: a running process ends with 137 (its instance dropped at the next epoch tick); one
+    /// not started never runs. A process that has ended is not found, as containerd expects.
+    pub(crate) fn kill(&self) -> Result<(), Failure> {
+        let mut state = self.state();
+        match &*state {
+            State::Running(abort) => {
+                abort.abort();
+                Ok(())
+            }
+            State::Created(_) => {
+                let end = exited(KILLED);
+                *state = State::Exited(end);
+                drop(state);
+                self.exit.send_replace(Some(end));
+                Ok(())
+            }
+            State::Exited(_) => Err(Failure::NotFound("process already finished".into())),
+        }
+    }
+
+    /// containerd's view of its state, and its end once it ended.
+    pub(crate) fn status(&self) -> (Status, Option<Exited>) {
+        match &*self.state() {
+            State::Created(_) => (Status::CREATED, None),
+            State::Running(_) => (Status::RUNNING, None),
+            State::Exited(end) => (Status::STOPPED, Some(*end)),
+        }
+    }
+
+    /// Whether it runs now.
+    pub(crate) fn running(&self) -> bool {
+        matches!(&*self.state(), State::Running(_))
+    }
+
+    /// Waits for its end.
+    pub(crate) async fn wait(&self) -> Exited {
+        let mut exit = self.exit.subscribe();
+        match exit.wait_for(Option::is_some).await {
+            Ok(end) => end.unwrap_or_else(|| exited(KILLED)),
+            Err(_) => exited(KILLED),
+        }
+    }
+}
+
+fn exited(code: u32) -> Exited {
+    Exited {
+        code,
+        at: SystemTime::now(),
+    }
+}
