@@ -103,12 +103,8 @@ fn main() {
     }
 
     println!("ctr run --rm, start to exit (p50 / max of {RUNS}):");
-    println!(
-        "  module    ({module_kib} KiB)    {module_p50:>7.1} / {module_max:>7.1} ms"
-    );
-    println!(
-        "  component ({component_kib} KiB)   {component_p50:>7.1} / {component_max:>7.1} ms"
-    );
+    println!("  module    ({module_kib} KiB)    {module_p50:>7.1} / {module_max:>7.1} ms");
+    println!("  component ({component_kib} KiB)   {component_p50:>7.1} / {component_max:>7.1} ms");
     println!(
         "memory per sleeping container ({SLEEPERS} at once, {:.1} processes each): \
          RSS {:.0} KiB, PSS {:.0} KiB",

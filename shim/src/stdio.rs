@@ -65,7 +65,10 @@ fn writer(uri: &str) -> anyhow::Result<Option<Writer>> {
     }
     let fifo = std::fs::metadata(path).is_ok_and(|m| m.file_type().is_fifo());
     if fifo {
+        // Read-write: opening does not wait for (or fail without) containerd's reader, which
+        // it may open only after the process is made (an exec's).
         let sender = pipe::OpenOptions::new()
+            .read_write(true)
             .open_sender(path)
             .with_context(|| format!("cannot open {}", path.display()))?;
         return Ok(Some(Writer::Pipe(sender)));

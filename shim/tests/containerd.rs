@@ -209,6 +209,49 @@ fn a_guest_past_its_memory_limit_ends_with_137() {
 }
 
 #[test]
+fn the_shim_runs_in_the_containers_cgroup_under_its_memory_limit() {
+    let ctd = containerd();
+    let image = ctd.import("p1", guests::AGNHOST_P1.as_ref());
+    let mut task = ctd.spawn(
+        &["--memory-limit", "67108864"],
+        &image,
+        "limited",
+        &["print", "up", "sleep", "600000"],
+    );
+    task.wait_for_line("up");
+    let pid = ctd.task_pid("limited").unwrap();
+    let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    let memory = cgroups
+        .lines()
+        .find_map(|l| {
+            let (_, rest) = l.split_once(':')?;
+            let (controllers, path) = rest.split_once(':')?;
+            (controllers.split(',').any(|c| c == "memory") || controllers.is_empty())
+                .then(|| path.to_owned())
+        })
+        .unwrap();
+    assert!(memory.ends_with("/limited"), "{cgroups}");
+    let dir = ["/sys/fs/cgroup/memory", "/sys/fs/cgroup"]
+        .iter()
+        .map(|root| format!("{root}{memory}"))
+        .find(|d| std::path::Path::new(d).is_dir())
+        .unwrap();
+    let limit = ["memory.limit_in_bytes", "memory.max"]
+        .iter()
+        .find_map(|f| std::fs::read_to_string(format!("{dir}/{f}")).ok())
+        .unwrap();
+    assert_eq!(limit.trim(), "67108864");
+    ctd.kill("limited", "SIGKILL");
+    assert_run(&task.finish(), 137);
+    // The cgroup goes with the shim.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::path::Path::new(&dir).exists() {
+        assert!(Instant::now() < deadline, "{dir} is still there");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
 fn two_containers_run_at_once_each_with_its_own_exit() {
     let ctd = containerd();
     let p1 = ctd.import("p1", guests::AGNHOST_P1.as_ref());

@@ -15,6 +15,10 @@ use sha2::{Digest, Sha256};
 /// The runtime name containerd knows the shim by.
 pub const RUNTIME: &str = "io.containerd.wasmpod.v1";
 
+/// The pod sandbox image of a CRI containerd ([`Containerd::start_cri`]): the tests import it
+/// (any image does: the shim runs nothing in a sandbox container).
+pub const SANDBOX_IMAGE: &str = "docker.io/wasmpod/pause:latest";
+
 /// A running containerd; its tasks are killed and it is stopped when dropped.
 #[derive(Debug)]
 pub struct Containerd {
@@ -56,6 +60,29 @@ impl Drop for Containerd {
 impl Containerd {
     /// Starts containerd with `shim` (the `containerd-shim-wasmpod-v1` binary) on its `PATH`.
     pub fn start(shim: &Path) -> Containerd {
+        Containerd::start_with(shim, false)
+    }
+
+    /// Starts containerd with its CRI plugin too, as a kubelet's node runs it: the runtime
+    /// handler `wasmpod` (passing the pods' `wasmpod.dev/*` annotations on), Debian's CNI
+    /// plugins (`ptp` with `host-local` addresses, and `loopback`), a sandbox image this test makes
+    /// (see [`Containerd::import`]), the streaming server on a free port. Its namespace is the
+    /// CRI's, `k8s.io`.
+    pub fn start_cri(shim: &Path) -> Containerd {
+        Containerd::start_with(shim, true)
+    }
+
+    /// The socket of its gRPC API (the CRI's too).
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// The test's directory (containerd's root and state are in it).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn start_with(shim: &Path, cri: bool) -> Containerd {
         static N: AtomicUsize = AtomicUsize::new(0);
         let dir = tempfile::Builder::new().prefix("ctd").tempdir().unwrap();
         let bin = dir.path().join("bin");
@@ -63,18 +90,55 @@ impl Containerd {
         std::os::unix::fs::symlink(shim, bin.join("containerd-shim-wasmpod-v1")).unwrap();
         let socket = dir.path().join("c.sock");
         let config = dir.path().join("config.toml");
-        std::fs::write(
-            &config,
-            format!(
-                "version = 2\nroot = \"{root}\"\nstate = \"{state}\"\n\
-                 disabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n\
-                 [grpc]\n  address = \"{sock}\"\n[ttrpc]\n  address = \"{sock}.ttrpc\"\n",
-                root = dir.path().join("root").display(),
-                state = dir.path().join("state").display(),
-                sock = socket.display(),
-            ),
-        )
-        .unwrap();
+        let disabled = if cri {
+            ""
+        } else {
+            "disabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n"
+        };
+        let mut toml = format!(
+            "version = 2\nroot = \"{root}\"\nstate = \"{state}\"\n{disabled}\
+             [grpc]\n  address = \"{sock}\"\n[ttrpc]\n  address = \"{sock}.ttrpc\"\n",
+            root = dir.path().join("root").display(),
+            state = dir.path().join("state").display(),
+            sock = socket.display(),
+        );
+        if cri {
+            let cni = dir.path().join("cni");
+            std::fs::create_dir(&cni).unwrap();
+            // Each containerd its own subnet: a point-to-point link per pod (what the CRI asks
+            // of a network is an address on eth0), and the pod's loopback (the CRI adds it).
+            let subnet =
+                (std::process::id() as usize * 7 + N.fetch_add(1, Ordering::Relaxed)) % 250;
+            let conflist = serde_json::json!({
+                "cniVersion": "1.0.0",
+                "name": "wasmpod-test",
+                "plugins": [{
+                    "type": "ptp",
+                    "ipMasq": false,
+                    "ipam": {
+                        "type": "host-local",
+                        "subnet": format!("10.222.{subnet}.0/24"),
+                        "dataDir": dir.path().join("ipam"),
+                    },
+                }],
+            });
+            std::fs::write(cni.join("10-wasmpod.conflist"), conflist.to_string()).unwrap();
+            toml.push_str(&format!(
+                "[plugins.\"io.containerd.grpc.v1.cri\"]\n\
+                 \x20 sandbox_image = \"{SANDBOX_IMAGE}\"\n\
+                 \x20 stream_server_port = \"0\"\n\
+                 [plugins.\"io.containerd.grpc.v1.cri\".containerd]\n\
+                 \x20 default_runtime_name = \"wasmpod\"\n\
+                 [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.wasmpod]\n\
+                 \x20 runtime_type = \"{RUNTIME}\"\n\
+                 \x20 pod_annotations = [\"wasmpod.dev/*\"]\n\
+                 [plugins.\"io.containerd.grpc.v1.cri\".cni]\n\
+                 \x20 bin_dir = \"/usr/lib/cni\"\n\
+                 \x20 conf_dir = \"{cni}\"\n",
+                cni = cni.display(),
+            ));
+        }
+        std::fs::write(&config, toml).unwrap();
         let log = std::fs::File::create(dir.path().join("containerd.log")).unwrap();
         let path = format!(
             "{}:{}",
@@ -89,11 +153,15 @@ impl Containerd {
             .stderr(log)
             .spawn()
             .expect("containerd (Debian's package `containerd`) must be installed");
-        let namespace = format!(
-            "wasmpod-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        );
+        let namespace = if cri {
+            "k8s.io".to_owned()
+        } else {
+            format!(
+                "wasmpod-{}-{}",
+                std::process::id(),
+                N.fetch_add(1, Ordering::Relaxed)
+            )
+        };
         let containerd = Containerd {
             child,
             socket,

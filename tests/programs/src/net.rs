@@ -86,11 +86,13 @@ pub fn run<'a>(word: &str, arg: &mut dyn FnMut() -> &'a str, kept: &mut Vec<TcpL
         "connect" => {
             let (addr, text) = (arg(), arg());
             let mut s = dial(addr);
+            // Asked before the peer may have closed (then WASI has no address to give).
+            let peer = s.peer_addr().unwrap();
             or_exit("write", s.write_all(text.as_bytes()));
             or_exit("shutdown", s.shutdown(Shutdown::Write));
             let mut reply = String::new();
             or_exit("read", s.read_to_string(&mut reply));
-            println!("reply {reply} from {}", s.peer_addr().unwrap());
+            println!("reply {reply} from {peer}");
         }
         "grpc-health" => {
             let l = listen(arg());

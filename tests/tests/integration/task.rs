@@ -1,30 +1,90 @@
-//! `wasmpod::task`: one container run as a process of its own (what the containerd shim runs),
-//! through the library: exit codes, TERM, the memory limit, mounts, precompiled artefacts.
+//! `wasmpod::task`: containers run where containerd keeps the pod (what the containerd shim
+//! runs), through the library: exit codes, TERM, the memory limit, mounts, stdio, exec, usage
+//! and resizing, one engine for many tasks.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-use wasmpod::task::{Task, TaskOptions, precompile};
+use std::sync::{Arc, LazyLock};
+
+use wasmpod::task::{ResizeError, Task, TaskEngine, TaskIo, TaskOptions};
 use wasmpod_tests::guests;
+
+/// One engine for the tests' tasks, as the shim has one per process.
+static ENGINE: LazyLock<TaskEngine> = LazyLock::new(|| TaskEngine::new(None).unwrap());
 
 fn task(wasm: &str, args: &[&str], options: impl FnOnce(TaskOptions) -> TaskOptions) -> Task {
     let argv = std::iter::once("app.wasm").chain(args.iter().copied());
     let bytes = std::fs::read(wasm).unwrap();
-    Task::new("app.wasm".as_ref(), &bytes, options(TaskOptions::new(argv))).unwrap()
+    ENGINE
+        .task("app.wasm".as_ref(), &bytes, options(TaskOptions::new(argv)))
+        .unwrap()
+}
+
+/// A writer whose bytes the test reads back.
+#[derive(Clone, Default)]
+struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl Captured {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+impl tokio::io::AsyncWrite for Captured {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        std::task::Poll::Ready(Ok(buf.len()))
+    }
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+}
+
+fn captured() -> (TaskIo, Captured, Captured) {
+    let (out, err) = (Captured::default(), Captured::default());
+    (
+        TaskIo::new().stdout(out.clone()).stderr(err.clone()),
+        out,
+        err,
+    )
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn exit_codes_and_traps() {
     for wasm in [guests::AGNHOST_P1, guests::AGNHOST_P2] {
-        let exit = task(wasm, &["exit", "3"], |o| o).run().await;
+        let exit = task(wasm, &["exit", "3"], |o| o).run(TaskIo::new()).await;
         assert_eq!(
             (exit.code, exit.oom),
             (if wasm == guests::AGNHOST_P1 { 3 } else { 1 }, false)
         );
-        let exit = task(wasm, &["trap"], |o| o).run().await;
+        let (io, out, err) = captured();
+        let exit = task(wasm, &["print", "before", "trap"], |o| o)
+            .run(io)
+            .await;
         assert_eq!(exit.code, 134);
         assert!(exit.message.unwrap().contains("unreachable"));
+        // Why it ended is the last of its stderr, after its own output.
+        assert_eq!(out.text(), "before\n");
+        assert!(
+            err.text().starts_with("wasmpod: wasm trap"),
+            "{}",
+            err.text()
+        );
     }
 }
 
@@ -45,7 +105,7 @@ async fn mounts_env_and_read_only_directories() {
                 .mount(&rw, "/out", false)
         },
     )
-    .run()
+    .run(TaskIo::new())
     .await;
     assert_ne!(exit.code, 0, "wrote into the read-only mount");
     assert_eq!(std::fs::read_to_string(rw.join("ok")).unwrap(), "written\n");
@@ -57,11 +117,11 @@ async fn a_guest_past_its_memory_limit_ends_with_137_out_of_memory() {
     let within = task(guests::AGNHOST_P1, &["alloc", "4"], |o| {
         o.memory_limit(32 << 20)
     });
-    assert_eq!(within.run().await.code, 0);
+    assert_eq!(within.run(TaskIo::new()).await.code, 0);
     let past = task(guests::AGNHOST_P1, &["alloc", "64"], |o| {
         o.memory_limit(32 << 20)
     });
-    let exit = past.run().await;
+    let exit = past.run(TaskIo::new()).await;
     assert_eq!((exit.code, exit.oom), (137, true), "{exit:?}");
     assert!(exit.message.unwrap().contains("memory limit"));
 }
@@ -85,7 +145,7 @@ async fn term_is_delivered_to_a_guest_that_imports_it_else_ends_it_with_143() {
     );
     assert!(aware.handles_term());
     let terminator = aware.terminator();
-    let run = tokio::spawn(aware.run());
+    let run = tokio::spawn(async move { aware.run(TaskIo::new()).await });
     while !dir.path().join("started").exists() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
@@ -95,23 +155,112 @@ async fn term_is_delivered_to_a_guest_that_imports_it_else_ends_it_with_143() {
     let unaware = task(guests::AGNHOST_P2, &["loop"], |o| o);
     assert!(!unaware.handles_term());
     let terminator = unaware.terminator();
-    let run = tokio::spawn(unaware.run());
+    let run = tokio::spawn(async move { unaware.run(TaskIo::new()).await });
     terminator.terminate();
     assert_eq!(run.await.unwrap().code, 143);
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_precompiled_artefact_runs_and_anything_else_is_refused() {
-    let wasm = std::fs::read(guests::AGNHOST_P2).unwrap();
-    let artefact = precompile("app.wasm".as_ref(), &wasm).unwrap();
-    let options = TaskOptions::new(["app.wasm", "exit", "0"]);
-    // SAFETY: the artefact is `precompile`'s.
-    let task = unsafe { Task::from_precompiled("app.wasm".as_ref(), &artefact, options.clone()) };
-    assert_eq!(task.unwrap().run().await.code, 0);
-    // SAFETY: wasm that is not an artefact is recognised as such and refused.
-    let refused = unsafe { Task::from_precompiled("app.wasm".as_ref(), &wasm, options) };
-    assert!(refused.is_err());
-    assert!(precompile("x".as_ref(), b"not wasm").is_err());
+async fn exec_runs_a_command_or_an_export_in_a_fresh_instance_beside_the_running_guest() {
+    let dir = tempfile::tempdir().unwrap();
+    let probed = Arc::new(task(
+        guests::PROBED_P2,
+        &["print", "up", "on-term", "0", "0", "sleep", "600000"],
+        |o| {
+            o.mount(dir.path(), "/probe", false)
+                .envs([("GREETING", "hi")])
+        },
+    ));
+    let (io, out, _) = captured();
+    let main = probed.clone();
+    let run = tokio::spawn(async move { main.run(io).await });
+    while out.text().is_empty() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // A command: the entry point with this argv, the same environment and directories.
+    let (io, out, _) = captured();
+    let exit = probed
+        .exec(&["app.wasm".into(), "env".into(), "GREETING".into()], io)
+        .await;
+    assert_eq!((exit.code, out.text().as_str()), (0, "GREETING=hi\n"));
+    // An export: the readiness probe fails until its file exists.
+    let (io, _, err) = captured();
+    let exit = probed.exec(&["readiness".into()], io).await;
+    assert_eq!(exit.code, 1);
+    assert!(err.text().contains("/probe/readiness"), "{}", err.text());
+    std::fs::write(dir.path().join("readiness"), "").unwrap();
+    assert_eq!(
+        probed.exec(&["readiness".into()], TaskIo::new()).await.code,
+        0
+    );
+    // The main instance ran on through all of it.
+    assert!(!run.is_finished());
+    probed.terminator().terminate();
+    assert_eq!(run.await.unwrap().code, 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn usage_counts_the_tasks_cpu_and_memory_and_resize_changes_its_limits() {
+    let holder = Arc::new(task(
+        guests::AGNHOST_P1,
+        &["alloc", "8", "print", "held", "loop"],
+        |o| o.memory_limit(64 << 20),
+    ));
+    let (io, out, _) = captured();
+    let main = holder.clone();
+    let run = tokio::spawn(async move { main.run(io).await });
+    while out.text().is_empty() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let usage = holder.usage();
+    assert!((8 << 20..10 << 20).contains(&usage.memory), "{usage:?}");
+    assert!(usage.cpu >= Duration::from_millis(100), "{usage:?}");
+    assert_eq!(usage.memory_limit, 64 << 20);
+    // Below what it holds: refused, nothing changed.
+    assert!(matches!(
+        holder.resize(Some(4 << 20), None),
+        Err(ResizeError::BelowUsage { .. })
+    ));
+    assert_eq!(holder.usage().memory_limit, 64 << 20);
+    assert!(matches!(
+        holder.resize(None, Some(0.0)),
+        Err(ResizeError::Cpu(_))
+    ));
+    // A lower CPU share slows it: over the next 500 ms it runs about a fifth of the time.
+    holder.resize(Some(32 << 20), Some(0.2)).unwrap();
+    assert_eq!(holder.usage().memory_limit, 32 << 20);
+    let before = holder.usage().cpu;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let ran = holder.usage().cpu - before;
+    assert!(ran < Duration::from_millis(250), "{ran:?}");
+    holder.terminator().terminate();
+    assert_eq!(run.await.unwrap().code, 143);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn tasks_of_the_same_guest_share_its_compiled_code() {
+    let engine = TaskEngine::new(None).unwrap();
+    let bytes = std::fs::read(guests::AGNHOST_P2).unwrap();
+    let start = std::time::Instant::now();
+    let first = engine.task("a.wasm".as_ref(), &bytes, TaskOptions::new(["a.wasm"]));
+    let compiled = start.elapsed();
+    let start = std::time::Instant::now();
+    let second = engine.task("b.wasm".as_ref(), &bytes, TaskOptions::new(["b.wasm"]));
+    let shared = start.elapsed();
+    assert!(first.is_ok() && second.is_ok());
+    // The second is made from the first's compiled image: a small part of a compile.
+    assert!(
+        shared * 10 < compiled,
+        "compiled {compiled:?}, second {shared:?}"
+    );
+    let refused = engine.task("x".as_ref(), b"not wasm", TaskOptions::new(["x"]));
+    assert!(
+        refused
+            .unwrap_err()
+            .to_string()
+            .contains("not a WebAssembly")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -133,7 +282,7 @@ async fn a_components_sockets_are_the_hosts() {
         got
     });
     let exit = task(guests::AGNHOST_P2, &["ping", &addr, "1"], |o| o)
-        .run()
+        .run(TaskIo::new())
         .await;
     assert_eq!(exit.code, 0, "{exit:?}");
     assert_eq!(server.join().unwrap(), b"x");
@@ -149,7 +298,7 @@ async fn an_http_handler_task_serves_on_its_port_and_drains_at_term() {
         o.http_port(port).envs([("QUIET", "1")])
     });
     let terminator = handler.terminator();
-    let run = tokio::spawn(handler.run());
+    let run = tokio::spawn(async move { handler.run(TaskIo::new()).await });
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     for _ in 0..3 {
         let reply = crate::http::get(addr, "/").await;
