@@ -27,5 +27,42 @@ mod stats;
 mod stdio;
 
 fn main() {
+    diagnostics();
     containerd_shim::run::<shim::WasmpodShim>(shim::RUNTIME, None);
+}
+
+/// The runtime's warnings and errors go to containerd's log, through the shim's logger; its
+/// spans and finer events (a guest's individual WASI calls among them) go nowhere.
+fn diagnostics() {
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::WARN)
+        .with_ansi(false)
+        .without_time()
+        .with_target(false)
+        .with_writer(|| LogLine(Vec::new()))
+        .finish();
+    let _ = tracing::subscriber::set_global_default(subscriber);
+}
+
+/// One formatted event, logged as a warning when it is complete.
+struct LogLine(Vec<u8>);
+
+impl std::io::Write for LogLine {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for LogLine {
+    fn drop(&mut self) {
+        let line = String::from_utf8_lossy(&self.0);
+        if !line.trim().is_empty() {
+            log::warn!("{}", line.trim_end());
+        }
+    }
 }

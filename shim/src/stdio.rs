@@ -22,6 +22,8 @@ impl Stdio {
     pub(crate) fn open(&self) -> anyhow::Result<TaskIo> {
         let mut io = TaskIo::new();
         if !self.stdin.is_empty() {
+            // Read-only and non-blocking: the guest's reads wait for containerd's writer (epoll
+            // reports a fifo's hang-up only once a writer came and went) and end when it closes.
             let stdin = pipe::OpenOptions::new()
                 .open_receiver(&self.stdin)
                 .with_context(|| format!("cannot open stdin {}", self.stdin))?;

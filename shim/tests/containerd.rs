@@ -209,6 +209,43 @@ fn a_guest_past_its_memory_limit_ends_with_137() {
 }
 
 #[test]
+fn exec_runs_a_command_in_the_container_with_its_stdin_and_exit_code() {
+    let ctd = containerd();
+    let image = ctd.import("p1", guests::AGNHOST_P1.as_ref());
+    let mut task = ctd.spawn(
+        &["--env", "GREETING=hi"],
+        &image,
+        "host",
+        &["print", "up", "sleep", "600000"],
+    );
+    task.wait_for_line("up");
+    let mut exec = ctd
+        .command()
+        .args(["task", "exec", "--exec-id", "reader", "host", "/app.wasm"])
+        .args(["env", "GREETING", "stdin", "exit", "3"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut stdin = exec.stdin.take().unwrap();
+        stdin.write_all(b"one\ntwo\n").unwrap();
+    }
+    let out = exec.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "GREETING=hi\nread: one\nread: two\nstdin ended after 2 lines\n"
+    );
+    assert_eq!(ctd.task_status("host").as_deref(), Some("RUNNING"));
+    ctd.kill("host", "SIGKILL");
+    assert_run(&task.finish(), 137);
+    // The guest's WASI calls are not in containerd's log at its default level.
+    assert!(!ctd.log().contains("fd_write"), "{}", ctd.log());
+}
+
+#[test]
 fn the_shim_runs_in_the_containers_cgroup_under_its_memory_limit() {
     let ctd = containerd();
     let image = ctd.import("p1", guests::AGNHOST_P1.as_ref());
