@@ -3,6 +3,7 @@
 
 use std::os::unix::fs::FileTypeExt;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use tokio::net::unix::pipe;
@@ -45,6 +46,9 @@ impl Stdio {
     }
 }
 
+/// How long a fifo's reader (containerd) may take to open it.
+const READER_WAIT: Duration = Duration::from_secs(5);
+
 enum Writer {
     Pipe(pipe::Sender),
     File(tokio::fs::File),
@@ -67,13 +71,23 @@ fn writer(uri: &str) -> anyhow::Result<Option<Writer>> {
     }
     let fifo = std::fs::metadata(path).is_ok_and(|m| m.file_type().is_fifo());
     if fifo {
-        // Read-write: opening does not wait for (or fail without) containerd's reader, which
-        // it may open only after the process is made (an exec's).
-        let sender = pipe::OpenOptions::new()
-            .read_write(true)
-            .open_sender(path)
-            .with_context(|| format!("cannot open {}", path.display()))?;
-        return Ok(Some(Writer::Pipe(sender)));
+        // Write-only, once containerd's reader is open: containerd may open it a moment after
+        // it made the process (an exec's), and it reads until every writer is gone, so a writer
+        // that came and went before it opened would leave it waiting for ever.
+        let deadline = Instant::now() + READER_WAIT;
+        loop {
+            match pipe::OpenOptions::new().open_sender(path) {
+                Ok(sender) => return Ok(Some(Writer::Pipe(sender))),
+                Err(e) if e.raw_os_error() == Some(libc::ENXIO) && Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(e) => {
+                    return Err(e).with_context(|| {
+                        format!("cannot open {} (containerd reads it)", path.display())
+                    });
+                }
+            }
+        }
     }
     let file = std::fs::OpenOptions::new()
         .create(true)
