@@ -385,9 +385,8 @@ impl Node {
     }
 }
 
-/// The shim processes serving pod sandbox `pod` (their `-id` is the sandbox's, or a container's
-/// of it).
-pub(crate) fn shims_of(ids: &[&str]) -> Vec<u32> {
+/// The pids of the processes whose argv `matches`.
+fn processes(matches: impl Fn(&[&[u8]]) -> bool) -> Vec<u32> {
     let mut pids = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
@@ -397,33 +396,31 @@ pub(crate) fn shims_of(ids: &[&str]) -> Vec<u32> {
             continue;
         };
         let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-        let shim = args
-            .first()
-            .is_some_and(|a| a.ends_with(b"containerd-shim-wasmpod-v1"));
-        let ours = args
-            .windows(2)
-            .any(|w| w[0] == b"-id" && ids.iter().any(|id| w[1] == id.as_bytes()));
-        if shim && ours {
+        if matches(&args) {
             pids.push(pid);
         }
     }
     pids
 }
 
+/// The shim processes serving pod sandbox `pod` (their `-id` is the sandbox's, or a container's
+/// of it).
+pub(crate) fn shims_of(ids: &[&str]) -> Vec<u32> {
+    processes(|args| {
+        let shim = args
+            .first()
+            .is_some_and(|a| a.ends_with(b"containerd-shim-wasmpod-v1"));
+        let ours = args
+            .windows(2)
+            .any(|w| w[0] == b"-id" && ids.iter().any(|id| w[1] == id.as_bytes()));
+        shim && ours
+    })
+}
+
+/// The processes started for the containerd at `socket` (its shims).
 pub(crate) fn shims_at(socket: &Path) -> Vec<u32> {
-    let mut pids = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
-            continue;
-        };
-        if String::from_utf8_lossy(&cmdline).contains(&*socket.to_string_lossy()) {
-            pids.push(pid);
-        }
-    }
-    pids
+    let socket = socket.to_string_lossy();
+    processes(|args| args.iter().any(|a| String::from_utf8_lossy(a) == socket))
 }
 
 pub(crate) fn mounts_under(dir: &Path) -> Vec<String> {
