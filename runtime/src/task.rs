@@ -47,10 +47,14 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bytes::Bytes;
 use sha2::{Digest, Sha256};
+use tokio::io::AsyncWriteExt;
 use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::mpsc;
 use tokio::sync::watch;
-use wasmtime_wasi::cli::{AsyncStdinStream, AsyncStdoutStream, StdoutStream};
+use tokio_util::sync::PollSender;
+use wasmtime_wasi::cli::{AsyncStdinStream, StdoutStream};
 
 use crate::container::{
     CpuLimit, DEFAULT_PORT, EXIT_TERMINATED, HttpServe, Meter, Preopen, Sandbox, Shared,
@@ -215,7 +219,7 @@ async fn tell(stderr: &Shared<Output>, message: Option<&str>) {
         return;
     };
     // Written and flushed before the stream is dropped (which would drop what it still holds).
-    let line = bytes::Bytes::from(format!("wasmpod: {message}\n"));
+    let line = Bytes::from(format!("wasmpod: {message}\n"));
     let _ = stderr.p2_stream().blocking_write_and_flush(line).await;
 }
 
@@ -254,6 +258,8 @@ pub struct TaskIo {
     stdin: Option<AsyncStdinStream>,
     stdout: Output,
     stderr: Output,
+    /// Each writer's task, done once it has written everything.
+    written: Vec<tokio::sync::oneshot::Receiver<()>>,
 }
 
 impl std::fmt::Debug for TaskIo {
@@ -270,8 +276,13 @@ impl Default for TaskIo {
     }
 }
 
-/// Bytes of a guest's output held on their way to a writer that is slow to take them.
-const OUTPUT_BUFFER: usize = 64 << 10;
+/// The most bytes of a guest's output one write passes on, and how many such chunks wait for a
+/// writer that is slow to take them (then the guest waits).
+const OUTPUT_CHUNK: usize = 64 << 10;
+const PIPE_CHUNKS: usize = 16;
+/// How long a task's end waits for its output to be written (a reader that does not read is
+/// not waited for longer).
+const WRITTEN_WAIT: Duration = Duration::from_secs(2);
 
 impl TaskIo {
     /// No input, output discarded.
@@ -280,6 +291,7 @@ impl TaskIo {
             stdin: None,
             stdout: Box::new(tokio::io::empty()),
             stderr: Box::new(tokio::io::empty()),
+            written: Vec::new(),
         }
     }
 
@@ -289,6 +301,7 @@ impl TaskIo {
             stdin: None,
             stdout: Box::new(tokio::io::stdout()),
             stderr: Box::new(tokio::io::stderr()),
+            written: Vec::new(),
         }
     }
 
@@ -298,16 +311,101 @@ impl TaskIo {
         self
     }
 
-    /// Writes the guest's stdout to `writer`.
-    pub fn stdout(mut self, writer: impl AsyncWrite + Send + Sync + 'static) -> Self {
-        self.stdout = Box::new(AsyncStdoutStream::new(OUTPUT_BUFFER, writer));
+    /// Writes the guest's stdout to `writer` (from a task on the current async runtime).
+    pub fn stdout(mut self, writer: impl AsyncWrite + Send + Unpin + 'static) -> Self {
+        let (pipe, written) = Pipe::new(writer);
+        self.stdout = Box::new(pipe);
+        self.written.push(written);
         self
     }
 
-    /// Writes the guest's stderr to `writer`.
-    pub fn stderr(mut self, writer: impl AsyncWrite + Send + Sync + 'static) -> Self {
-        self.stderr = Box::new(AsyncStdoutStream::new(OUTPUT_BUFFER, writer));
+    /// Writes the guest's stderr to `writer` (from a task on the current async runtime).
+    pub fn stderr(mut self, writer: impl AsyncWrite + Send + Unpin + 'static) -> Self {
+        let (pipe, written) = Pipe::new(writer);
+        self.stderr = Box::new(pipe);
+        self.written.push(written);
         self
+    }
+
+    /// After the guest's streams are gone: waits (a while at most) until the writers have
+    /// written what it wrote.
+    async fn written(written: Vec<tokio::sync::oneshot::Receiver<()>>) {
+        let all = async {
+            for w in written {
+                let _ = w.await;
+            }
+        };
+        let _ = tokio::time::timeout(WRITTEN_WAIT, all).await;
+    }
+}
+
+/// One stdout or stderr of a task: every stream the guest opens on it (a component opens one
+/// per write, a preview1 module one for all) sends what it writes, in order, through a channel
+/// to one async task that owns the writer. A writer that fails (its reader is gone) is dropped
+/// and what comes after is discarded: a guest never waits on it. The writer closes when the
+/// task's streams are all gone.
+#[derive(Clone)]
+struct Pipe(mpsc::Sender<Bytes>);
+
+impl Pipe {
+    fn new(
+        mut writer: impl AsyncWrite + Send + Unpin + 'static,
+    ) -> (Pipe, tokio::sync::oneshot::Receiver<()>) {
+        let (tx, mut rx) = mpsc::channel::<Bytes>(PIPE_CHUNKS);
+        let (done, written) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            while let Some(bytes) = rx.recv().await {
+                if writer.write_all(&bytes).await.is_err() {
+                    return;
+                }
+            }
+            let _ = writer.flush().await;
+            drop(writer);
+            let _ = done.send(());
+        });
+        (Pipe(tx), written)
+    }
+}
+
+impl wasmtime_wasi::cli::IsTerminal for Pipe {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl StdoutStream for Pipe {
+    fn async_stream(&self) -> Box<dyn AsyncWrite + Send + Sync> {
+        Box::new(PipeWriter(PollSender::new(self.0.clone())))
+    }
+}
+
+struct PipeWriter(PollSender<Bytes>);
+
+impl AsyncWrite for PipeWriter {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let n = buf.len().min(OUTPUT_CHUNK);
+        if std::task::ready!(self.0.poll_reserve(cx)).is_ok() {
+            let _ = self.0.send_item(Bytes::copy_from_slice(&buf[..n]));
+        }
+        std::task::Poll::Ready(Ok(n))
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
     }
 }
 
@@ -460,7 +558,8 @@ impl Task {
     }
 
     /// Runs the guest's entry point to its end (an HTTP handler: serves until TERM). Why it
-    /// ended, when that is more than its exit code (a trap), is the last line of its stderr.
+    /// ended, when that is more than its exit code (a trap), is the last line of its stderr;
+    /// it returns once its output is written.
     pub async fn run(&self, io: TaskIo) -> TaskExit {
         let mut term = self.term.subscribe();
         let handles_term = self.handles_term();
@@ -474,6 +573,8 @@ impl Task {
             () = stopped => crate::container::Exit::code(EXIT_TERMINATED),
         };
         tell(&stderr, exit.message.as_deref()).await;
+        drop(stderr);
+        TaskIo::written(io.written).await;
         TaskExit {
             code: exit.code,
             oom: exit.oom,
@@ -493,6 +594,8 @@ impl Task {
             .exec_streamed(command, io.stdin, io.stdout, stderr.clone())
             .await;
         tell(&stderr, message.as_deref()).await;
+        drop(stderr);
+        TaskIo::written(io.written).await;
         TaskExit {
             code,
             oom: code == crate::container::EXIT_KILLED && budget.used() >= budget.limit(),

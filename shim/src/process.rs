@@ -104,7 +104,8 @@ impl Process {
                 oom: false,
             });
             let end = exited(outcome.code);
-            ended(outcome, end);
+            // containerd hears of the end (`TaskOOM` first) before `Wait` returns it.
+            let _ = tokio::task::spawn_blocking(move || ended(outcome, end)).await;
             this.exited(end);
         });
         Ok(())

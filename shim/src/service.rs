@@ -544,7 +544,7 @@ impl Events {
     }
 
     /// A process ended: `TaskOOM` first when its memory limit ended it (the kubelet then
-    /// reports `OOMKilled`), then `TaskExit`.
+    /// reports `OOMKilled`), then `TaskExit`; returns once both are published.
     fn exited(&self, container: &str, id: &str, pid: u32, outcome: Outcome, end: Exited) {
         if outcome.oom {
             self.send(TaskOOM {
@@ -560,5 +560,6 @@ impl Events {
             exited_at: MessageField::some(Timestamp::from(end.at)),
             ..Default::default()
         });
+        self.flush();
     }
 }

@@ -67,6 +67,38 @@ fn output_argv_env_and_exit_codes_of_modules_and_components() {
 }
 
 #[test]
+fn a_wasi_0_3_component_runs_and_execs() {
+    let ctd = containerd();
+    let image = ctd.import("p3", guests::P3_CLI_P2.as_ref());
+    let run = ctd.run(
+        &["--env", "GREETING=0.3"],
+        &image,
+        "p3",
+        &["print", "hello", "env", "GREETING", "eprint", "to stderr"],
+    );
+    assert_run(&run, 0);
+    assert_eq!(run.stdout, "hello\nGREETING=0.3\n");
+    assert!(run.stderr.contains("to stderr"), "{run:?}");
+    let mut task = ctd.spawn(&[], &image, "p3-host", &["print", "up", "sleep", "600000"]);
+    task.wait_for_line("up");
+    let exec = ctd.ctr(&[
+        "task",
+        "exec",
+        "--exec-id",
+        "e",
+        "p3-host",
+        "/app.wasm",
+        "print",
+        "in exec",
+        "fail",
+    ]);
+    assert_eq!(exec.status.code(), Some(1), "{exec:?}");
+    assert_eq!(String::from_utf8_lossy(&exec.stdout), "in exec\n");
+    ctd.kill("p3-host", "SIGKILL");
+    assert_run(&task.finish(), 137);
+}
+
+#[test]
 fn term_lets_a_guest_that_imports_termination_finish_its_work() {
     let ctd = containerd();
     let image = ctd.import("term", guests::AGNHOST_TERM_P1.as_ref());

@@ -138,6 +138,13 @@ fn exec_sync_runs_commands_and_probes_in_fresh_instances_and_honours_its_timeout
         0
     );
 
+    // `kubectl exec`: the CRI's Exec, streamed through containerd's streaming server over a
+    // WebSocket (`v4.channel.k8s.io`: stdout on channel 1, the end's status on channel 3).
+    let (stdout, status) =
+        node.exec_streamed(&id, &["/app.wasm", "print", "streamed", "exit", "1"]);
+    assert_eq!(stdout, "streamed\n");
+    assert!(status.contains("NonZeroExitCode"), "{status}");
+
     // A command past its timeout is ended.
     let begun = Instant::now();
     let hung = node.exec_sync(&id, &["/app.wasm", "loop"], 1);
@@ -259,7 +266,7 @@ fn a_memory_limit_ends_a_container_as_oom_killed_and_stats_are_the_containers_ow
             ..Default::default()
         },
     );
-    let status = node.exited(&hog);
+    let status = node.exited_with(&hog, "OOMKilled");
     assert_eq!(
         (status.exit_code, status.reason.as_str()),
         (137, "OOMKilled"),

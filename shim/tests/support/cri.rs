@@ -252,6 +252,19 @@ impl Node {
         status.unwrap().into_inner().status.unwrap()
     }
 
+    /// Waits until container `id` has exited with `reason` (containerd's CRI takes the reason
+    /// from an event it handles apart from the exit); its status.
+    pub(crate) fn exited_with(&mut self, id: &str, reason: &str) -> cri::ContainerStatus {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let status = self.exited(id);
+            if status.reason == reason || Instant::now() >= deadline {
+                return status;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Waits until container `id` has exited; its status.
     pub(crate) fn exited(&mut self, id: &str) -> cri::ContainerStatus {
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -296,6 +309,53 @@ impl Node {
             .find(|c| c.metadata.as_ref().is_some_and(|m| m.name == name))
             .unwrap()
             .id
+    }
+
+    /// The CRI's Exec (`kubectl exec`) of `cmd` in container `id`, through containerd's
+    /// streaming server: what it wrote to stdout, and the status it ended with (channel 3).
+    pub(crate) fn exec_streamed(&mut self, id: &str, cmd: &[&str]) -> (String, String) {
+        use futures_util::StreamExt;
+        let request = cri::ExecRequest {
+            container_id: id.to_owned(),
+            cmd: cmd.iter().map(|c| c.to_string()).collect(),
+            stdout: true,
+            stderr: true,
+            ..Default::default()
+        };
+        let url = self
+            .rt
+            .block_on(self.client.exec(request))
+            .unwrap()
+            .into_inner()
+            .url;
+        self.rt.block_on(async {
+            use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+            let mut request = url
+                .replace("http://", "ws://")
+                .into_client_request()
+                .unwrap();
+            request.headers_mut().insert(
+                "Sec-WebSocket-Protocol",
+                "v4.channel.k8s.io".parse().unwrap(),
+            );
+            let authority = request.uri().authority().unwrap().to_string();
+            let tcp = tokio::net::TcpStream::connect(authority).await.unwrap();
+            let (mut ws, _) = tokio_tungstenite::client_async(request, tcp).await.unwrap();
+            let (mut stdout, mut status) = (Vec::new(), Vec::new());
+            let deadline = Duration::from_secs(20);
+            while let Ok(Some(Ok(message))) = tokio::time::timeout(deadline, ws.next()).await {
+                let data = message.into_data();
+                match data.first() {
+                    Some(1) => stdout.extend_from_slice(&data[1..]),
+                    Some(3) => status.extend_from_slice(&data[1..]),
+                    _ => {}
+                }
+            }
+            (
+                String::from_utf8_lossy(&stdout).into_owned(),
+                String::from_utf8_lossy(&status).into_owned(),
+            )
+        })
     }
 
     pub(crate) fn stop_container(&mut self, id: &str, timeout: i64) {
