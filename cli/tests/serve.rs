@@ -1508,7 +1508,7 @@ fn run_exec_and_attach_with_stdin() {
             .env("HOME", &agent.dir)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()
             .unwrap();
         use std::io::Write as _;
@@ -1529,10 +1529,12 @@ fn run_exec_and_attach_with_stdin() {
         // TERM, which `timeout` passes on to kubectl and then dies of itself.
         let term = Command::new("kill").arg(child.id().to_string()).status();
         assert!(term.unwrap().success());
-        let ended = child.wait().unwrap();
+        let ended = child.wait_with_output().unwrap();
         assert!(
-            ended.code().is_none(),
-            "the session ended ({ended}) before {seen:?} came back: {lines:?}"
+            ended.status.code().is_none(),
+            "the session ended ({}) before {seen:?} came back: {lines:?}; kubectl said: {}",
+            ended.status,
+            String::from_utf8_lossy(&ended.stderr)
         );
         // From the instance's start: what it printed before this session too.
         assert_eq!(
