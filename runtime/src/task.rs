@@ -194,7 +194,8 @@ pub struct TaskExit {
     /// The exit code: the guest's, 134 when it trapped, 137 out of memory, 143 stopped by
     /// TERM, 128 when it could not start.
     pub code: i32,
-    /// It ended because it reached its memory limit.
+    /// The container ended because it reached its memory limit (`Task::run` only: an exec that
+    /// did ends with 137 and says so in its message).
     pub oom: bool,
     /// Why it ended, when that is more than its exit code (a trap, a mount that failed).
     pub message: Option<String>,
@@ -587,7 +588,6 @@ impl Task {
     /// `command` as its argv. Same mounts, environment, network and memory budget as
     /// [`Task::run`]; the instance's memory is its own.
     pub async fn exec(&self, command: &[String], io: TaskIo) -> TaskExit {
-        let budget = &self.sandbox.budget;
         let stderr = Shared::new(io.stderr);
         let (code, message) = self
             .sandbox
@@ -598,7 +598,9 @@ impl Task {
         TaskIo::written(io.written).await;
         TaskExit {
             code,
-            oom: code == crate::container::EXIT_KILLED && budget.used() >= budget.limit(),
+            // An exec's end by the memory limit is its 137 and its message; `oom` is the
+            // container's own end (`run`).
+            oom: false,
             message,
         }
     }

@@ -546,7 +546,8 @@ impl Events {
     /// A process ended: `TaskOOM` first when its memory limit ended it (the kubelet then
     /// reports `OOMKilled`), then `TaskExit`; returns once both are published.
     fn exited(&self, container: &str, id: &str, pid: u32, outcome: Outcome, end: Exited) {
-        if outcome.oom {
+        // Only the container's own end is its OOM (an exec's is the exec's exit code).
+        if outcome.oom && id == container {
             self.send(TaskOOM {
                 container_id: container.to_owned(),
                 ..Default::default()
