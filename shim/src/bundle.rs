@@ -147,9 +147,17 @@ impl Bundle {
                 );
             }
             let mut wasm = Vec::with_capacity(len as usize);
+            // Bounded as it is read too: the file may grow after its size was looked at.
             file.into_std()
+                .take(MAX_WASM + 1)
                 .read_to_end(&mut wasm)
                 .with_context(|| format!("cannot read {}", candidate.display()))?;
+            if wasm.len() as u64 > MAX_WASM {
+                bail!(
+                    "{} is more than the {MAX_WASM} bytes a container's .wasm may be",
+                    candidate.display()
+                );
+            }
             return Ok((candidate.clone(), wasm));
         }
         bail!("{program}: no such file in the container's root filesystem");
