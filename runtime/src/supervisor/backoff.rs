@@ -2,7 +2,9 @@
 //! it): the first restart is immediate, then the delay starts at `initial` and doubles up to
 //! `max`; it starts over when the newest exit comes more than `reset` after the last restart.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 /// The three backoff settings of a node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

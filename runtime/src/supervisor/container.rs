@@ -2,7 +2,7 @@
 //! bookkeeping, and the handle of its running instance.
 
 use std::sync::Arc;
-use std::time::Instant;
+use tokio::time::Instant;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1 as k8s;
@@ -63,7 +63,7 @@ impl Instance {
     /// Arms the guest's own kill clock (its epoch callback stops it then, beside the
     /// supervisor's timer for [`Stopping::kill_at`], whichever comes first).
     pub(crate) fn arm_kill(&self, at: Instant) {
-        self.sandbox.kill.set(at);
+        self.sandbox.kill.set(at.into_std());
     }
 
     /// Stops the instance at once with `code` (KILL, or TERM's default action).

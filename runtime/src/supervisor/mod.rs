@@ -8,6 +8,7 @@
 
 mod backoff;
 mod container;
+mod plan;
 mod probe;
 mod pull;
 mod report;
@@ -19,11 +20,12 @@ mod stopping;
 mod sync;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1 as k8s;
 use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::Instant;
 
 pub use backoff::BackoffOptions;
 use container::{Container, Instance};
@@ -447,7 +449,7 @@ impl PodTask {
             if finished && self.shutdown.is_some_and(|s| s.deleted) {
                 break;
             }
-            let deadline = self.next_deadline();
+            let deadline = self.next_wake();
             let msg = tokio::select! {
                 msg = self.rx.recv() => msg,
                 () = sleep_until(deadline) => continue,
@@ -567,7 +569,7 @@ pub(crate) fn after(t: Instant, d: Duration) -> Instant {
 
 async fn sleep_until(deadline: Option<Instant>) {
     match deadline {
-        Some(t) => tokio::time::sleep_until(t.into()).await,
+        Some(t) => tokio::time::sleep_until(t).await,
         None => std::future::pending().await,
     }
 }

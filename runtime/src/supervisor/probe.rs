@@ -7,7 +7,9 @@
 //! probe never piles up instances.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use super::{Mailbox, Msg};
 use crate::container::Sandbox;
@@ -138,7 +140,7 @@ pub(crate) async fn worker(
     started: Instant,
     to: Target,
 ) {
-    tokio::time::sleep_until(super::after(started, probe.initial_delay).into()).await;
+    tokio::time::sleep_until(super::after(started, probe.initial_delay)).await;
     let mut count = Thresholds::new(&probe, kind.initial());
     loop {
         let tick = Instant::now();
@@ -163,7 +165,7 @@ pub(crate) async fn worker(
         {
             return;
         }
-        tokio::time::sleep_until(super::after(tick, probe.period).into()).await;
+        tokio::time::sleep_until(super::after(tick, probe.period)).await;
     }
 }
 

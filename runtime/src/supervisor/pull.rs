@@ -4,7 +4,7 @@
 //! (`Pulling`, `Pulled`, `Failed` with `ErrImagePull` or `ErrImageNeverPull`, then
 //! `ImagePullBackOff` under the image backoff).
 
-use std::time::Instant;
+use tokio::time::Instant;
 
 use super::container::{PullTask, State};
 use super::start::fmt_duration;

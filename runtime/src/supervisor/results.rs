@@ -1,6 +1,6 @@
 //! What comes back from a pod's instances: exits, hook and probe results, `exec` requests.
 
-use std::time::Instant;
+use tokio::time::Instant;
 
 use jiff::Timestamp;
 use tokio::sync::oneshot;

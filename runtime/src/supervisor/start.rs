@@ -2,10 +2,11 @@
 //! (environment, mounts, limits), launching the instance, and its postStart hook.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use jiff::Timestamp;
 use tokio::sync::{oneshot, watch};
+use tokio::time::Instant;
 
 use super::container::{HookState, Instance, State};
 use super::probe::{self, HookKind, ProbeKind};
@@ -21,52 +22,65 @@ use crate::memory::Budget;
 use crate::spec::{PodInfo, VolumeSource, resolve_env};
 
 impl PodTask {
-    pub(super) async fn start(&mut self, index: usize) {
-        let now = Instant::now();
-        let options = self.node.backoff;
-        let pod = self.spec.name.clone();
-        let c = &mut self.containers[index];
-        if c.instance.is_some() {
-            return;
-        }
-        if c.retry_at.is_some_and(|t| t > now) {
-            self.image_backoff(index);
-            return;
-        }
-        // A container restarted for a new image does not wait out a crash-loop backoff.
-        let changed = std::mem::take(&mut c.changed);
-        if let Some(finished) = c.last_exit().map(|t| t.finished).filter(|_| !changed) {
-            if let Some(until) = c.backoff.wait_until(finished, now, &options) {
-                let waiting = State::Waiting {
-                    reason: "CrashLoopBackOff",
-                    message: None,
-                };
-                if let State::Terminated(t) = std::mem::replace(&mut c.state, waiting) {
-                    c.last_state = Some(t);
-                }
-                let delay = fmt_duration(until - finished);
-                c.state = State::Waiting {
-                    reason: "CrashLoopBackOff",
-                    message: Some(format!(
-                        "back-off {delay} restarting failed container={} pod={pod}",
-                        c.name
-                    )),
-                };
-                c.retry_at = Some(until);
-                let message = format!(
-                    "Back-off restarting failed container {} in pod {pod} (delay {delay})",
-                    c.name
-                );
-                self.container_event(index, EventType::Warning, Reason::BackOff, message, None);
-                return;
-            }
-            c.backoff.restarted(finished, now, &options);
-        }
-        c.retry_at = None;
+    /// Starts container `index`, which the plan found due: the restart counted against its
+    /// backoff, its registry image pulled if it needs one (the start then waits for the pull),
+    /// its module loaded, its sandbox assembled, its instance launched.
+    pub(super) async fn start(&mut self, index: usize, now: Instant) {
+        self.restarting(index, now);
         if !self.image_ready(index) {
             return;
         }
+        let Some(image) = self.load_image(index, now).await else {
+            return;
+        };
+        let sandbox = self.sandbox(index, image);
+        self.launch(index, sandbox);
+    }
 
+    /// The container waits for its crash-loop backoff to end, at `until`.
+    pub(super) fn back_off(&mut self, index: usize, until: Instant, now: Instant) {
+        let pod = self.spec.name.clone();
+        let c = &mut self.containers[index];
+        let finished = c.last_exit().map_or(now, |t| t.finished);
+        let waiting = State::Waiting {
+            reason: "CrashLoopBackOff",
+            message: None,
+        };
+        if let State::Terminated(t) = std::mem::replace(&mut c.state, waiting) {
+            c.last_state = Some(t);
+        }
+        let delay = fmt_duration(until - finished);
+        c.state = State::Waiting {
+            reason: "CrashLoopBackOff",
+            message: Some(format!(
+                "back-off {delay} restarting failed container={} pod={pod}",
+                c.name
+            )),
+        };
+        c.retry_at = Some(until);
+        let message = format!(
+            "Back-off restarting failed container {} in pod {pod} (delay {delay})",
+            c.name
+        );
+        self.container_event(index, EventType::Warning, Reason::BackOff, message, None);
+    }
+
+    /// Counts a start after an exit against the crash-loop backoff (a container restarted for
+    /// a new image does not count).
+    fn restarting(&mut self, index: usize, now: Instant) {
+        let options = self.node.backoff;
+        let c = &mut self.containers[index];
+        let changed = std::mem::take(&mut c.changed);
+        if let Some(finished) = c.last_exit().map(|t| t.finished).filter(|_| !changed) {
+            c.backoff.restarted(finished, now, &options);
+        }
+        c.retry_at = None;
+    }
+
+    /// The container's module, preloaded or loaded now (with its `Pulled` event); `None` when
+    /// it cannot be loaded, and the container then waits out the image backoff.
+    async fn load_image(&mut self, index: usize, now: Instant) -> Option<Arc<Image>> {
+        let options = self.node.backoff;
         let image = match self.containers[index].preloaded.take() {
             Some(preloaded) => Ok(preloaded),
             None => self.load(index).await,
@@ -93,7 +107,7 @@ impl PodTask {
                     fmt_duration(until - now)
                 );
                 self.container_event(index, EventType::Warning, Reason::Failed, message, None);
-                return;
+                return None;
             }
         };
         c.load_failed_at = None;
@@ -112,20 +126,14 @@ impl PodTask {
         if let Some(message) = message {
             self.container_event(index, EventType::Normal, Reason::Pulled, message, None);
         }
+        Some(image)
+    }
 
-        let c = &mut self.containers[index];
-        if c.runs > 0 {
-            c.restart_count += 1;
-        }
-        let creating = State::Waiting {
-            reason: "ContainerCreating",
-            message: None,
-        };
-        if let State::Terminated(t) = std::mem::replace(&mut c.state, creating) {
-            c.last_state = Some(t);
-        }
-        let (term_tx, term_rx) = watch::channel(false);
-        let (kill_tx, kill_rx) = oneshot::channel();
+    /// The sandbox of the container's next instance: its environment (the downward API, the
+    /// `kubernetes` Service), its mounts, its memory and CPU limits, its ports and stdin.
+    fn sandbox(&self, index: usize, image: Arc<Image>) -> (Arc<Sandbox>, watch::Sender<bool>) {
+        let c = &self.containers[index];
+        let (term_tx, term) = watch::channel(false);
         let labels_and_more = PodInfo {
             name: &self.spec.name,
             namespace: &self.spec.namespace,
@@ -200,7 +208,7 @@ impl PodTask {
                 (Some(share), pod) => Some(CpuLimit::within(share, pod.clone())),
                 (None, pod) => pod.clone(),
             },
-            term: TermSignal(term_rx),
+            term: TermSignal(term),
             kill: Default::default(),
             net: self.net.clone(),
             host_sockets: false,
@@ -226,6 +234,24 @@ impl PodTask {
             meter: Meter::new(),
             stdin: c.spec.stdin.map(StdinPipe::new),
         });
+        (sandbox, term_tx)
+    }
+
+    /// Launches the container's instance in `sandbox` (with `term`, its TERM signal's sender),
+    /// then its postStart hook; it counts as Running once the hook returned.
+    fn launch(&mut self, index: usize, (sandbox, term_tx): (Arc<Sandbox>, watch::Sender<bool>)) {
+        let c = &mut self.containers[index];
+        if c.runs > 0 {
+            c.restart_count += 1;
+        }
+        let creating = State::Waiting {
+            reason: "ContainerCreating",
+            message: None,
+        };
+        if let State::Terminated(t) = std::mem::replace(&mut c.state, creating) {
+            c.last_state = Some(t);
+        }
+        let (kill_tx, kill_rx) = oneshot::channel();
         self.meters.running(index, &c.name, &sandbox);
         let (stdout, stderr, log) = self.output.instance(&c.name, c.restart_count);
         self.instances += 1;

@@ -116,7 +116,7 @@ pub(crate) fn unready(containers: &[Container]) -> Vec<&str> {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Instant;
+    use tokio::time::Instant;
 
     use jiff::Timestamp;
 

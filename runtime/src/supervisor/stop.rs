@@ -1,14 +1,15 @@
 //! Stopping: deletion and eviction start the pod's shutdown; each container gets its preStop
 //! hook, then TERM, then KILL when its grace period ends; sidecars stop last, in reverse order.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use super::probe::HookKind;
 use super::stopping::Step;
 use super::{PodTask, Shutdown, ShutdownCause, after};
 use crate::container::{EXIT_KILLED, EXIT_TERMINATED};
 use crate::events::{EventType, Reason};
-use crate::spec::Role;
 
 impl PodTask {
     pub(super) fn delete(&mut self, grace: Option<Duration>) {
@@ -87,44 +88,15 @@ impl PodTask {
         }
     }
 
-    /// Stops containers during shutdown: the sidecars' preStop hooks all start at once; regular
-    /// (and init) containers are stopped together; then the sidecars one by one in reverse
-    /// order, each once every later one has exited, all within the pod's grace period.
-    pub(super) fn stop_containers(&mut self) {
+    /// A sidecar's preStop hook starts with the pod's shutdown, before its turn to stop.
+    pub(super) fn early_pre_stop(&mut self, index: usize) {
         let Some(shutdown) = self.shutdown else {
             return;
         };
-        let now = Instant::now();
-        let remaining = shutdown.deadline.saturating_duration_since(now);
-        for i in 0..self.containers.len() {
-            let c = &mut self.containers[i];
-            if c.role() == Role::Sidecar
-                && c.spec.pre_stop.is_some()
-                && !shutdown.force
-                && let Some(instance) = &mut c.instance
-                && instance.stop.start_early_pre_stop(shutdown.deadline)
-            {
-                self.start_pre_stop(i);
-            }
-        }
-        let mut others_alive = false;
-        for i in 0..self.containers.len() {
-            if self.containers[i].role() != Role::Sidecar && self.containers[i].alive() {
-                others_alive = true;
-                self.stop(i, remaining, shutdown.force, None);
-            }
-        }
-        let deadline_passed = now >= shutdown.deadline;
-        if others_alive && !deadline_passed {
-            return;
-        }
-        for i in (0..self.containers.len()).rev() {
-            if self.containers[i].role() == Role::Sidecar && self.containers[i].alive() {
-                self.stop(i, remaining, shutdown.force, None);
-                if !deadline_passed {
-                    break;
-                }
-            }
+        if let Some(instance) = &mut self.containers[index].instance
+            && instance.stop.start_early_pre_stop(shutdown.deadline)
+        {
+            self.start_pre_stop(index);
         }
     }
 

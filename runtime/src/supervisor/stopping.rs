@@ -4,7 +4,9 @@
 //! pod's shutdown begins. A combination that cannot happen (TERM sent without a deadline, a kill
 //! time without TERM) cannot be written.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use super::{MIN_GRACE, after};
 
