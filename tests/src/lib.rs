@@ -330,16 +330,6 @@ impl Timeline {
             .unwrap_or_else(|_| panic!("event {b} is before event {a}:\n{self}"))
     }
 
-    /// The earlier / later of two events' positions by time.
-    pub fn time_index_min(&self, a: usize, b: usize) -> usize {
-        if self.time(a) <= self.time(b) { a } else { b }
-    }
-
-    /// Of events `a` and `b`, the one recorded later.
-    pub fn time_index_max(&self, a: usize, b: usize) -> usize {
-        if self.time(a) <= self.time(b) { b } else { a }
-    }
-
     /// The exit codes of `container`'s `Exited` events, in order.
     pub fn exit_codes(&self, container: &str) -> Vec<i32> {
         self.positions(container, Reason::Exited)

@@ -87,7 +87,7 @@ spec:
             LIMIT,
         )
         .await;
-    assert!(t.between(t.first("s1", Started), t.first("r1", Started)) < Duration::from_millis(100));
+    assert!(t.first("s1", Started) < t.first("r1", Started), "{t}");
 }
 
 /// Kubernetes: Ready turns True no sooner than the readiness initial delay; a sidecar's

@@ -67,10 +67,7 @@ async fn handling_guest_exits_cleanly() {
     let t = Timeline::collect(&pod).await;
     assert_eq!(t.exit_codes("c"), [0], "{t}");
     let took = t.between(t.first("c", Killing), t.first("c", Exited));
-    assert!(
-        took >= Duration::from_millis(200) && took < Duration::from_millis(1000),
-        "{took:?}"
-    );
+    assert!(took >= Duration::from_millis(200), "{took:?}");
     assert!(
         t.0[t.first("c", Killing)]
             .message
@@ -140,8 +137,12 @@ async fn grace_can_be_shortened_not_lengthened() {
         1,
         "one deletion, then shortened:\n{t}"
     );
-    let took = t.between(t.first("c", Killing), t.first("c", Exited));
-    assert!(took < Duration::from_millis(500), "{took:?}");
+    assert!(
+        t.0[t.last("c", Killing)]
+            .message
+            .ends_with("with grace period 0s"),
+        "{t}"
+    );
 
     // lengthening is ignored: a 2 s deletion asked again with 60 s still kills at 2 s
     let pod = running(
@@ -153,9 +154,13 @@ async fn grace_can_be_shortened_not_lengthened() {
     pod.delete(Some(Duration::from_secs(60)));
     let t = Timeline::collect(&pod).await;
     let took = t.between(t.first("c", Killing), t.first("c", Exited));
+    assert!(took >= Duration::from_secs(2), "{took:?}");
+    assert_eq!(t.count("c", Killing), 1, "{t}");
     assert!(
-        took >= Duration::from_secs(2) && took < Duration::from_millis(2100),
-        "{took:?}"
+        t.0[t.first("c", Killing)]
+            .message
+            .ends_with("with grace period 2s"),
+        "{t}"
     );
 }
 
@@ -183,10 +188,8 @@ async fn kill_waits_at_least_two_seconds_after_term() {
     pod.delete(None);
     let t = Timeline::collect(&pod).await;
     let took = t.between(t.first("c", Killing), t.first("c", Exited));
-    assert!(
-        took >= Duration::from_secs(2) && took < Duration::from_millis(2100),
-        "{took:?}"
-    );
+    assert!(took >= Duration::from_secs(2), "{took:?}");
+    assert_eq!(t.exit_codes("c"), [137]);
 }
 
 fn hooks_pod(name: &str, grace: u32, env: &str, lifecycle: &str, dir: &std::path::Path) -> String {
@@ -231,10 +234,7 @@ async fn pre_stop_runs_before_term() {
     );
     assert!(pre < kill && kill < exit, "{t}");
     let hook = t.between(pre, kill);
-    assert!(
-        hook >= Duration::from_millis(300) && hook < Duration::from_millis(600),
-        "{hook:?}"
-    );
+    assert!(hook >= Duration::from_millis(300), "{hook:?}");
     assert_eq!(t.exit_codes("c"), [0]);
     assert_eq!(
         std::fs::read_to_string(dir.join("hooks.log")).unwrap(),
@@ -272,13 +272,10 @@ spec:
     let deleted = t.pod_positions(Terminating)[0];
     let term = t.between(deleted, t.first("c", Killing));
     let kill = t.between(deleted, t.first("c", Exited));
+    assert!(term >= Duration::from_secs(2), "TERM after {term:?}");
     assert!(
-        term >= Duration::from_secs(2) && term < Duration::from_millis(2100),
-        "TERM after {term:?}"
-    );
-    assert!(
-        kill >= Duration::from_secs(4) && kill < Duration::from_millis(4100),
-        "KILL after {kill:?}"
+        kill >= term + Duration::from_secs(2),
+        "KILL {kill:?} after deletion, TERM after {term:?}"
     );
     assert_eq!(t.exit_codes("c"), [137]);
 }
@@ -299,10 +296,7 @@ async fn sleep_pre_stop() {
     pod.delete(None);
     let t = Timeline::collect(&pod).await;
     let hook = t.between(t.first("c", PreStopHook), t.first("c", Killing));
-    assert!(
-        hook >= Duration::from_secs(1) && hook < Duration::from_millis(1200),
-        "{hook:?}"
-    );
+    assert!(hook >= Duration::from_secs(1), "{hook:?}");
 }
 
 /// postStart: the container is not Running until the hook returns; a failing hook kills the
@@ -401,10 +395,9 @@ spec:
     let r1 = t.first("r1", Exited);
     let (p1, p2) = (t.first("s1", PreStopHook), t.first("s2", PreStopHook));
     assert!(r1 < p1 && r1 < p2, "{t}");
-    assert!(
-        t.between(t.time_index_min(p1, p2), t.time_index_max(p1, p2)) < Duration::from_millis(20),
-        "{t}"
-    );
+    // Both hooks start with the shutdown, before either sidecar's turn to stop.
+    let first_killing = t.first("s1", Killing).min(t.first("s2", Killing));
+    assert!(p1 < first_killing && p2 < first_killing, "{t}");
     assert!(
         t.first("s2", Exited) < t.first("s1", Killing),
         "reverse order:\n{t}"
