@@ -126,7 +126,10 @@ fn benches(c: &mut Criterion) {
     runtime.block_on(pod.deleted());
 }
 
-#[allow(missing_docs)] // criterion's macro makes an undocumented public function
+#[allow(
+    missing_docs,
+    reason = "criterion's macro makes an undocumented public function"
+)]
 mod group {
     use super::*;
     criterion_group! {

@@ -78,8 +78,10 @@ impl Default for Options {
 }
 
 /// A `wasi:sockets/tcp` socket of a pod.
-// `pub`: the `wasi:sockets` bindings re-export it as a resource type.
-#[allow(unreachable_pub)]
+#[allow(
+    unreachable_pub,
+    reason = "the `wasi:sockets` bindings re-export it as a resource type"
+)]
 pub struct TcpSocket {
     family: Family,
     port: Option<PortGuard>,

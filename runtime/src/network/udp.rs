@@ -96,8 +96,10 @@ impl Inbox {
 }
 
 /// A `wasi:sockets/udp` socket of a pod.
-// `pub`: the `wasi:sockets` bindings re-export it as a resource type.
-#[allow(unreachable_pub)]
+#[allow(
+    unreachable_pub,
+    reason = "the `wasi:sockets` bindings re-export it as a resource type"
+)]
 pub struct UdpSocket {
     family: Family,
     port: Option<PortGuard>,
@@ -227,8 +229,10 @@ impl Pollable for UdpSocket {
 }
 
 /// The receiving half of a socket's stream.
-// `pub`: the `wasi:sockets` bindings re-export it as a resource type.
-#[allow(unreachable_pub)]
+#[allow(
+    unreachable_pub,
+    reason = "the `wasi:sockets` bindings re-export it as a resource type"
+)]
 pub struct IncomingDatagrams {
     inbox: Arc<Inbox>,
     remote: Option<SocketAddr>,
@@ -242,8 +246,10 @@ impl Pollable for IncomingDatagrams {
 }
 
 /// The sending half of a socket's stream.
-// `pub`: the `wasi:sockets` bindings re-export it as a resource type.
-#[allow(unreachable_pub)]
+#[allow(
+    unreachable_pub,
+    reason = "the `wasi:sockets` bindings re-export it as a resource type"
+)]
 pub struct OutgoingDatagrams {
     family: Family,
     local: SocketAddr,

@@ -66,8 +66,10 @@ impl From<std::io::Error> for SocketError {
 }
 
 /// The `network` resource: a capability handle; every socket of a store uses its pod's network.
-// `pub`: the `wasi:sockets` bindings re-export it as a resource type.
-#[allow(unreachable_pub)]
+#[allow(
+    unreachable_pub,
+    reason = "the `wasi:sockets` bindings re-export it as a resource type"
+)]
 pub struct Network;
 
 /// What the socket interfaces need from a store: its resource table and its pod's network.
@@ -241,8 +243,10 @@ impl From<Family> for IpAddressFamily {
 }
 
 /// The addresses a name resolves to, or the lookup still under way on the host.
-// `pub`: the `wasi:sockets` bindings re-export it as a resource type.
-#[allow(unreachable_pub)]
+#[allow(
+    unreachable_pub,
+    reason = "the `wasi:sockets` bindings re-export it as a resource type"
+)]
 pub enum ResolveAddresses {
     Done(Result<VecDeque<IpAddr>, ErrorCode>),
     Pending(tokio::task::JoinHandle<Result<VecDeque<IpAddr>, ErrorCode>>),

@@ -16,24 +16,137 @@ use crate::images::PullPolicy;
 use k8s_openapi::api::core::v1 as k8s;
 use std::path::{Path, PathBuf};
 
-#[allow(clippy::too_many_arguments)]
+/// What a container's conversion reads of its pod.
+pub(super) struct PodContext<'a> {
+    /// The directory relative images and host paths start from (the pod file's).
+    pub base_dir: &'a Path,
+    /// The pod's volumes, converted.
+    pub volumes: &'a [Volume],
+    pub store: &'a ConfigStore,
+    /// The longest each downward-API value can be once the pod runs.
+    pub field_len: &'a dyn Fn(&env::FieldRef) -> u64,
+}
+
+/// One container of `spec.initContainers` (`is_init`) or `spec.containers`, at `path`.
 pub(super) fn convert_container(
     path: &FieldPath,
     c: &k8s::Container,
     is_init: bool,
-    base_dir: &Path,
-    volumes: &[Volume],
-    store: &ConfigStore,
-    field_len: &dyn Fn(&env::FieldRef) -> u64,
+    pod: &PodContext<'_>,
     errors: &mut Vec<FieldError>,
 ) -> Option<ContainerSpec> {
+    let PodContext {
+        base_dir,
+        volumes,
+        store,
+        field_len,
+    } = *pod;
     if let Err(why) = check_label(&c.name) {
         errors.push(FieldError::invalid(
             path.child("name"),
             format!("invalid value {:?}: {why}", c.name),
         ));
     }
-    let role = match (is_init, c.restart_policy.as_deref()) {
+    let role = role(path, c, is_init, errors);
+    let (image, pull) = image(path, c, base_dir, errors);
+    let argv: Vec<String> = match &c.command {
+        Some(command) => command
+            .iter()
+            .chain(c.args.iter().flatten())
+            .cloned()
+            .collect(),
+        None => std::iter::once(c.name.clone())
+            .chain(c.args.iter().flatten().cloned())
+            .collect(),
+    };
+    let env = convert_env(path, c, store, errors);
+    check_expansion(path, &env, &argv, field_len, errors);
+    let mounts = convert_mounts(path, c, volumes, errors);
+    let ports = convert_ports(path, c.ports.as_deref().unwrap_or_default(), errors);
+    let is_regular_init = role == Role::Init;
+    let mut probe = |field: &str, p: &Option<k8s::Probe>, threshold_one: bool| {
+        let p = p.as_ref()?;
+        let at = path.child(field);
+        if is_regular_init {
+            errors.push(FieldError::not_supported(
+                at,
+                "not supported by init containers (only sidecars may have probes)",
+            ));
+            return None;
+        }
+        convert_probe(&at, p, threshold_one, &ports, errors)
+    };
+    let startup = probe("startupProbe", &c.startup_probe, true);
+    let liveness = probe("livenessProbe", &c.liveness_probe, true);
+    let readiness = probe("readinessProbe", &c.readiness_probe, false);
+    let hook = |field: &str, h: Option<&k8s::LifecycleHandler>, errors: &mut Vec<FieldError>| {
+        let at = path.child("lifecycle").child(field);
+        let h = h?;
+        if is_regular_init {
+            errors.push(FieldError::not_supported(
+                at,
+                "not supported by init containers (only sidecars may have hooks)",
+            ));
+            return None;
+        }
+        convert_hook(&at, h, &ports, errors)
+    };
+    let lifecycle = c.lifecycle.as_ref();
+    let post_start = hook(
+        "postStart",
+        lifecycle.and_then(|l| l.post_start.as_ref()),
+        errors,
+    );
+    let pre_stop = hook(
+        "preStop",
+        lifecycle.and_then(|l| l.pre_stop.as_ref()),
+        errors,
+    );
+    let resources = convert_resources(path, c.resources.as_ref(), errors);
+    security::check_container(path, c.security_context.as_ref(), errors);
+    check_pull_policy(path, c, errors);
+    // A guest has no terminal: WASI gives it byte streams, with no line discipline, window size
+    // or signals to drive.
+    if c.tty == Some(true) {
+        errors.push(FieldError::not_supported(
+            path.child("tty"),
+            "not supported by wasmpod: a WASI guest has byte streams, not a terminal (use stdin \
+             without tty)",
+        ));
+    }
+    // As the kubelet, `stdinOnce` means nothing without `stdin`.
+    let stdin = (c.stdin == Some(true)).then_some(super::StdinMode {
+        once: c.stdin_once == Some(true),
+    });
+    let termination = check_termination(path, c, &mounts, errors);
+    let file_dirs = super::file_mounts::group(path, &mounts, errors);
+    Some(ContainerSpec {
+        termination,
+        file_dirs,
+        pull,
+        name: c.name.clone(),
+        field: path.to_string(),
+        startup,
+        liveness,
+        readiness,
+        post_start,
+        pre_stop,
+        resources,
+        role,
+        image,
+        argv,
+        env,
+        mounts,
+        ports,
+        working_dir: c.working_dir.clone(),
+        stdin,
+    })
+}
+
+/// The container's role: an init container, a sidecar (an init container with
+/// `restartPolicy: Always`) or a regular container.
+fn role(path: &FieldPath, c: &k8s::Container, is_init: bool, errors: &mut Vec<FieldError>) -> Role {
+    match (is_init, c.restart_policy.as_deref()) {
         (_, None) => {
             if is_init {
                 Role::Init
@@ -56,7 +169,17 @@ pub(super) fn convert_container(
             ));
             Role::Regular
         }
-    };
+    }
+}
+
+/// `image`: a `.wasm` (or `.cwasm`) file, relative to the pod file, or a registry image pulled
+/// when the container first starts.
+fn image(
+    path: &FieldPath,
+    c: &k8s::Container,
+    base_dir: &Path,
+    errors: &mut Vec<FieldError>,
+) -> (PathBuf, Option<ImagePull>) {
     let mut pull = None;
     let image = match c.image.as_deref() {
         None | Some("") => {
@@ -104,18 +227,17 @@ pub(super) fn convert_container(
             file
         }
     };
-    let argv: Vec<String> = match &c.command {
-        Some(command) => command
-            .iter()
-            .chain(c.args.iter().flatten())
-            .cloned()
-            .collect(),
-        None => std::iter::once(c.name.clone())
-            .chain(c.args.iter().flatten().cloned())
-            .collect(),
-    };
-    let env = convert_env(path, c, store, errors);
-    check_expansion(path, &env, &argv, field_len, errors);
+    (image, pull)
+}
+
+/// `volumeMounts`: each of a volume of the pod, at an absolute path of its own, with a relative
+/// `subPath`; a file (a hostPath file, a ConfigMap key by its subPath) is mounted as a file.
+fn convert_mounts(
+    path: &FieldPath,
+    c: &k8s::Container,
+    volumes: &[Volume],
+    errors: &mut Vec<FieldError>,
+) -> Vec<Mount> {
     let mut mounts: Vec<Mount> = Vec::new();
     for (i, m) in c.volume_mounts.iter().flatten().enumerate() {
         let mpath = path.child("volumeMounts").index(i);
@@ -171,109 +293,49 @@ pub(super) fn convert_container(
             file,
         });
     }
-    let ports = convert_ports(path, c.ports.as_deref().unwrap_or_default(), errors);
-    let is_regular_init = role == Role::Init;
-    let mut probe = |field: &str, p: &Option<k8s::Probe>, threshold_one: bool| {
-        let p = p.as_ref()?;
-        let at = path.child(field);
-        if is_regular_init {
-            errors.push(FieldError::not_supported(
-                at,
-                "not supported by init containers (only sidecars may have probes)",
+    mounts
+}
+
+/// A lifecycle hook's handler: exactly one of `exec`, `httpGet` and `sleep`.
+fn convert_hook(
+    at: &FieldPath,
+    h: &k8s::LifecycleHandler,
+    ports: &[ContainerPort],
+    errors: &mut Vec<FieldError>,
+) -> Option<Handler> {
+    let kinds = [h.exec.is_some(), h.http_get.is_some(), h.sleep.is_some()];
+    match kinds.iter().filter(|k| **k).count() {
+        0 => {
+            errors.push(FieldError::required(
+                at.clone(),
+                "must specify a handler type (exec, httpGet or sleep)",
             ));
             return None;
         }
-        convert_probe(&at, p, threshold_one, &ports, errors)
-    };
-    let startup = probe("startupProbe", &c.startup_probe, true);
-    let liveness = probe("livenessProbe", &c.liveness_probe, true);
-    let readiness = probe("readinessProbe", &c.readiness_probe, false);
-    let mut hook = |field: &str, h: Option<&k8s::LifecycleHandler>| {
-        let h = h?;
-        let at = path.child("lifecycle").child(field);
-        if is_regular_init {
-            errors.push(FieldError::not_supported(
-                at,
-                "not supported by init containers (only sidecars may have hooks)",
-            ));
-            return None;
-        }
-        let kinds = [h.exec.is_some(), h.http_get.is_some(), h.sleep.is_some()];
-        match kinds.iter().filter(|k| **k).count() {
-            0 => {
-                errors.push(FieldError::required(
-                    at,
-                    "must specify a handler type (exec, httpGet or sleep)",
-                ));
-                return None;
-            }
-            1 => {}
-            _ => {
-                errors.push(FieldError::invalid(
-                    at,
-                    "may not specify more than one handler type",
-                ));
-                return None;
-            }
-        }
-        if let Some(exec) = &h.exec {
-            return exec_handler(&at.child("exec"), exec, errors);
-        }
-        if let Some(get) = &h.http_get {
-            return http_get(&at.child("httpGet"), get, &ports, errors);
-        }
-        let sleep = h.sleep.as_ref()?;
-        if sleep.seconds < 0 {
+        1 => {}
+        _ => {
             errors.push(FieldError::invalid(
-                at.child("sleep").child("seconds"),
-                format!("invalid value {}: must be >= 0", sleep.seconds),
+                at,
+                "may not specify more than one handler type",
             ));
             return None;
         }
-        Some(Handler::Sleep(bounded_seconds(sleep.seconds)))
-    };
-    let lifecycle = c.lifecycle.as_ref();
-    let post_start = hook("postStart", lifecycle.and_then(|l| l.post_start.as_ref()));
-    let pre_stop = hook("preStop", lifecycle.and_then(|l| l.pre_stop.as_ref()));
-    let resources = convert_resources(path, c.resources.as_ref(), errors);
-    security::check_container(path, c.security_context.as_ref(), errors);
-    check_pull_policy(path, c, errors);
-    // A guest has no terminal: WASI gives it byte streams, with no line discipline, window size
-    // or signals to drive.
-    if c.tty == Some(true) {
-        errors.push(FieldError::not_supported(
-            path.child("tty"),
-            "not supported by wasmpod: a WASI guest has byte streams, not a terminal (use stdin \
-             without tty)",
-        ));
     }
-    // As the kubelet, `stdinOnce` means nothing without `stdin`.
-    let stdin = (c.stdin == Some(true)).then_some(super::StdinMode {
-        once: c.stdin_once == Some(true),
-    });
-    let termination = check_termination(path, c, &mounts, errors);
-    let file_dirs = super::file_mounts::group(path, &mounts, errors);
-    Some(ContainerSpec {
-        termination,
-        file_dirs,
-        pull,
-        name: c.name.clone(),
-        field: path.to_string(),
-        startup,
-        liveness,
-        readiness,
-        post_start,
-        pre_stop,
-        resources,
-        role,
-        image,
-        argv,
-        env,
-        mounts,
-        ports,
-        working_dir: c.working_dir.clone(),
-        stdin,
-    })
+    if let Some(exec) = &h.exec {
+        return exec_handler(&at.child("exec"), exec, errors);
+    }
+    if let Some(get) = &h.http_get {
+        return http_get(&at.child("httpGet"), get, &ports, errors);
+    }
+    let sleep = h.sleep.as_ref()?;
+    if sleep.seconds < 0 {
+        errors.push(FieldError::invalid(
+            at.child("sleep").child("seconds"),
+            format!("invalid value {}: must be >= 0", sleep.seconds),
+        ));
+        return None;
+    }
+    Some(Handler::Sleep(bounded_seconds(sleep.seconds)))
 }
 
 /// The most of a termination message read, as the kubelet reads.

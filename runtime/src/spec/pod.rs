@@ -2,14 +2,14 @@
 //! deadline, hostname, priority class.
 
 use super::config::{ConfigStore, Kind};
-use super::containers::{check_host_ports, convert_container};
+use super::containers::{PodContext, check_host_ports, convert_container};
+use super::env;
 use super::errors::{FieldError, FieldPath};
-use super::model::{ContainerSpec, PodSpec, RestartPolicy, Volume, VolumeSource};
+use super::model::{ContainerSpec, PodSpec, RestartPolicy};
 use super::names::{bounded_seconds, check_label, check_subdomain, check_uid};
-use super::volumes::{Keys, check_mode, downward_api, host_path, projected, projected_volume};
-use super::{env, quantity};
 use k8s_openapi::api::core::v1 as k8s;
-use std::collections::BTreeMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::Duration;
 
@@ -20,6 +20,82 @@ pub(super) fn convert(
     errors: &mut Vec<FieldError>,
 ) -> Option<PodSpec> {
     let meta = &pod.metadata;
+    let (name, namespace) = check_metadata(meta, errors);
+    let spec = pod.spec.as_ref()?;
+    // The pod's service account, as the API server defaults it.
+    let account = spec
+        .service_account_name
+        .as_deref()
+        .or(spec.service_account.as_deref())
+        .unwrap_or("default");
+    let restart_policy = restart_policy(spec, errors);
+    let volumes = super::volumes::convert(spec, base_dir, account, store, errors);
+    let field_len = |f: &env::FieldRef| downward_len(f, meta, account);
+    let context = PodContext {
+        base_dir,
+        volumes: &volumes,
+        store,
+        field_len: &field_len,
+    };
+    let (containers, extended_resources) = convert_containers(spec, &context, errors);
+    let (grace_period, active_deadline) = lifetimes(spec, errors);
+    let readiness_gates = spec
+        .readiness_gates
+        .iter()
+        .flatten()
+        .map(|g| g.condition_type.clone())
+        .collect();
+    let hostname = hostname(spec, &name, errors);
+    check_host_ports(&containers, errors);
+    check_scheduling(spec, errors);
+    let priority_class = spec.priority_class_name.clone();
+    if let Some(class) = &priority_class
+        && let Err(why) = check_subdomain(class)
+    {
+        errors.push(FieldError::invalid(
+            "spec.priorityClassName",
+            format!("invalid value {class:?}: {why}"),
+        ));
+    }
+
+    let labels = meta.labels.clone().unwrap_or_default();
+    let annotations = meta.annotations.clone().unwrap_or_default();
+    let (pull_secrets, missing_pull_secrets) = pull_secrets(spec, store, errors);
+    let pod_resources = super::resources::pod_level(spec.resources.as_ref(), &containers, errors);
+    Some(PodSpec {
+        pod_resources,
+        serving: super::serving::check(&annotations, errors),
+        node_selector: spec.node_selector.clone().unwrap_or_default(),
+        node_affinity: super::affinity::check_affinity(spec.affinity.as_ref(), errors),
+        runtime_class: spec.runtime_class_name.clone(),
+        pull_secrets,
+        missing_pull_secrets,
+        dns: super::dns::check(spec, errors),
+        placement: super::placement::check(spec, &namespace, &labels, errors),
+        node_name: spec.node_name.clone().filter(|n| !n.is_empty()),
+        service_account: account.to_owned(),
+        extended_resources,
+        priority: spec.priority,
+        preemption_policy: spec.preemption_policy.clone(),
+        tolerations: check_tolerations(spec.tolerations.as_deref().unwrap_or_default(), errors),
+        priority_class,
+        hostname,
+        labels,
+        annotations,
+        name,
+        namespace,
+        uid: meta.uid.clone(),
+        containers,
+        restart_policy,
+        volumes,
+        grace_period,
+        active_deadline,
+        readiness_gates,
+    })
+}
+
+/// `metadata`: the name (required), the namespace (`default` when not given), the UID.
+fn check_metadata(meta: &ObjectMeta, errors: &mut Vec<FieldError>) -> (String, String) {
     let name = meta.name.clone().unwrap_or_default();
     if name.is_empty() {
         errors.push(FieldError::required("metadata.name", "required value"));
@@ -44,15 +120,11 @@ pub(super) fn convert(
             format!("invalid value {uid:?}: {why}"),
         ));
     }
-    let spec = pod.spec.as_ref()?;
-    // The pod's service account, as the API server defaults it.
-    let account = spec
-        .service_account_name
-        .as_deref()
-        .or(spec.service_account.as_deref())
-        .unwrap_or("default");
+    (name, namespace)
+}
 
-    let restart_policy = match spec.restart_policy.as_deref() {
+fn restart_policy(spec: &k8s::PodSpec, errors: &mut Vec<FieldError>) -> RestartPolicy {
+    match spec.restart_policy.as_deref() {
         None | Some("Always") => RestartPolicy::Always,
         Some("OnFailure") => RestartPolicy::OnFailure,
         Some("Never") => RestartPolicy::Never,
@@ -63,163 +135,37 @@ pub(super) fn convert(
             ));
             RestartPolicy::Always
         }
-    };
-
-    let mut volumes = Vec::new();
-    for (i, v) in spec.volumes.iter().flatten().enumerate() {
-        let path = FieldPath::new("spec").child("volumes").index(i);
-        if let Err(why) = check_label(&v.name) {
-            errors.push(FieldError::invalid(
-                path.child("name"),
-                format!("invalid value {:?}: {why}", v.name),
-            ));
-        }
-        if volumes.iter().any(|other: &Volume| other.name == v.name) {
-            errors.push(FieldError::duplicate(
-                path.child("name"),
-                format!("duplicate value {:?}", v.name),
-            ));
-        }
-        let kinds = [
-            v.empty_dir.is_some(),
-            v.host_path.is_some(),
-            v.config_map.is_some(),
-            v.secret.is_some(),
-            v.downward_api.is_some(),
-            v.projected.is_some(),
-        ];
-        match kinds.iter().filter(|k| **k).count() {
-            0 => {
-                errors.push(FieldError::required(
-                    path,
-                    "must specify a volume type (emptyDir, hostPath, configMap, secret, \
-                     downwardAPI or projected)",
-                ));
-                continue;
-            }
-            1 => {}
-            _ => {
-                errors.push(FieldError::invalid(
-                    path,
-                    "may not specify more than one volume type",
-                ));
-                continue;
-            }
-        }
-        let source = if let Some(e) = &v.empty_dir {
-            let memory = match e.medium.as_deref() {
-                None | Some("") => false,
-                Some("Memory") => true,
-                Some(other) => {
-                    errors.push(FieldError::unsupported(
-                        path.child("emptyDir").child("medium"),
-                        format!("unsupported value {other:?}: must be \"\" or Memory"),
-                    ));
-                    false
-                }
-            };
-            let size_limit = e.size_limit.as_ref().and_then(|q| {
-                quantity::parse(&q.0, 1.0)
-                    .map_err(|why| {
-                        errors.push(FieldError::invalid(
-                            path.child("emptyDir").child("sizeLimit"),
-                            why,
-                        ))
-                    })
-                    .ok()
-            });
-            VolumeSource::EmptyDir { memory, size_limit }
-        } else if let Some(host) = &v.host_path {
-            let (target, create) = host_path(&path, host, base_dir, errors);
-            VolumeSource::HostPath(target, create)
-        } else if let Some(cm) = &v.config_map {
-            check_mode(
-                &path.child("configMap").child("defaultMode"),
-                cm.default_mode,
-                errors,
-            );
-            let mut files = Vec::new();
-            projected(
-                &path.child("configMap"),
-                Keys {
-                    kind: Kind::ConfigMap,
-                    name: &cm.name,
-                    items: cm.items.as_deref(),
-                    optional: cm.optional,
-                },
-                store,
-                &mut files,
-                errors,
-            );
-            VolumeSource::Files(files)
-        } else if let Some(secret) = &v.secret {
-            check_mode(
-                &path.child("secret").child("defaultMode"),
-                secret.default_mode,
-                errors,
-            );
-            let name = secret.secret_name.clone().unwrap_or_default();
-            let mut files = Vec::new();
-            projected(
-                &path.child("secret"),
-                Keys {
-                    kind: Kind::Secret,
-                    name: &name,
-                    items: secret.items.as_deref(),
-                    optional: secret.optional,
-                },
-                store,
-                &mut files,
-                errors,
-            );
-            VolumeSource::Files(files)
-        } else if let Some(d) = &v.downward_api {
-            let at = path.child("downwardAPI");
-            check_mode(&at.child("defaultMode"), d.default_mode, errors);
-            let mut files = Vec::new();
-            downward_api(
-                &at,
-                d.items.as_deref().unwrap_or_default(),
-                &mut files,
-                errors,
-            );
-            VolumeSource::Files(files)
-        } else {
-            let p = v.projected.as_ref()?;
-            VolumeSource::Files(projected_volume(
-                &path.child("projected"),
-                p,
-                account,
-                store,
-                errors,
-            ))
-        };
-        volumes.push(Volume {
-            name: v.name.clone(),
-            source,
-        });
     }
+}
 
-    // The longest each downward-API value can be once the pod runs: its own metadata, or a
-    // generated UID, a node name, an IPv6 address.
-    let field_len = |f: &env::FieldRef| -> u64 {
-        use env::FieldRef;
-        let of = |map: &Option<BTreeMap<String, String>>, k: &str| {
-            map.as_ref()
-                .and_then(|m| m.get(k))
-                .map_or(0, |v| v.len() as u64)
-        };
-        match f {
-            FieldRef::Name => name.len() as u64,
-            FieldRef::Namespace => meta.namespace.as_ref().map_or(7, |n| n.len() as u64),
-            FieldRef::Uid => 64,
-            FieldRef::Label(k) => of(&meta.labels, k),
-            FieldRef::Annotation(k) => of(&meta.annotations, k),
-            FieldRef::NodeName => 253,
-            FieldRef::ServiceAccountName => account.len() as u64,
-            FieldRef::PodIp => 45,
-        }
+/// The longest a downward-API value can be once the pod runs: its own metadata, or a generated
+/// UID, a node name, an IPv6 address.
+fn downward_len(f: &env::FieldRef, meta: &ObjectMeta, account: &str) -> u64 {
+    use env::FieldRef;
+    let of = |map: &Option<BTreeMap<String, String>>, k: &str| {
+        map.as_ref()
+            .and_then(|m| m.get(k))
+            .map_or(0, |v| v.len() as u64)
     };
+    match f {
+        FieldRef::Name => meta.name.as_ref().map_or(0, |n| n.len() as u64),
+        FieldRef::Namespace => meta.namespace.as_ref().map_or(7, |n| n.len() as u64),
+        FieldRef::Uid => 64,
+        FieldRef::Label(k) => of(&meta.labels, k),
+        FieldRef::Annotation(k) => of(&meta.annotations, k),
+        FieldRef::NodeName => 253,
+        FieldRef::ServiceAccountName => account.len() as u64,
+        FieldRef::PodIp => 45,
+    }
+}
+
+/// `spec.initContainers` then `spec.containers`, each named once; and the extended resources
+/// they ask for.
+fn convert_containers(
+    spec: &k8s::PodSpec,
+    context: &PodContext<'_>,
+    errors: &mut Vec<FieldError>,
+) -> (Vec<ContainerSpec>, BTreeSet<String>) {
     let asked: Vec<_> = spec
         .init_containers
         .iter()
@@ -255,9 +201,7 @@ pub(super) fn convert(
         )
     });
     for (path, c, is_init) in inits.chain(regulars) {
-        if let Some(container) = convert_container(
-            &path, c, is_init, base_dir, &volumes, store, &field_len, errors,
-        ) {
+        if let Some(container) = convert_container(&path, c, is_init, context, errors) {
             if containers
                 .iter()
                 .any(|o: &ContainerSpec| o.name == container.name)
@@ -277,6 +221,11 @@ pub(super) fn convert(
         ));
     }
 
+    (containers, extended_resources)
+}
+
+/// `terminationGracePeriodSeconds` (30 s when not given) and `activeDeadlineSeconds`.
+fn lifetimes(spec: &k8s::PodSpec, errors: &mut Vec<FieldError>) -> (Duration, Option<Duration>) {
     let grace_period = match spec.termination_grace_period_seconds {
         None => Duration::from_secs(30),
         Some(s) if s >= 0 => bounded_seconds(s),
@@ -300,14 +249,12 @@ pub(super) fn convert(
             None
         }
     };
-    let readiness_gates = spec
-        .readiness_gates
-        .iter()
-        .flatten()
-        .map(|g| g.condition_type.clone())
-        .collect();
+    (grace_period, active_deadline)
+}
 
-    let hostname = match &spec.hostname {
+/// `spec.hostname`, else the pod's name up to its first dot.
+fn hostname(spec: &k8s::PodSpec, name: &str, errors: &mut Vec<FieldError>) -> String {
+    match &spec.hostname {
         Some(h) => {
             if let Err(why) = check_label(h) {
                 errors.push(FieldError::invalid(
@@ -318,8 +265,12 @@ pub(super) fn convert(
             h.clone()
         }
         None => name.split('.').next().unwrap_or_default().to_owned(),
-    };
-    check_host_ports(&containers, errors);
+    }
+}
+
+/// What decides where and whether the pod may run: its security context and namespaces, its
+/// scheduler, preemption policy, runtime class and OS.
+fn check_scheduling(spec: &k8s::PodSpec, errors: &mut Vec<FieldError>) {
     super::security::check_pod(spec.security_context.as_ref(), errors);
     // The node is its own scheduler: a pod for another one would never run.
     if let Some(name) = spec.scheduler_name.as_deref()
@@ -365,50 +316,6 @@ pub(super) fn convert(
             ),
         ));
     }
-    let priority_class = spec.priority_class_name.clone();
-    if let Some(class) = &priority_class
-        && let Err(why) = check_subdomain(class)
-    {
-        errors.push(FieldError::invalid(
-            "spec.priorityClassName",
-            format!("invalid value {class:?}: {why}"),
-        ));
-    }
-
-    let labels = meta.labels.clone().unwrap_or_default();
-    let annotations = meta.annotations.clone().unwrap_or_default();
-    let (pull_secrets, missing_pull_secrets) = pull_secrets(spec, store, errors);
-    let pod_resources = super::resources::pod_level(spec.resources.as_ref(), &containers, errors);
-    Some(PodSpec {
-        pod_resources,
-        serving: super::serving::check(&annotations, errors),
-        node_selector: spec.node_selector.clone().unwrap_or_default(),
-        node_affinity: super::affinity::check_affinity(spec.affinity.as_ref(), errors),
-        runtime_class: spec.runtime_class_name.clone(),
-        pull_secrets,
-        missing_pull_secrets,
-        dns: super::dns::check(spec, errors),
-        placement: super::placement::check(spec, &namespace, &labels, errors),
-        node_name: spec.node_name.clone().filter(|n| !n.is_empty()),
-        service_account: account.to_owned(),
-        extended_resources,
-        priority: spec.priority,
-        preemption_policy: spec.preemption_policy.clone(),
-        tolerations: check_tolerations(spec.tolerations.as_deref().unwrap_or_default(), errors),
-        priority_class,
-        hostname,
-        labels,
-        annotations,
-        name,
-        namespace,
-        uid: meta.uid.clone(),
-        containers,
-        restart_policy,
-        volumes,
-        grace_period,
-        active_deadline,
-        readiness_gates,
-    })
 }
 
 /// `tolerations[]` as the API server validates them: `Exists` or `Equal` (the default), no value

@@ -3,10 +3,161 @@
 
 use super::config::{ConfigStore, Kind};
 use super::errors::{FieldError, FieldPath};
-use super::model::{FileData, HostCreate};
+use super::model::{FileData, HostCreate, Volume, VolumeSource};
+use super::names::check_label;
 use super::names::resolve;
+use super::quantity;
 use k8s_openapi::api::core::v1 as k8s;
 use std::path::{Path, PathBuf};
+
+/// `spec.volumes`: each named once, of exactly one type, converted (a `hostPath` checked against
+/// its type, a ConfigMap's or Secret's keys projected into files, and so on).
+pub(super) fn convert(
+    spec: &k8s::PodSpec,
+    base_dir: &Path,
+    account: &str,
+    store: &ConfigStore,
+    errors: &mut Vec<FieldError>,
+) -> Vec<Volume> {
+    let mut volumes = Vec::new();
+    for (i, v) in spec.volumes.iter().flatten().enumerate() {
+        let path = FieldPath::new("spec").child("volumes").index(i);
+        if let Err(why) = check_label(&v.name) {
+            errors.push(FieldError::invalid(
+                path.child("name"),
+                format!("invalid value {:?}: {why}", v.name),
+            ));
+        }
+        if volumes.iter().any(|other: &Volume| other.name == v.name) {
+            errors.push(FieldError::duplicate(
+                path.child("name"),
+                format!("duplicate value {:?}", v.name),
+            ));
+        }
+        let kinds = [
+            v.empty_dir.is_some(),
+            v.host_path.is_some(),
+            v.config_map.is_some(),
+            v.secret.is_some(),
+            v.downward_api.is_some(),
+            v.projected.is_some(),
+        ];
+        match kinds.iter().filter(|k| **k).count() {
+            0 => {
+                errors.push(FieldError::required(
+                    path,
+                    "must specify a volume type (emptyDir, hostPath, configMap, secret, \
+                     downwardAPI or projected)",
+                ));
+                continue;
+            }
+            1 => {}
+            _ => {
+                errors.push(FieldError::invalid(
+                    path,
+                    "may not specify more than one volume type",
+                ));
+                continue;
+            }
+        }
+        let source = if let Some(e) = &v.empty_dir {
+            let memory = match e.medium.as_deref() {
+                None | Some("") => false,
+                Some("Memory") => true,
+                Some(other) => {
+                    errors.push(FieldError::unsupported(
+                        path.child("emptyDir").child("medium"),
+                        format!("unsupported value {other:?}: must be \"\" or Memory"),
+                    ));
+                    false
+                }
+            };
+            let size_limit = e.size_limit.as_ref().and_then(|q| {
+                quantity::parse(&q.0, 1.0)
+                    .map_err(|why| {
+                        errors.push(FieldError::invalid(
+                            path.child("emptyDir").child("sizeLimit"),
+                            why,
+                        ))
+                    })
+                    .ok()
+            });
+            VolumeSource::EmptyDir { memory, size_limit }
+        } else if let Some(host) = &v.host_path {
+            let (target, create) = host_path(&path, host, base_dir, errors);
+            VolumeSource::HostPath(target, create)
+        } else if let Some(cm) = &v.config_map {
+            let keys = Keys {
+                kind: Kind::ConfigMap,
+                name: &cm.name,
+                items: cm.items.as_deref(),
+                optional: cm.optional,
+            };
+            key_files(
+                &path.child("configMap"),
+                keys,
+                cm.default_mode,
+                store,
+                errors,
+            )
+        } else if let Some(secret) = &v.secret {
+            let keys = Keys {
+                kind: Kind::Secret,
+                name: secret.secret_name.as_deref().unwrap_or_default(),
+                items: secret.items.as_deref(),
+                optional: secret.optional,
+            };
+            key_files(
+                &path.child("secret"),
+                keys,
+                secret.default_mode,
+                store,
+                errors,
+            )
+        } else if let Some(d) = &v.downward_api {
+            let at = path.child("downwardAPI");
+            check_mode(&at.child("defaultMode"), d.default_mode, errors);
+            let mut files = Vec::new();
+            downward_api(
+                &at,
+                d.items.as_deref().unwrap_or_default(),
+                &mut files,
+                errors,
+            );
+            VolumeSource::Files(files)
+        } else if let Some(p) = &v.projected {
+            VolumeSource::Files(projected_volume(
+                &path.child("projected"),
+                p,
+                account,
+                store,
+                errors,
+            ))
+        } else {
+            continue;
+        };
+        volumes.push(Volume {
+            name: v.name.clone(),
+            source,
+        });
+    }
+
+    volumes
+}
+
+/// A `configMap` or `secret` volume: its mode checked, its keys as files.
+fn key_files(
+    at: &FieldPath,
+    keys: Keys<'_>,
+    default_mode: Option<i32>,
+    store: &ConfigStore,
+    errors: &mut Vec<FieldError>,
+) -> VolumeSource {
+    check_mode(&at.child("defaultMode"), default_mode, errors);
+    let mut files = Vec::new();
+    projected(at, keys, store, &mut files, errors);
+    VolumeSource::Files(files)
+}
 
 /// Checks a `hostPath` against its `type` (relative paths are relative to the YAML file);
 /// `DirectoryOrCreate` and `FileOrCreate` make what is missing when the pod starts.

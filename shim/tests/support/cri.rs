@@ -1,7 +1,10 @@
 //! A CRI containerd and a client of its runtime service, as the kubelet drives it: what the
 //! shim's CRI tests and benchmark share.
 
-#![allow(dead_code)]
+#![allow(
+    dead_code,
+    reason = "each test binary and the benchmark use a part of it"
+)]
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
