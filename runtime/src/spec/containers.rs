@@ -325,7 +325,7 @@ fn convert_hook(
         return exec_handler(&at.child("exec"), exec, errors);
     }
     if let Some(get) = &h.http_get {
-        return http_get(&at.child("httpGet"), get, &ports, errors);
+        return http_get(&at.child("httpGet"), get, ports, errors);
     }
     let sleep = h.sleep.as_ref()?;
     if sleep.seconds < 0 {
