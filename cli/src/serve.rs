@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Args;
 
-use crate::{NodeArgs, Signals};
+use crate::node::NodeArgs;
+use crate::signals::Signals;
 
 #[derive(Args)]
 pub(crate) struct ServeArgs {

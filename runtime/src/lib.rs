@@ -61,7 +61,8 @@ pub use node::{
 pub use output::{LogLimits, LogOptions, Logs, OutputLine, Stream};
 pub use spec::Role as ContainerRole;
 pub use spec::{
-    FieldError, FieldErrorKind, InvalidPod, PodSpec, read_documents, read_priority_classes,
+    FieldError, FieldErrorKind, InvalidPod, PodFiles, PodSpec, read_documents,
+    read_priority_classes,
 };
 pub use supervisor::{BackoffOptions, Phase as PodPhase};
 

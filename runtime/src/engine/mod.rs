@@ -96,7 +96,10 @@ impl Image {
 
 /// How an image was obtained, for the `Pulled` event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[cfg_attr(not(feature = "compiler"), allow(dead_code))]
+#[cfg_attr(
+    not(feature = "compiler"),
+    allow(dead_code, reason = "without a compiler nothing is compiled here")
+)]
 pub(crate) enum Pull {
     /// Already loaded in this process.
     Present,

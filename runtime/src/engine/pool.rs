@@ -28,8 +28,14 @@
 //! A build without a compiler cannot serialize an image again for its twin: everything there is
 //! on demand, as on a node with a compact address space.
 
-// Without a compiler nothing makes the pool's engine.
-#![cfg_attr(not(feature = "compiler"), allow(dead_code, unused_imports))]
+#![cfg_attr(
+    not(feature = "compiler"),
+    allow(
+        dead_code,
+        unused_imports,
+        reason = "without a compiler nothing makes the pool's engine"
+    )
+)]
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -8,6 +8,7 @@ use super::pod::convert;
 use super::yaml::documents;
 use super::{priority, shape, yaml};
 use k8s_openapi::api::core::v1 as k8s;
+use k8s_openapi::api::scheduling::v1::PriorityClass;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -21,50 +22,7 @@ impl PodSpec {
     /// Like [`PodSpec::from_file`], with ConfigMap and Secret documents from more files
     /// (`wasmpod run --config FILE`).
     pub fn from_files(path: &Path, config: &[PathBuf]) -> Result<PodSpec, InvalidPod> {
-        let read = |path: &Path| {
-            read_bounded(path).map_err(|error| InvalidPod {
-                file: Some(path.to_owned()),
-                errors: vec![error],
-            })
-        };
-        let in_file = |path: &Path| {
-            let path = path.to_owned();
-            move |e: InvalidPod| InvalidPod {
-                file: Some(path),
-                ..e
-            }
-        };
-        let mut store = ConfigStore::default();
-        for file in config {
-            let mut errors = Vec::new();
-            for (i, doc) in documents(&read(file)?)
-                .map_err(in_file(file))?
-                .into_iter()
-                .enumerate()
-            {
-                match kind_of(&doc) {
-                    Some(Kind::ConfigMap | Kind::Secret) if is_v1(&doc) => {
-                        store.add(doc, &format!("document {}", i + 1), &mut errors)
-                    }
-                    // The node's (see `read_priority_classes`).
-                    _ if priority::is_priority_class(&doc) => {}
-                    _ => errors.push(FieldError::invalid(
-                        format!("document {}", i + 1),
-                        "expected a v1 ConfigMap or Secret, or a scheduling.k8s.io/v1 PriorityClass",
-                    )),
-                }
-            }
-            if !errors.is_empty() {
-                return Err(in_file(file)(InvalidPod { file: None, errors }));
-            }
-        }
-        let text = read(path)?;
-        let base = path
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        let base = std::path::absolute(base).unwrap_or_else(|_| base.to_owned());
-        PodSpec::parse(&text, &base, store).map_err(in_file(path))
+        PodFiles::read(path, config).map(|files| files.spec)
     }
 
     /// Parses and validates Pod YAML; relative image paths are resolved against `base_dir`.
@@ -73,14 +31,22 @@ impl PodSpec {
         PodSpec::parse(text, base_dir, ConfigStore::default())
     }
 
-    fn parse(text: &str, base_dir: &Path, mut store: ConfigStore) -> Result<PodSpec, InvalidPod> {
+    fn parse(text: &str, base_dir: &Path, store: ConfigStore) -> Result<PodSpec, InvalidPod> {
+        PodSpec::parse_documents(documents(text)?, base_dir, store)
+    }
+
+    fn parse_documents(
+        docs: Vec<Value>,
+        base_dir: &Path,
+        mut store: ConfigStore,
+    ) -> Result<PodSpec, InvalidPod> {
         let invalid = |message: String| InvalidPod {
             file: None,
             errors: vec![FieldError::invalid("", message)],
         };
         let mut errors = Vec::new();
         let mut pod_doc = None;
-        for (i, doc) in documents(text)?.into_iter().enumerate() {
+        for (i, doc) in docs.into_iter().enumerate() {
             if !doc.is_object() {
                 return Err(invalid(
                     "not a Kubernetes object: expected a mapping with apiVersion and kind".into(),
@@ -171,6 +137,81 @@ impl PodSpec {
         })?;
         let text = serde_json::to_string(&value).unwrap_or_default();
         PodSpec::from_yaml(&text, base_dir)
+    }
+}
+
+/// A pod file as `wasmpod run` reads it: the pod, and the PriorityClasses given beside it and in
+/// the `--config` files (which the node resolves `priorityClassName` with).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct PodFiles {
+    /// The pod.
+    pub spec: PodSpec,
+    /// Every `PriorityClass` document of the files.
+    pub priority_classes: Vec<PriorityClass>,
+}
+
+impl PodFiles {
+    /// Reads the Pod YAML file at `path` (its images resolved against its folder) and the
+    /// ConfigMap, Secret and PriorityClass documents beside it and in `config`, each file read
+    /// and parsed once.
+    pub fn read(path: &Path, config: &[PathBuf]) -> Result<PodFiles, InvalidPod> {
+        let read = |path: &Path| {
+            read_bounded(path).map_err(|error| InvalidPod {
+                file: Some(path.to_owned()),
+                errors: vec![error],
+            })
+        };
+        let in_file = |path: &Path| {
+            let path = path.to_owned();
+            move |e: InvalidPod| InvalidPod {
+                file: Some(path),
+                ..e
+            }
+        };
+        let mut store = ConfigStore::default();
+        let mut priority_classes = Vec::new();
+        for file in config {
+            let docs = documents(&read(file)?).map_err(in_file(file))?;
+            let mut errors = Vec::new();
+            priority_classes.extend(priority::classes(&docs, &mut errors));
+            for (i, doc) in docs.into_iter().enumerate() {
+                match kind_of(&doc) {
+                    Some(Kind::ConfigMap | Kind::Secret) if is_v1(&doc) => {
+                        store.add(doc, &format!("document {}", i + 1), &mut errors)
+                    }
+                    // The node's (see `read_priority_classes`).
+                    _ if priority::is_priority_class(&doc) => {}
+                    _ => errors.push(FieldError::invalid(
+                        format!("document {}", i + 1),
+                        "expected a v1 ConfigMap or Secret, or a scheduling.k8s.io/v1 PriorityClass",
+                    )),
+                }
+            }
+            if !errors.is_empty() {
+                return Err(in_file(file)(InvalidPod { file: None, errors }));
+            }
+        }
+        let docs = documents(&read(path)?).map_err(in_file(path))?;
+        let mut errors = Vec::new();
+        priority_classes.extend(priority::classes(&docs, &mut errors));
+        let base = path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let base = std::path::absolute(base).unwrap_or_else(|_| base.to_owned());
+        let spec = match PodSpec::parse_documents(docs, &base, store) {
+            Ok(spec) if errors.is_empty() => spec,
+            Ok(_) => return Err(in_file(path)(InvalidPod { file: None, errors })),
+            Err(mut invalid) => {
+                invalid.errors.append(&mut errors);
+                return Err(in_file(path)(invalid));
+            }
+        };
+        Ok(PodFiles {
+            spec,
+            priority_classes,
+        })
     }
 }
 

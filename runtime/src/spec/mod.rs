@@ -33,6 +33,7 @@ pub(crate) use containers::TERMINATION_MESSAGE_MAX;
 pub(crate) use dns::Dns;
 pub(crate) use env::{PodInfo, resolve as resolve_env};
 pub use errors::{FieldError, FieldErrorKind, InvalidPod};
+pub use load::PodFiles;
 pub use model::PodSpec;
 pub use model::Role;
 pub(crate) use model::{

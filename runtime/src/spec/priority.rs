@@ -39,14 +39,24 @@ pub fn read_priority_classes(path: &Path) -> Result<Vec<PriorityClass>, InvalidP
     };
     let text = read_bounded(path).map_err(|e| in_file(vec![e]))?;
     let docs = documents(&text).map_err(|e| in_file(e.errors))?;
-    let mut classes = Vec::new();
     let mut errors = Vec::new();
-    for (i, doc) in docs.into_iter().enumerate() {
-        if !is_priority_class(&doc) {
+    let classes = classes(&docs, &mut errors);
+    if errors.is_empty() {
+        Ok(classes)
+    } else {
+        Err(in_file(errors))
+    }
+}
+
+/// The `PriorityClass` documents among a file's `docs`, checked (see [`read_priority_classes`]).
+pub(super) fn classes(docs: &[Value], errors: &mut Vec<FieldError>) -> Vec<PriorityClass> {
+    let mut classes = Vec::new();
+    for (i, doc) in docs.iter().enumerate() {
+        if !is_priority_class(doc) {
             continue;
         }
         let at = format!("document {}", i + 1);
-        let class: PriorityClass = match serde_path_to_error::deserialize(&doc) {
+        let class: PriorityClass = match serde_path_to_error::deserialize(doc) {
             Ok(class) => class,
             Err(e) => {
                 errors.push(FieldError::invalid(
@@ -56,14 +66,10 @@ pub fn read_priority_classes(path: &Path) -> Result<Vec<PriorityClass>, InvalidP
                 continue;
             }
         };
-        check(&class, &at, &mut errors);
+        check(&class, &at, errors);
         classes.push(class);
     }
-    if errors.is_empty() {
-        Ok(classes)
-    } else {
-        Err(in_file(errors))
-    }
+    classes
 }
 
 fn check(class: &PriorityClass, at: &str, errors: &mut Vec<FieldError>) {

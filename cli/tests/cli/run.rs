@@ -1,0 +1,692 @@
+//! `wasmpod run`: output, exit codes, the event stream and status file, published ports, node
+//! flags, stdin, and bad input found at run time.
+
+use super::*;
+
+#[test]
+fn run_prints_output_and_writes_events_and_status() {
+    let dir = Dir::new();
+    let pod = dir.write("pod.yaml", HELLO);
+    let (ev, st) = (dir.path("events.jsonl"), dir.path("status.json"));
+    let out = dir.run(
+        &pod,
+        &[
+            "--events",
+            ev.to_str().unwrap(),
+            "--status",
+            st.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.lines().any(|l| l == "[p1] hello from p1"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.lines().any(|l| l == "[p2] hello from p2"),
+        "{stdout}"
+    );
+    assert!(text(&out.stderr).lines().any(|l| l == "[p1] to stderr"));
+
+    let events = events(&ev);
+    let keys = [
+        "time",
+        "pod",
+        "container",
+        "role",
+        "type",
+        "reason",
+        "message",
+        "exitCode",
+        "restartCount",
+        "phase",
+    ];
+    for e in &events {
+        let obj = e.as_object().unwrap();
+        assert_eq!(obj.keys().count(), keys.len(), "{e}");
+        assert!(keys.iter().all(|k| obj.contains_key(*k)), "{e}");
+        let time = e["time"].as_str().unwrap();
+        assert!(
+            time.ends_with('Z') && time.len() == "2026-11-21T10:00:00.123456Z".len(),
+            "{time}"
+        );
+    }
+    let reasons: Vec<(&str, &str)> = events
+        .iter()
+        .map(|e| {
+            (
+                e["container"].as_str().unwrap_or("-"),
+                e["reason"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    for c in ["p1", "p2"] {
+        let pos = |r| {
+            reasons
+                .iter()
+                .position(|x| *x == (c, r))
+                .unwrap_or_else(|| panic!("{c} {r}: {reasons:?}"))
+        };
+        assert!(
+            pos("Pulled") < pos("Created")
+                && pos("Created") < pos("Started")
+                && pos("Started") < pos("Exited")
+        );
+    }
+    let exited = events.iter().find(|e| e["reason"] == "Exited").unwrap();
+    assert_eq!(
+        (
+            exited["exitCode"].as_i64(),
+            exited["message"].as_str(),
+            exited["role"].as_str()
+        ),
+        (Some(0), Some("Completed"), Some("regular"))
+    );
+    let phases: Vec<&str> = events
+        .iter()
+        .filter(|e| e["reason"] == "PhaseChanged")
+        .map(|e| e["phase"].as_str().unwrap())
+        .collect();
+    assert_eq!(phases.first(), Some(&"Pending"));
+    assert_eq!(phases.last(), Some(&"Succeeded"));
+    assert_eq!(events.last().unwrap()["reason"], "Deleted");
+    assert!(events.last().unwrap()["container"].is_null());
+
+    let status: Value = serde_json::from_str(&std::fs::read_to_string(&st).unwrap()).unwrap();
+    assert_eq!(status["phase"], "Succeeded");
+    let cs = status["containerStatuses"].as_array().unwrap();
+    assert_eq!(cs.len(), 2);
+    assert_eq!(cs[0]["state"]["terminated"]["reason"], "Completed");
+    assert_eq!(cs[0]["restartCount"], 0);
+    let types: Vec<&str> = status["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["type"].as_str().unwrap())
+        .collect();
+    for t in [
+        "PodReadyToStartContainers",
+        "Initialized",
+        "ContainersReady",
+        "Ready",
+    ] {
+        assert!(types.contains(&t), "{types:?}");
+    }
+}
+
+/// `wasmpod run` of a registry image: pulled from a private registry on loopback, spoken to
+/// over HTTP as `--insecure-registry` allows, with the credentials of `--registry-config`.
+#[test]
+fn run_pulls_a_registry_image() {
+    let registry = wasmpod_tests::registry::Registry::start(true);
+    let wasm = std::fs::read(wasmpod_tests::guests::AGNHOST_P1).unwrap();
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(registry.push_wasm("hello:1.0", &wasm));
+    let dir = Dir::new();
+    let pod = PodYaml::new("pulled")
+        .never()
+        .container(&format!(
+            r#"{{ name: c, image: "{}/hello:1.0", args: [print, from-a-registry] }}"#,
+            registry.host
+        ))
+        .build();
+    let pod = dir.write("pod.yaml", &pod);
+    let config = dir.write(
+        "docker.json",
+        &serde_json::json!({"auths": {registry.host.as_str(): {"username": "puller", "password": "s3cret"}}})
+            .to_string(),
+    );
+    let out = dir.run(
+        &pod,
+        &[
+            "--insecure-registry",
+            &registry.host,
+            "--registry-config",
+            config.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "[c] from-a-registry\n");
+}
+
+#[test]
+fn failed_pod_exits_1() {
+    let dir = Dir::new();
+    let pod = dir.write(
+        "pod.yaml",
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: { name: fails }
+spec:
+  restartPolicy: Never
+  containers:
+  - { name: c, image: "{p1}", args: [exit, "7"] }
+"#,
+    );
+    let st = dir.path("status.json");
+    let out = dir.run(&pod, &["--status", st.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let status: Value = serde_json::from_str(&std::fs::read_to_string(&st).unwrap()).unwrap();
+    assert_eq!(status["phase"], "Failed");
+    assert_eq!(
+        status["containerStatuses"][0]["state"]["terminated"]["exitCode"],
+        7
+    );
+}
+
+#[test]
+fn events_to_stdout_and_relative_images() {
+    let dir = Dir::new();
+    std::fs::copy(wasmpod_tests::guests::AGNHOST_P1, dir.path("guest.wasm")).unwrap();
+    let pod = dir.write(
+        "pod.yaml",
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: { name: rel }
+spec:
+  restartPolicy: Never
+  containers:
+  - { name: c, image: guest.wasm, args: [print, hi] }
+"#,
+    );
+    let out = dir.run(&pod, &["--events", "-"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let json_lines = stdout.lines().filter(|l| l.starts_with('{')).count();
+    assert!(json_lines >= 6, "{stdout}");
+    assert!(stdout.lines().any(|l| l == "[c] hi"), "{stdout}");
+    // events and output share stdout, line by line, never within a line
+    for line in stdout.lines() {
+        assert!(
+            line == "[c] hi" || serde_json::from_str::<Value>(line).is_ok(),
+            "mixed line: {line}"
+        );
+    }
+}
+
+/// `--publish` carries host connections into the pod; a taken host port or a malformed value is
+/// bad input (exit 2) that names the option.
+#[cfg(unix)]
+#[test]
+fn publish_reaches_the_pod_and_a_taken_port_is_an_error() {
+    use std::io::{Read, Write};
+    let dir = Dir::new();
+    let pod = dir.write(
+        "pod.yaml",
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: { name: web }
+spec:
+  containers:
+  - { name: server, image: "{p2}", args: [echo-server, "0.0.0.0:8080"] }
+"#,
+    );
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let out = dir.run(&pod, &["--publish", &format!("{port}:8080")]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "--publish {port}:8080: cannot listen on 127.0.0.1:{port}"
+        )),
+        "{err}"
+    );
+    let out = dir.run(&pod, &["--publish", "80"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("--publish"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    drop(taken);
+    let publish = format!("127.0.0.1:{port}:8080");
+    let (mut child, line) = dir.spawn(&pod, &["--publish", &publish, "--egress", "deny"]);
+    assert_eq!(line.trim(), "[server] listening 0.0.0.0:8080");
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.write_all(b"through the host").unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut reply = String::new();
+    s.read_to_string(&mut reply).unwrap();
+    assert_eq!(reply, "through the host");
+    sigterm(&child);
+    assert_eq!(child.wait().unwrap().code(), Some(1));
+}
+
+/// A node whose address space is small runs compact, and runs the hello pod; a container that
+/// cannot be created even there (its module declares a 2.5 GiB memory, the process may map 1 GiB)
+/// is a `StartError`, not a trap, and `wasmpod run` says why on stderr.
+#[cfg(unix)]
+#[test]
+fn a_container_that_cannot_be_created_is_reported() {
+    let dir = Dir::new();
+    let run = |pod: &Path, status: &Path| {
+        Command::new("timeout")
+            .args(["60", "prlimit", "--as=1073741824"])
+            .arg(env!("CARGO_BIN_EXE_wasmpod"))
+            .arg("run")
+            .arg("--state-dir")
+            .arg(dir.path("state"))
+            .arg("--cache-dir")
+            .arg(wasmpod_tests::shared_cache())
+            .arg("--status")
+            .arg(status)
+            .arg(pod)
+            .output()
+            .unwrap()
+    };
+    let hello = dir.write(
+        "hello.yaml",
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: { name: hello }
+spec:
+  restartPolicy: Never
+  containers:
+  - { name: c, image: "{p1}", args: [print, hello] }
+"#,
+    );
+    let out = run(&hello, &dir.path("hello.json"));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "[c] hello\n");
+
+    std::fs::write(
+        dir.path("big.wasm"),
+        wat::parse_str(r#"(module (memory 40000) (func (export "_start")))"#).unwrap(),
+    )
+    .unwrap();
+    let big = dir.write(
+        "big.yaml",
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: { name: cramped }
+spec:
+  restartPolicy: Never
+  containers:
+  - name: c
+    image: big.wasm
+    resources: { limits: { memory: 3Gi } }
+"#,
+    );
+    let st = dir.path("status.json");
+    let out = run(&big, &st);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let status: Value = serde_json::from_str(&std::fs::read_to_string(&st).unwrap()).unwrap();
+    let terminated = &status["containerStatuses"][0]["state"]["terminated"];
+    assert_eq!(terminated["reason"], "StartError", "{status}");
+    assert_eq!(terminated["exitCode"], 128, "{status}");
+    assert!(
+        stderr.contains("ended StartError (exit code 128): cannot create the container's instance"),
+        "{stderr}"
+    );
+}
+
+/// A pod whose requests are more than the whole node has would wait Pending forever: `run`
+/// says why and exits 2 at once, without starting it.
+#[test]
+fn a_pod_that_can_never_fit_is_bad_input() {
+    let dir = Dir::new();
+    let pod = dir.write(
+        "pod.yaml",
+        &PodYaml::new("huge")
+            .container(r#"{ name: c, image: "{p1}", args: [print, never], resources: { requests: { memory: 100Ti } } }"#)
+            .build(),
+    );
+    let out = dir.run(&pod, &[]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("pod.yaml: 0/1 nodes are available: 1 Insufficient memory.")
+            && stderr.contains("can never be scheduled"),
+        "{stderr}"
+    );
+    assert_eq!(text(&out.stdout), "", "nothing ran");
+}
+
+/// Output paths that cannot be written are bad input found before the pod starts: nothing runs
+/// and nothing is left behind.
+#[test]
+fn unwritable_outputs_are_refused_before_the_pod_starts() {
+    let dir = Dir::new();
+    let pod = dir.write(
+        "pod.yaml",
+        &PodYaml::new("out")
+            .never()
+            .spec("volumes: [ { name: v, emptyDir: {} } ]")
+            .container(r#"{ name: c, image: "{p1}", args: [print, ran], volumeMounts: [ { name: v, mountPath: /v } ] }"#)
+            .build(),
+    );
+    let nowhere = dir.path("no/such/dir/file.json");
+    for option in ["--events", "--status"] {
+        let out = dir.run(&pod, &[option, nowhere.to_str().unwrap()]);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{option}: {}",
+            text(&out.stderr)
+        );
+        assert!(text(&out.stderr).contains("cannot create"), "{option}");
+        assert_eq!(text(&out.stdout), "", "{option}: nothing ran");
+        assert_eq!(dir.pods_started(), 0, "{option}");
+        let volumes = std::fs::read_dir(dir.path("state").join("pods"))
+            .map(|d| d.count())
+            .unwrap_or(0);
+        assert_eq!(volumes, 0, "{option}: no volume left behind");
+    }
+}
+
+/// `run` ends when its pod does even if nobody reads its stdout (container output and the event
+/// stream both going there): the lines it could not print are in the log.
+#[cfg(unix)]
+#[test]
+fn run_does_not_hang_when_nobody_reads_its_stdout() {
+    let dir = Dir::new();
+    let pod = dir.write(
+        "pod.yaml",
+        &PodYaml::new("flood")
+            .never()
+            .container(&container_yaml(
+                "c",
+                "{p1}",
+                r#"[flood, "200000", print, done]"#,
+            ))
+            .build(),
+    );
+    let mut child = dir
+        .run_command(&pod, &["--events", "-"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Hold the pipe open, unread.
+    let _stdout = child.stdout.take();
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("wasmpod run hangs on a stdout nobody reads");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(0));
+    let log = std::fs::read_to_string(dir.log_dir("c").join("0.log")).unwrap();
+    assert!(log.ends_with(" stdout F done\n"), "the log has every line");
+}
+
+/// Numbers at the edge of their types (grace periods, deadlines, backoff options) are held, not
+/// overflowed: the pod runs and is deleted, and `run` reports it and exits.
+#[test]
+fn huge_numbers_do_not_break_run() {
+    let dir = Dir::new();
+    let pod = dir.write(
+        "pod.yaml",
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: { name: huge }
+spec:
+  restartPolicy: OnFailure
+  terminationGracePeriodSeconds: 9223372036854775807
+  activeDeadlineSeconds: 2147483647
+  containers:
+  - name: c
+    image: "{p1}"
+    args: [print, fine]
+    livenessProbe: { exec: { command: [liveness] }, terminationGracePeriodSeconds: 9223372036854775807 }
+"#,
+    );
+    let huge = "9000000000000000000s";
+    let out = dir.run(
+        &pod,
+        &[
+            "--events",
+            "-",
+            "--backoff-initial",
+            huge,
+            "--backoff-max",
+            huge,
+            "--backoff-reset",
+            huge,
+        ],
+    );
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(stdout.contains("[c] fine"), "{stdout}");
+    assert!(stdout.contains(r#""reason":"Deleted""#), "{stdout}");
+}
+
+/// `--container-log-max-size` and `--container-log-max-files` bound a container's log files.
+#[test]
+fn log_rotation_options() {
+    let dir = Dir::new();
+    let pod = dir.write(
+        "pod.yaml",
+        &PodYaml::new("rotated")
+            .never()
+            .container(&container_yaml(
+                "c",
+                "{p1}",
+                r#"[flood, "5000", print, done]"#,
+            ))
+            .build(),
+    );
+    let options = [
+        "--container-log-max-size",
+        "64Ki",
+        "--container-log-max-files",
+        "2",
+    ];
+    let out = dir.run(&pod, &options);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let files: Vec<_> = std::fs::read_dir(dir.log_dir("c"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 2, "{files:?}");
+    for f in &files {
+        assert!(std::fs::metadata(f).unwrap().len() <= 64 * 1024, "{f:?}");
+    }
+    let bad = dir.run(&pod, &["--container-log-max-size", "lots"]);
+    assert_eq!(bad.status.code(), Some(2));
+}
+
+/// The pod `kubectl run demo --image=... --restart=Never --dry-run=client -o yaml` prints runs
+/// as it is (server-set fields and `status` accepted, `dnsPolicy: ClusterFirst` honoured).
+#[test]
+fn a_pod_made_by_kubectl_run_runs() {
+    let dir = Dir::new();
+    let pod = dir.write(
+        "demo.yaml",
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  creationTimestamp: null
+  labels:
+    run: demo
+  name: demo
+spec:
+  containers:
+  - image: "{p1}"
+    name: demo
+    resources: {}
+  dnsPolicy: ClusterFirst
+  restartPolicy: Never
+status: {}
+"#,
+    );
+    let validate = dir.wasmpod().arg("validate").arg(&pod).output().unwrap();
+    assert_eq!(
+        text(&validate.stdout),
+        "valid\n",
+        "{}",
+        text(&validate.stderr)
+    );
+    let out = dir.run(&pod, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}
+
+/// A wasm pod as runwasi's and SpinKube's docs write one (runtime class, pull policy, a
+/// restricted security context) runs as it is.
+#[test]
+fn a_pod_for_a_wasm_runtime_class_runs() {
+    let dir = Dir::new();
+    let pod = dir.write(
+        "wasi-demo.yaml",
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: wasi-demo
+  labels: { app: wasi-demo }
+spec:
+  runtimeClassName: wasmtime-spin-v2
+  restartPolicy: Never
+  securityContext: { runAsNonRoot: true, seccompProfile: { type: RuntimeDefault } }
+  containers:
+  - name: demo
+    image: "{p1}"
+    imagePullPolicy: IfNotPresent
+    args: [print, hello]
+    securityContext:
+      allowPrivilegeEscalation: false
+      capabilities: { drop: [ALL] }
+      readOnlyRootFilesystem: true
+      runAsNonRoot: true
+"#,
+    );
+    let out = dir.run(&pod, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "[demo] hello\n");
+}
+
+/// `--node-labels` give the node labels a pod's `nodeSelector` needs; without them the pod can
+/// never be scheduled, which `run` says at once (exit 2).
+#[test]
+fn node_labels_and_node_selectors() {
+    let dir = Dir::new();
+    let pod = dir.write(
+        "pod.yaml",
+        &PodYaml::new("picky")
+            .never()
+            .spec("nodeSelector: { disk: ssd }")
+            .container(&container_yaml("c", "{p1}", "[print, ran]"))
+            .build(),
+    );
+    let out = dir.run(&pod, &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("didn't match Pod's node affinity/selector"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = dir.run(&pod, &["--node-labels", "disk=ssd,zone=a"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "[c] ran\n");
+}
+
+/// `--register-with-taints` taints the node: a pod that does not tolerate the taint can never
+/// run here (exit 2); one that does runs.
+#[test]
+fn taints_from_the_command_line() {
+    let dir = Dir::new();
+    let pod = |name: &str, spec: &str| {
+        dir.write(
+            &format!("{name}.yaml"),
+            &PodYaml::new(name)
+                .never()
+                .spec(spec)
+                .container(&container_yaml("c", "{p1}", "[print, ran]"))
+                .build(),
+        )
+    };
+    let taint = ["--register-with-taints", "dedicated=wasm:NoSchedule"];
+    let out = dir.run(&pod("plain", "dnsPolicy: ClusterFirst"), &taint);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("node(s) had untolerated taint {dedicated: wasm}"),
+        "{}",
+        text(&out.stderr)
+    );
+    let tolerant = pod(
+        "tolerant",
+        "tolerations: [ { key: dedicated, value: wasm, effect: NoSchedule } ]",
+    );
+    let out = dir.run(&tolerant, &taint);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let bad = dir.run(
+        &tolerant,
+        &["--register-with-taints", "dedicated=wasm:Sometimes"],
+    );
+    assert_eq!(bad.status.code(), Some(2));
+}
+
+/// `wasmpod run`'s stdin goes to the pod's one container with `stdin: true`, which reads its
+/// end as end of file; two containers asking for it are refused, naming the field.
+#[test]
+fn run_connects_its_stdin_to_the_stdin_container() {
+    use std::io::Write as _;
+    let dir = Dir::new();
+    let pod = dir.write(
+        "pod.yaml",
+        &wasmpod_tests::PodYaml::new("interactive")
+            .never()
+            .container(r#"{ name: quiet, image: "{p1}", args: [stdin] }"#)
+            .container(r#"{ name: c, image: "{p2}", args: [stdin], stdin: true }"#)
+            .build(),
+    );
+    let mut child = dir
+        .run_command(&pod, &[])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"first line\nsecond line\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    for line in [
+        "[c] read: first line",
+        "[c] read: second line",
+        "[c] stdin ended after 2 lines",
+        // The container without `stdin: true` read an empty stdin.
+        "[quiet] stdin ended after 0 lines",
+    ] {
+        assert!(
+            stdout.lines().any(|l| l == line),
+            "{line:?} missing:\n{stdout}"
+        );
+    }
+
+    let two = dir.write(
+        "two.yaml",
+        &wasmpod_tests::PodYaml::new("two")
+            .container(r#"{ name: a, image: "{p1}", stdin: true }"#)
+            .container(r#"{ name: b, image: "{p1}", stdin: true }"#)
+            .build(),
+    );
+    let out = dir.run(&two, &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains(
+            "spec.containers[1].stdin: wasmpod run connects its stdin to one container, and spec.containers[0].stdin asks for it too"
+        ),
+        "{}",
+        text(&out.stderr)
+    );
+}

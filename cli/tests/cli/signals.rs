@@ -1,0 +1,150 @@
+//! `wasmpod run` under SIGTERM and Ctrl-C: the pod deleted gracefully, a second signal forcing it.
+
+use super::*;
+
+/// Ctrl-C (SIGTERM here) deletes the pod gracefully: containers that do not handle TERM stop at
+/// once, and wasmpod exits with the pod's final phase.
+#[cfg(unix)]
+#[test]
+fn sigterm_deletes_the_pod() {
+    let dir = Dir::new();
+    let pod = dir.write(
+        "pod.yaml",
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: { name: forever }
+spec:
+  containers:
+  - { name: c, image: "{p1}", args: [print, started, sleep, "100000"] }
+"#,
+    );
+    let ev = dir.path("events.jsonl");
+    let (mut child, line) = dir.spawn(&pod, &["--events", ev.to_str().unwrap()]);
+    assert_eq!(line.trim(), "[c] started");
+    let sent = Instant::now();
+    sigterm(&child);
+    let status = child.wait().unwrap();
+    assert!(
+        sent.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        sent.elapsed()
+    );
+    assert_eq!(status.code(), Some(1));
+    let events = events(&ev);
+    let reasons: Vec<&str> = events
+        .iter()
+        .map(|e| e["reason"].as_str().unwrap())
+        .collect();
+    let pos = |r| reasons.iter().position(|x| *x == r).unwrap();
+    assert!(
+        pos("Terminating") < pos("Killing")
+            && pos("Killing") < pos("Exited")
+            && pos("Exited") < pos("Deleted")
+    );
+    assert_eq!(events[pos("Exited")]["exitCode"], 143);
+}
+
+/// SIGTERM acts while nobody reads stdout: with `--events -` to a pipe that is never read (and
+/// so full), the pod is deleted and wasmpod exits at once, without the output it could not
+/// write (the log files have it).
+#[cfg(unix)]
+#[test]
+fn sigterm_acts_while_stdout_is_not_read() {
+    let dir = Dir::new();
+    let pod = dir.write(
+        "pod.yaml",
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: { name: loud }
+spec:
+  containers:
+  - { name: c, image: "{p1}", args: [print, started, flood, "20000", sleep, "100000"] }
+"#,
+    );
+    let mut child = dir
+        .run_command(&pod, &["--events", "-"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The pipe (64 KiB) fills with the flood and stays full: nothing reads it.
+    let log = dir.path("state").join("logs");
+    let start = Instant::now();
+    while !std::fs::read_dir(&log).is_ok_and(|mut d| d.next().is_some())
+        || !std::fs::read_to_string(dir.log_dir("c").join("0.log"))
+            .unwrap_or_default()
+            .contains("flood line 19999")
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the pod never flooded"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let sent = Instant::now();
+    sigterm(&child);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            sent.elapsed() < Duration::from_secs(10),
+            "SIGTERM did nothing while stdout was not read"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let took = sent.elapsed();
+    assert!(
+        took < Duration::from_secs(2),
+        "exited {took:?} after SIGTERM"
+    );
+    assert_eq!(status.code(), Some(1));
+}
+
+/// A second Ctrl-C (SIGTERM) forces the deletion: a guest that ignores TERM is killed at once
+/// instead of at the end of its grace period.
+#[cfg(unix)]
+#[test]
+fn second_signal_forces() {
+    let dir = Dir::new();
+    let pod = dir.write(
+        "pod.yaml",
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: { name: stubborn }
+spec:
+  terminationGracePeriodSeconds: 60
+  containers:
+  - { name: c, image: "{term}", args: [print, started, sleep, "100000"] }
+"#,
+    );
+    let st = dir.path("status.json");
+    let (mut child, line) = dir.spawn(&pod, &["--status", st.to_str().unwrap()]);
+    assert_eq!(line.trim(), "[c] started");
+    let kill = || sigterm(&child);
+    let sent = Instant::now();
+    kill();
+    std::thread::sleep(Duration::from_millis(200));
+    // (`run` creates the status file before the pod starts, and writes it at the end.)
+    assert_eq!(
+        std::fs::metadata(&st).unwrap().len(),
+        0,
+        "still in its grace period after the first signal"
+    );
+    kill();
+    let status = child.wait().unwrap();
+    assert!(
+        sent.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        sent.elapsed()
+    );
+    assert_eq!(status.code(), Some(1));
+    let status: Value = serde_json::from_str(&std::fs::read_to_string(&st).unwrap()).unwrap();
+    assert_eq!(
+        status["containerStatuses"][0]["state"]["terminated"]["exitCode"],
+        137
+    );
+}
