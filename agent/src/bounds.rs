@@ -5,7 +5,9 @@
 use serde_json::Value;
 
 use crate::status::ApiError;
-use crate::store::MAX_OBJECT;
+
+/// The largest object stored (the API server's limit on a request is 3 MiB).
+pub(crate) const MAX_OBJECT: usize = 3 << 20;
 
 /// The deepest nesting of mappings and sequences in a stored object: the depth
 /// `wasmpod::read_documents` reads any body with.

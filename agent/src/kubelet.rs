@@ -74,7 +74,7 @@ impl Kubelet {
             node_name,
             store,
             node_uid: uuid::Uuid::new_v4().to_string(),
-            started: crate::api::now(),
+            started: crate::clock::now(),
             address,
             images,
             pods: Mutex::default(),
@@ -238,18 +238,31 @@ impl Kubelet {
     }
 
     /// Runs a stored pod on the node (`resume`: the status it had when the agent stopped).
-    pub(crate) fn run(self: &Arc<Self>, pod: Arc<Value>, resume: Option<PodStatus>) {
+    /// Runs a pod the API admitted: `spec` is what its admission validated (`None`: validate it
+    /// here).
+    pub(crate) fn run(self: &Arc<Self>, pod: Arc<Value>, spec: Option<PodSpec>) {
         let kubelet = self.clone();
-        tokio::spawn(async move { kubelet.supervise(pod, resume).await });
+        tokio::spawn(async move { kubelet.supervise(pod, spec, None).await });
     }
 
-    async fn supervise(self: Arc<Self>, pod: Arc<Value>, resume: Option<PodStatus>) {
+    /// Runs again a pod the node ran before it restarted, from its last `status`.
+    fn resume(self: &Arc<Self>, pod: Arc<Value>, status: PodStatus) {
+        let kubelet = self.clone();
+        tokio::spawn(async move { kubelet.supervise(pod, None, Some(status)).await });
+    }
+
+    async fn supervise(
+        self: Arc<Self>,
+        pod: Arc<Value>,
+        spec: Option<PodSpec>,
+        resume: Option<PodStatus>,
+    ) {
         let (ns, name, uid) = (
             str_at(&pod, "/metadata/namespace").to_owned(),
             str_at(&pod, "/metadata/name").to_owned(),
             str_at(&pod, "/metadata/uid").to_owned(),
         );
-        let handle = match self.create(&pod, resume.as_ref()).await {
+        let handle = match self.create(&pod, spec, resume.as_ref()).await {
             Ok(h) => h,
             Err(message) => {
                 tracing::warn!(pod = %name, "cannot run the pod: {message}");
@@ -332,10 +345,18 @@ impl Kubelet {
 
     /// Makes the pod on the node. A pod resumed right after the agent was killed may find its
     /// uid still held by the dying process for a moment: that is retried for a few seconds.
-    async fn create(&self, pod: &Value, resume: Option<&PodStatus>) -> Result<PodHandle, String> {
+    async fn create(
+        &self,
+        pod: &Value,
+        mut admitted: Option<PodSpec>,
+        resume: Option<&PodStatus>,
+    ) -> Result<PodHandle, String> {
         let mut tries = 0;
         loop {
-            let spec = self.validate(pod).map_err(|e| e.to_string())?;
+            let spec = match admitted.take() {
+                Some(spec) => spec,
+                None => self.validate(pod).map_err(|e| e.to_string())?,
+            };
             let options = match resume {
                 Some(status) => PodOptions::default().resume(status),
                 None => PodOptions::default(),
@@ -522,7 +543,7 @@ impl Kubelet {
                 });
             }
             let pod = self.store.get("pods", &ns, &name).unwrap_or(pod);
-            self.run(pod, Some(status));
+            self.resume(pod, status);
         }
     }
 }
@@ -548,7 +569,7 @@ fn end_lost(status: &mut Value, reason: &str, message: &str) {
                     "reason": "ContainerStatusUnknown",
                     "message": "The container could not be located when the node agent restarted",
                     "startedAt": running.get("startedAt"),
-                    "finishedAt": crate::api::now(),
+                    "finishedAt": crate::clock::now(),
                 }});
                 c["ready"] = json!(false);
             }

@@ -26,6 +26,7 @@
 mod api;
 mod body;
 mod bounds;
+mod clock;
 mod credentials;
 mod kubelet;
 mod manifests;
@@ -185,7 +186,7 @@ pub(crate) fn ensure_default_account(
     }
     let object = json!({
         "kind": "ServiceAccount", "apiVersion": "v1",
-        "metadata": {"name": "default", "namespace": ns, "uid": uuid::Uuid::new_v4().to_string(), "creationTimestamp": api::now()},
+        "metadata": {"name": "default", "namespace": ns, "uid": uuid::Uuid::new_v4().to_string(), "creationTimestamp": clock::now()},
     });
     store
         .create("serviceaccounts", ns, "default", object)
@@ -223,7 +224,7 @@ impl Agent {
             if store.get("namespaces", "", ns).is_none() {
                 let object = json!({
                     "kind": "Namespace", "apiVersion": "v1",
-                    "metadata": {"name": ns, "uid": uuid::Uuid::new_v4().to_string(), "creationTimestamp": api::now()},
+                    "metadata": {"name": ns, "uid": uuid::Uuid::new_v4().to_string(), "creationTimestamp": clock::now()},
                     "status": {"phase": "Active"},
                 });
                 store

@@ -90,6 +90,19 @@ impl ApiError {
         .about(resource, name)
     }
 
+    /// An invalid object with one invalid field: 422.
+    pub(crate) fn field_invalid(kind: &str, name: &str, field: &str, message: String) -> ApiError {
+        ApiError::invalid(
+            kind,
+            name,
+            vec![Cause {
+                reason: "FieldValueInvalid".into(),
+                field: field.into(),
+                message,
+            }],
+        )
+    }
+
     /// An invalid object: 422 with one cause per field error.
     pub(crate) fn invalid(kind: &str, name: &str, causes: Vec<Cause>) -> ApiError {
         let list = causes

@@ -14,6 +14,7 @@ use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinitio
 use serde_json::Value;
 use tokio::sync::broadcast;
 
+use crate::bounds::MAX_OBJECT;
 use crate::status::ApiError;
 
 const OBJECTS: TableDefinition<&str, &[u8]> = TableDefinition::new("objects");
@@ -27,8 +28,6 @@ const HISTORY: usize = 1024;
 /// The most objects of one resource the store keeps: past it, creations are refused (an API
 /// client cannot fill the disk or the memory with objects).
 pub(crate) const MAX_OBJECTS: usize = 50_000;
-/// The largest object stored (the API server's limit on a request is 3 MiB).
-pub(crate) const MAX_OBJECT: usize = 3 << 20;
 
 /// What happened to an object, as a watch reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1532,9 +1532,10 @@ fn run_exec_and_attach_with_stdin() {
         let ended = child.wait_with_output().unwrap();
         assert!(
             ended.status.code().is_none(),
-            "the session ended ({}) before {seen:?} came back: {lines:?}; kubectl said: {}",
+            "the session ended ({}) before {seen:?} came back: {lines:?}; kubectl said: {}\nthe agent's log:\n{}",
             ended.status,
-            String::from_utf8_lossy(&ended.stderr)
+            String::from_utf8_lossy(&ended.stderr),
+            agent.log()
         );
         // From the instance's start: what it printed before this session too.
         assert_eq!(

@@ -54,13 +54,18 @@ pub(super) async fn attach(
     tokio::spawn(async move {
         let _seat = seat;
         let Some(mut channels) = socket.await.map(stream::Channels::new) else {
+            tracing::debug!(pod = %uid, %container, "attach: the connection was not upgraded");
             return;
         };
+        tracing::debug!(pod = %uid, %container, "attach: session open");
         let mut stdin = stdin;
         loop {
             tokio::select! {
                 line = logs.next() => {
-                    let Some(line) = line else { break };
+                    let Some(line) = line else {
+                        tracing::debug!(pod = %uid, %container, "attach: the instance ended");
+                        break;
+                    };
                     let (channel, wanted) = match line.stream {
                         Stream::Stdout => (STDOUT, stdout),
                         Stream::Stderr => (STDERR, stderr),
@@ -78,6 +83,7 @@ pub(super) async fn attach(
                 }
                 from = channels.receive() => match from {
                     FromClient::Stdin(bytes) => {
+                        tracing::debug!(pod = %uid, %container, bytes = bytes.len(), "attach: stdin");
                         if let Some(pipe) = &stdin
                             && pipe.write_all(&bytes).await.is_err()
                         {
@@ -86,7 +92,10 @@ pub(super) async fn attach(
                     }
                     // Dropping the writer ends a `stdinOnce` container's stdin.
                     FromClient::StdinClosed => stdin = None,
-                    FromClient::Gone => return,
+                    FromClient::Gone => {
+                        tracing::debug!(pod = %uid, %container, "attach: the client left");
+                        return;
+                    }
                 },
             }
         }

@@ -25,7 +25,6 @@ mod serviceaccounts;
 mod spdy;
 mod stream;
 pub(crate) mod table;
-mod validate;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -37,11 +36,11 @@ use hyper::body::Incoming;
 use serde_json::Value;
 
 use crate::body::Body;
+use crate::bounds::MAX_OBJECT;
 use crate::kubelet::Kubelet;
 use crate::metrics::Metrics;
 use crate::status::ApiError;
-use crate::store::{MAX_OBJECT, Store};
-pub(crate) use objects::now;
+use crate::store::Store;
 use resources::Resource;
 
 /// The API: the store, the kubelet that runs the store's pods, the token every request needs.

@@ -27,7 +27,7 @@ impl Api {
         let condition = |kind: &str, status: &str, reason: &str, message: &str| {
             json!({
                 "type": kind, "status": status, "reason": reason, "message": message,
-                "lastHeartbeatTime": super::objects::now(), "lastTransitionTime": since,
+                "lastHeartbeatTime": crate::clock::now(), "lastTransitionTime": since,
             })
         };
         let taints: Vec<Value> = node

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use http::{Response, StatusCode};
 use serde_json::{Value, json};
 
-use super::resources::Resource;
+use super::resources::{Resource, Storage};
 use super::select::{Fields, Labels};
 use super::{Api, Call, json, patch, table};
 use crate::body::{Body, Ended};
@@ -19,44 +19,6 @@ use crate::store::{ChangeKind, Durable};
 /// The longest a watch stays open (the API server's default is 30 to 60 minutes).
 const MAX_WATCH: Duration = Duration::from_secs(3600);
 
-/// A name the API server takes for most objects: a DNS-1123 subdomain.
-pub(crate) fn check_name(name: &str, label: bool) -> Result<(), String> {
-    let part_ok = |p: &str| {
-        !p.is_empty()
-            && p.len() <= 63
-            && p.bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-            && !p.starts_with('-')
-            && !p.ends_with('-')
-    };
-    let ok = if label {
-        part_ok(name)
-    } else {
-        !name.is_empty() && name.len() <= 253 && name.split('.').all(part_ok)
-    };
-    if ok {
-        return Ok(());
-    }
-    Err(if label {
-        format!(
-            "Invalid value: {name:?}: a lowercase RFC 1123 label must consist of lower case \
-             alphanumeric characters or '-', and must start and end with an alphanumeric character"
-        )
-    } else {
-        format!(
-            "Invalid value: {name:?}: a lowercase RFC 1123 subdomain must consist of lower case \
-             alphanumeric characters, '-' or '.', and must start and end with an alphanumeric \
-             character"
-        )
-    })
-}
-
-pub(crate) fn now() -> String {
-    jiff::Timestamp::now()
-        .strftime("%Y-%m-%dT%H:%M:%SZ")
-        .to_string()
-}
-
 fn random_suffix() -> String {
     const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
     uuid::Uuid::new_v4()
@@ -65,18 +27,6 @@ fn random_suffix() -> String {
         .take(5)
         .map(|b| ALPHABET[*b as usize % ALPHABET.len()] as char)
         .collect()
-}
-
-pub(super) fn invalid(kind: &str, name: &str, field: &str, message: String) -> ApiError {
-    ApiError::invalid(
-        kind,
-        name,
-        vec![Cause {
-            reason: "FieldValueInvalid".into(),
-            field: field.into(),
-            message,
-        }],
-    )
 }
 
 impl Api {
@@ -134,8 +84,10 @@ impl Api {
                 ));
             }
         };
-        check_name(&name, resource.is("namespaces"))
-            .map_err(|m| invalid(resource.kind, &name, "metadata.name", m))?;
+        resource
+            .strategy
+            .check_name(&name)
+            .map_err(|m| ApiError::field_invalid(resource.kind, &name, "metadata.name", m))?;
         if resource.namespaced {
             meta["namespace"] = json!(ns);
         } else if let Some(m) = meta.as_object_mut() {
@@ -143,7 +95,7 @@ impl Api {
         }
         meta["name"] = json!(name);
         meta["uid"] = json!(uuid::Uuid::new_v4().to_string());
-        meta["creationTimestamp"] = json!(now());
+        meta["creationTimestamp"] = json!(crate::clock::now());
         if let Some(m) = meta.as_object_mut() {
             for set_by_server in [
                 "resourceVersion",
@@ -166,7 +118,7 @@ impl Api {
         name: &str,
         call: &Call,
     ) -> Result<Response<Body>, ApiError> {
-        let object = if resource.is("nodes") {
+        let object = if resource.strategy.storage() == Storage::Node {
             Arc::new(self.node_object(name)?)
         } else {
             self.store
@@ -185,7 +137,7 @@ impl Api {
     }
 
     fn objects(&self, resource: &Resource, namespace: Option<&str>) -> (u64, Vec<Arc<Value>>) {
-        if resource.is("nodes") {
+        if resource.strategy.storage() == Storage::Node {
             let node = self.node_object(self.kubelet.node_name()).ok();
             (
                 self.store.resource_version(),
@@ -203,7 +155,7 @@ impl Api {
         call: &Call,
     ) -> Result<Response<Body>, ApiError> {
         let labels = Labels::parse(call.query.get("labelSelector").unwrap_or(""))?;
-        let fields = Fields::parse(call.query.get("fieldSelector").unwrap_or(""), resource.name)?;
+        let fields = Fields::parse(call.query.get("fieldSelector").unwrap_or(""), resource)?;
         if call.query.flag("watch") {
             return self.watch(resource, namespace, labels, fields, call);
         }
@@ -250,7 +202,8 @@ impl Api {
             .query
             .number("timeoutSeconds")?
             .map_or(MAX_WATCH, |s| Duration::from_secs(s.clamp(1, 3600) as u64));
-        let nodes = resource.is("nodes").then(|| self.objects(resource, None).1);
+        let nodes =
+            (resource.strategy.storage() == Storage::Node).then(|| self.objects(resource, None).1);
         let (backlog, mut rx) = self.store.watch(resource.name, from)?;
         let (tx, body) = Body::channel();
         let namespace = namespace.map(str::to_owned);
@@ -334,24 +287,20 @@ impl Api {
     ) -> Result<Response<Body>, ApiError> {
         let (ns, name) = self.new_object(resource, namespace, &mut body)?;
         let dry_run = call.query.get("dryRun").is_some();
-        let created = match resource.name {
-            "pods" => self.create_pod(&ns, &name, body, dry_run).await?,
-            "configmaps" | "secrets" | "serviceaccounts" | "namespaces" | "priorityclasses"
-            | "runtimeclasses" => {
-                super::validate::check_object(&self.store, resource, &name, &mut body)?;
+        let created = match resource.strategy.storage() {
+            Storage::Pods => self.create_pod(&ns, &name, body, dry_run).await?,
+            Storage::Stored { .. } => {
+                resource.strategy.prepare(&self.store, &name, &mut body)?;
                 if dry_run {
                     Arc::new(body)
                 } else {
                     let created = self.store.create(resource.name, &ns, &name, body)?;
-                    if resource.is("namespaces") {
-                        // The service account controller's: every namespace has `default`.
-                        crate::ensure_default_account(&self.store, &name)?;
-                    }
-                    self.after_change(resource)?;
+                    resource.strategy.created(&self.store, &name)?;
+                    resource.strategy.changed(&self.kubelet)?;
                     created
                 }
             }
-            _ => {
+            Storage::ReadOnly | Storage::Node => {
                 return Err(ApiError::method_not_allowed(format!(
                     "{} cannot be created through this API",
                     resource.name
@@ -359,17 +308,6 @@ impl Api {
             }
         };
         Ok(json(StatusCode::CREATED, &created))
-    }
-
-    /// Tells the node what changed in the objects it reads (PriorityClasses).
-    fn after_change(&self, resource: &Resource) -> Result<(), ApiError> {
-        if resource.is("priorityclasses") {
-            self.kubelet.sync_priority_classes()?;
-        }
-        if resource.is("runtimeclasses") {
-            self.kubelet.sync_runtime_classes();
-        }
-        Ok(())
     }
 
     /// `PUT`: the whole object, with a `resourceVersion` precondition when it carries one.
@@ -399,7 +337,7 @@ impl Api {
         let ns = namespace.unwrap_or("");
         let kind = call.content_type.as_str();
         if kind == "application/apply-patch+yaml"
-            && !resource.is("nodes")
+            && resource.strategy.storage() != Storage::Node
             && self.store.get(resource.name, ns, name).is_none()
         {
             if let Some(ns) = namespace {
@@ -454,7 +392,10 @@ impl Api {
         name: &str,
         make: impl FnOnce(&Value) -> Result<Value, ApiError>,
     ) -> Result<Arc<Value>, ApiError> {
-        if resource.is("nodes") || resource.is("events") {
+        if matches!(
+            resource.strategy.storage(),
+            Storage::Node | Storage::ReadOnly
+        ) {
             return Err(ApiError::method_not_allowed(format!(
                 "{} cannot be changed through this API",
                 resource.name
@@ -516,11 +457,11 @@ impl Api {
         next["kind"] = json!(resource.kind);
         next["apiVersion"] = json!(resource.api_version());
         // New images are loaded before the update is taken; a bad one is refused with its field.
-        let images = if resource.is("pods") {
+        let images = if resource.strategy.storage() == Storage::Pods {
             super::pods::check_update(&current, &mut next)?;
             self.load_changed_images(&current, &next).await?
         } else {
-            super::validate::check_object(&self.store, resource, name, &mut next)?;
+            resource.strategy.prepare(&self.store, name, &mut next)?;
             None
         };
         let before = rv(&current);
@@ -551,7 +492,7 @@ impl Api {
                 *stored = next;
                 Ok(())
             })?;
-        self.after_change(resource)?;
+        resource.strategy.changed(&self.kubelet)?;
         self.set_images(&updated, images).await;
         Ok(updated)
     }
@@ -572,17 +513,17 @@ impl Api {
                 })?),
                 None => call.query.number("gracePeriodSeconds")?,
             };
-        match resource.name {
-            "pods" => {
+        match resource.strategy.storage() {
+            Storage::Pods => {
                 let pod = self.delete_pod(ns, name, grace, true)?;
                 Ok(json(StatusCode::OK, &pod))
             }
-            "configmaps" | "secrets" | "serviceaccounts" | "priorityclasses" | "runtimeclasses" => {
+            Storage::Stored { deletable: true } => {
                 let gone = self
                     .store
                     .delete_if(resource.name, ns, name, Durable::Now, |_| true)?
                     .ok_or_else(|| ApiError::not_found(resource.name, name))?;
-                self.after_change(resource)?;
+                resource.strategy.changed(&self.kubelet)?;
                 Ok(json(
                     StatusCode::OK,
                     &json!({
@@ -598,10 +539,12 @@ impl Api {
                     }),
                 ))
             }
-            _ => Err(ApiError::method_not_allowed(format!(
-                "{} cannot be deleted through this API",
-                resource.name
-            ))),
+            Storage::Stored { deletable: false } | Storage::ReadOnly | Storage::Node => {
+                Err(ApiError::method_not_allowed(format!(
+                    "{} cannot be deleted through this API",
+                    resource.name
+                )))
+            }
         }
     }
 }

@@ -127,13 +127,13 @@ impl Api {
             }
         }
         self.runtime_class_admission(name, &mut pod)?;
-        self.validate_and_load(name, &pod).await?;
+        let spec = self.validate_and_load(name, &pod).await?;
         pod["status"] = json!({"phase": "Pending"});
         if dry_run {
             return Ok(Arc::new(pod));
         }
         let created = self.store.create("pods", ns, name, pod)?;
-        self.kubelet.run(created.clone(), None);
+        self.kubelet.run(created.clone(), Some(spec));
         Ok(created)
     }
 

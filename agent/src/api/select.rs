@@ -3,6 +3,7 @@
 
 use serde_json::Value;
 
+use super::resources::Resource;
 use crate::status::ApiError;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -124,32 +125,9 @@ impl Labels {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Fields(Vec<Requirement>);
 
-/// The fields each resource may be selected by (beside `metadata.name` and
-/// `metadata.namespace`), as the API server allows.
-fn selectable(resource: &str, field: &str) -> bool {
-    matches!(field, "metadata.name" | "metadata.namespace")
-        || match resource {
-            "pods" => matches!(
-                field,
-                "spec.nodeName"
-                    | "spec.restartPolicy"
-                    | "spec.schedulerName"
-                    | "spec.serviceAccountName"
-                    | "status.phase"
-                    | "status.podIP"
-                    | "status.nominatedNodeName"
-            ),
-            "events" => {
-                field.starts_with("involvedObject.")
-                    || matches!(field, "reason" | "type" | "source")
-            }
-            "secrets" => field == "type",
-            _ => false,
-        }
-}
-
 impl Fields {
-    pub(crate) fn parse(s: &str, resource: &str) -> Result<Fields, ApiError> {
+    /// A field selector of `resource`'s objects.
+    pub(crate) fn parse(s: &str, resource: &Resource) -> Result<Fields, ApiError> {
         let mut reqs = Vec::new();
         for term in split_terms(s) {
             let (key, op) = if let Some((k, v)) = term.split_once("!=") {
@@ -162,7 +140,9 @@ impl Fields {
                 )));
             };
             let key = key.trim();
-            if !selectable(resource, key) {
+            if !matches!(key, "metadata.name" | "metadata.namespace")
+                && !resource.strategy.selectable(key)
+            {
                 return Err(ApiError::bad_request(format!(
                     "field label not supported: {key}"
                 )));
@@ -192,6 +172,7 @@ impl Fields {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::resources::PODS;
     use serde_json::json;
 
     #[test]
@@ -220,15 +201,15 @@ mod tests {
     #[test]
     fn field_selectors_name_their_fields() {
         let pod = json!({"metadata": {"name": "a", "namespace": "default"}, "status": {"phase": "Running"}});
-        let s = Fields::parse("metadata.name=a,status.phase!=Failed", "pods").unwrap();
+        let s = Fields::parse("metadata.name=a,status.phase!=Failed", &PODS).unwrap();
         assert!(s.matches(&pod));
         assert!(
-            !Fields::parse("metadata.name=b", "pods")
+            !Fields::parse("metadata.name=b", &PODS)
                 .unwrap()
                 .matches(&pod)
         );
-        let e = Fields::parse("spec.containers=x", "pods").unwrap_err();
+        let e = Fields::parse("spec.containers=x", &PODS).unwrap_err();
         assert_eq!(e.message, "field label not supported: spec.containers");
-        assert!(Fields::parse("status.phase", "pods").is_err());
+        assert!(Fields::parse("status.phase", &PODS).is_err());
     }
 }

@@ -130,7 +130,7 @@ impl Api {
             &json!({
                 "kind": "TokenRequest",
                 "apiVersion": "authentication.k8s.io/v1",
-                "metadata": {"name": account, "namespace": ns, "creationTimestamp": super::now()},
+                "metadata": {"name": account, "namespace": ns, "creationTimestamp": crate::clock::now()},
                 "spec": spec,
                 "status": {"token": token, "expirationTimestamp": expires},
             }),

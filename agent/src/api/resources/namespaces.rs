@@ -1,0 +1,58 @@
+//! Namespaces: created (never deleted) with their phase; each gets its `default` service account.
+
+use serde_json::{Value, json};
+
+use super::{Column, Resource, Storage, Strategy, age, dns_name, name, str_at};
+use crate::status::ApiError;
+use crate::store::Store;
+
+pub(crate) static NAMESPACES: Resource = Resource {
+    name: "namespaces",
+    singular: "namespace",
+    kind: "Namespace",
+    group: "",
+    namespaced: false,
+    short_names: &["ns"],
+    verbs: &["create", "get", "list", "watch"],
+    subresources: &[("status", &["get"])],
+    strategy: &Namespaces,
+};
+
+struct Namespaces;
+
+impl Strategy for Namespaces {
+    fn storage(&self) -> Storage {
+        Storage::Stored { deletable: false }
+    }
+
+    fn prepare(&self, _store: &Store, _name: &str, body: &mut Value) -> Result<(), ApiError> {
+        body["status"] = json!({"phase": "Active"});
+        Ok(())
+    }
+
+    /// A namespace's name is a DNS-1123 label.
+    fn check_name(&self, name: &str) -> Result<(), String> {
+        dns_name(name, true)
+    }
+
+    /// The service account controller's: every namespace has `default`.
+    fn created(&self, store: &Store, name: &str) -> Result<(), ApiError> {
+        crate::ensure_default_account(store, name)
+    }
+
+    fn columns(&self) -> &'static [Column] {
+        &[
+            Column("Name", "string", 0),
+            Column("Status", "string", 0),
+            Column("Age", "string", 0),
+        ]
+    }
+
+    fn cells(&self, o: &Value, now: jiff::Timestamp) -> Vec<Value> {
+        vec![
+            name(o),
+            json!(str_at(o, "/status/phase")),
+            age(o, "/metadata/creationTimestamp", now),
+        ]
+    }
+}

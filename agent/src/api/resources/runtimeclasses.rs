@@ -1,0 +1,80 @@
+//! RuntimeClasses: a handler that is a DNS label, no overhead; the node admits pods of a class
+//! whose handler it serves.
+
+use serde_json::{Value, json};
+
+use super::{Column, RW, Resource, Strategy, age, name};
+use crate::kubelet::Kubelet;
+use crate::status::ApiError;
+use crate::store::Store;
+
+pub(crate) static RUNTIME_CLASSES: Resource = Resource {
+    name: "runtimeclasses",
+    singular: "runtimeclass",
+    kind: "RuntimeClass",
+    group: "node.k8s.io",
+    namespaced: false,
+    short_names: &[],
+    verbs: RW,
+    subresources: &[],
+    strategy: &RuntimeClasses,
+};
+
+struct RuntimeClasses;
+
+impl Strategy for RuntimeClasses {
+    fn prepare(&self, _store: &Store, name: &str, body: &mut Value) -> Result<(), ApiError> {
+        let bad = |field: &str, message: String| {
+            ApiError::field_invalid(RUNTIME_CLASSES.kind, name, field, message)
+        };
+        let class: wasmpod::k8s_openapi::api::node::v1::RuntimeClass =
+            serde_json::from_value(body.clone()).map_err(|e| bad("handler", e.to_string()))?;
+        let h = &class.handler;
+        let label = !h.is_empty()
+            && h.len() <= 63
+            && h.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !h.starts_with('-')
+            && !h.ends_with('-');
+        if !label {
+            return Err(bad(
+                "handler",
+                format!(
+                    "Invalid value: {h:?}: a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character"
+                ),
+            ));
+        }
+        // The RuntimeClass admission adds the overhead to every pod of the class; the
+        // node's admission does not count it.
+        if class.overhead.is_some() {
+            return Err(bad(
+                "overhead",
+                "Forbidden: not supported by wasmpod: a pod's overhead is not counted by this \
+                 node; leave it out"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
+    fn changed(&self, kubelet: &Kubelet) -> Result<(), ApiError> {
+        kubelet.sync_runtime_classes();
+        Ok(())
+    }
+
+    fn columns(&self) -> &'static [Column] {
+        &[
+            Column("Name", "string", 0),
+            Column("Handler", "string", 0),
+            Column("Age", "string", 0),
+        ]
+    }
+
+    fn cells(&self, o: &Value, now: jiff::Timestamp) -> Vec<Value> {
+        vec![
+            name(o),
+            o.get("handler").cloned().unwrap_or(json!("")),
+            age(o, "/metadata/creationTimestamp", now),
+        ]
+    }
+}

@@ -1,0 +1,32 @@
+//! ServiceAccounts (their tokens are issued by `serviceaccounts/{name}/token`).
+
+use serde_json::Value;
+
+use super::{RW, Resource, Strategy};
+use crate::status::ApiError;
+use crate::store::Store;
+
+pub(crate) static SERVICE_ACCOUNTS: Resource = Resource {
+    name: "serviceaccounts",
+    singular: "serviceaccount",
+    kind: "ServiceAccount",
+    group: "",
+    namespaced: true,
+    short_names: &["sa"],
+    verbs: RW,
+    subresources: &[("token", &["create"])],
+    strategy: &ServiceAccounts,
+};
+
+struct ServiceAccounts;
+
+impl Strategy for ServiceAccounts {
+    fn prepare(&self, _store: &Store, name: &str, body: &mut Value) -> Result<(), ApiError> {
+        let bad = |field: &str, message: String| {
+            ApiError::field_invalid(SERVICE_ACCOUNTS.kind, name, field, message)
+        };
+        serde_json::from_value::<wasmpod::k8s_openapi::api::core::v1::ServiceAccount>(body.clone())
+            .map_err(|e| bad("", e.to_string()))?;
+        Ok(())
+    }
+}
