@@ -262,7 +262,10 @@ impl Kubelet {
             str_at(&pod, "/metadata/name").to_owned(),
             str_at(&pod, "/metadata/uid").to_owned(),
         );
-        let handle = match self.create(&pod, spec, resume.as_ref()).await {
+        let created = self.create(&pod, spec, resume.as_ref()).await;
+        // The object as it was created: the store has it as it is now, with its status.
+        drop(pod);
+        let handle = match created {
             Ok(h) => h,
             Err(message) => {
                 tracing::warn!(pod = %name, "cannot run the pod: {message}");

@@ -23,6 +23,8 @@ const RESOURCE_VERSION: &str = "resourceVersion";
 
 /// Non-durable commits at most between two durable ones.
 const LAZY_COMMITS: usize = 256;
+/// The database's page cache (read cache and write buffer together).
+const DB_CACHE: usize = 4 << 20;
 /// Changes kept for watches that start from an older `resourceVersion`; older ones get 410.
 const HISTORY: usize = 1024;
 /// The most objects of one resource the store keeps: past it, creations are refused (an API
@@ -101,7 +103,12 @@ fn internal(e: impl std::fmt::Display) -> ApiError {
 impl Store {
     /// Opens (or creates) the database at `path`; `resources` are the names objects may have.
     pub(crate) fn open(path: &Path, resources: &[&'static str]) -> Result<Store, String> {
-        let db = Database::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        // Every object is held in memory and read back from the file only at start: the
+        // database's cache need only hold a commit's pages, not redb's default of 1 GiB.
+        let db = Database::builder()
+            .set_cache_size(DB_CACHE)
+            .create(path)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
         let mut objects: HashMap<&'static str, Objects> =
             resources.iter().map(|r| (*r, Objects::new())).collect();
         let mut rv = 0;
