@@ -10,7 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tokio::sync::{oneshot, watch};
 use tokio::task::AbortHandle;
 
-use super::backoff::Backoff;
+use super::backoff::{Backoff, BackoffOptions};
 use super::stopping::Stopping;
 use crate::container::{Exit, Sandbox};
 use crate::engine::{Image, Pull};
@@ -159,6 +159,44 @@ impl Container {
             finished_at: now,
             finished: Instant::now(),
         });
+    }
+
+    /// The container waits to start (again) with `reason`: a terminated instance's end becomes
+    /// its last state.
+    pub(crate) fn wait(&mut self, reason: &'static str, message: Option<String>) {
+        let waiting = State::Waiting { reason, message };
+        if let State::Terminated(t) = std::mem::replace(&mut self.state, waiting) {
+            self.last_state = Some(t);
+        }
+    }
+
+    /// Its instance counts as Running (its postStart hook returned): started unless a startup
+    /// probe is to say so, ready unless a readiness probe is.
+    pub(crate) fn run(&mut self) {
+        self.state = State::Running {
+            started_at: Timestamp::now(),
+        };
+        self.started = self.spec.startup.is_none();
+        self.ready = self.started && self.spec.readiness.is_none();
+    }
+
+    /// Its instance ended: neither started nor ready until the next one says so.
+    pub(crate) fn terminate(&mut self, end: Terminated) {
+        self.state = State::Terminated(end);
+        self.ready = false;
+        self.started = false;
+    }
+
+    /// Its image could not be pulled or loaded at `now`: the kubelet's image backoff (the delay
+    /// doubling from one failure to the next); when it may be tried again.
+    pub(crate) fn image_failed(&mut self, now: Instant, options: &BackoffOptions) -> Instant {
+        let finished = self.load_failed_at.unwrap_or(now);
+        let until = self.load_backoff.wait_until(finished, now, options);
+        self.load_backoff.restarted(finished, now, options);
+        self.load_failed_at = Some(now);
+        let until = until.unwrap_or(super::after(now, options.initial));
+        self.retry_at = Some(until);
+        until
     }
 
     pub(crate) fn role(&self) -> Role {

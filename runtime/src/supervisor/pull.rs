@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use super::container::{PullTask, State};
 use super::start::fmt_duration;
-use super::{Msg, PodTask, after};
+use super::{Msg, PodTask};
 use crate::events::{EventType, Reason};
 use crate::images::{PullError, PullPolicy, Resolved};
 
@@ -32,15 +32,7 @@ impl PodTask {
         }
         let pull = pull.clone();
         c.pulled = None;
-        if let State::Terminated(t) = std::mem::replace(
-            &mut c.state,
-            State::Waiting {
-                reason: "ContainerCreating",
-                message: None,
-            },
-        ) {
-            c.last_state = Some(t);
-        }
+        c.wait("ContainerCreating", None);
         let images = self.node.images.clone();
         if !self.spec.missing_pull_secrets.is_empty() {
             let message = format!(
@@ -139,15 +131,8 @@ impl PodTask {
             ),
         };
         // The kubelet's image backoff: the next pull waits, doubling.
-        let finished = c.load_failed_at.unwrap_or(now);
-        let until = c.load_backoff.wait_until(finished, now, &options);
-        c.load_backoff.restarted(finished, now, &options);
-        c.load_failed_at = Some(now);
-        c.retry_at = Some(until.unwrap_or(after(now, options.initial)));
-        c.state = State::Waiting {
-            reason,
-            message: Some(message.clone()),
-        };
+        c.image_failed(now, &options);
+        c.wait(reason, Some(message.clone()));
         self.container_event(index, EventType::Warning, Reason::Failed, message, None);
         let error = format!("Error: {reason}");
         self.container_event(index, EventType::Warning, Reason::Failed, error, None);
@@ -166,12 +151,8 @@ impl PodTask {
         let Some(pull) = &c.spec.pull else {
             return;
         };
-        let shown = pull.shown.clone();
-        c.state = State::Waiting {
-            reason: "ImagePullBackOff",
-            message: Some(format!("Back-off pulling image {shown:?}")),
-        };
-        let message = format!("Back-off pulling image {shown:?}");
+        let message = format!("Back-off pulling image {:?}", pull.shown);
+        c.wait("ImagePullBackOff", Some(message.clone()));
         self.container_event(index, EventType::Normal, Reason::BackOff, message, None);
         let error = "Error: ImagePullBackOff".to_owned();
         self.container_event(index, EventType::Warning, Reason::Failed, error, None);

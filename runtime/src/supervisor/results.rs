@@ -53,14 +53,12 @@ impl PodTask {
             }
         }
         let c = &mut self.containers[index];
-        c.state = State::Terminated(Terminated {
+        c.terminate(Terminated {
             exit,
             started_at,
             finished_at: at,
             finished: Instant::now(),
         });
-        c.ready = false;
-        c.started = false;
         if let Some(message) = start_error {
             self.container_event(index, EventType::Warning, Reason::Failed, message, None);
         }

@@ -4,14 +4,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use jiff::Timestamp;
 use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
-use super::container::{HookState, Instance, State};
+use super::container::{HookState, Instance};
 use super::probe::{self, HookKind, ProbeKind};
 use super::stopping::Stopping;
-use super::{MIN_GRACE, Msg, PodTask, after};
+use super::{MIN_GRACE, Msg, PodTask};
 use crate::container::{
     CpuLimit, DEFAULT_PORT, EXIT_KILLED, Exit, HttpServe, Meter, Preopen, Sandbox, StdinPipe,
 };
@@ -42,21 +41,12 @@ impl PodTask {
         let pod = self.spec.name.clone();
         let c = &mut self.containers[index];
         let finished = c.last_exit().map_or(now, |t| t.finished);
-        let waiting = State::Waiting {
-            reason: "CrashLoopBackOff",
-            message: None,
-        };
-        if let State::Terminated(t) = std::mem::replace(&mut c.state, waiting) {
-            c.last_state = Some(t);
-        }
         let delay = fmt_duration(until - finished);
-        c.state = State::Waiting {
-            reason: "CrashLoopBackOff",
-            message: Some(format!(
-                "back-off {delay} restarting failed container={} pod={pod}",
-                c.name
-            )),
-        };
+        let message = format!(
+            "back-off {delay} restarting failed container={} pod={pod}",
+            c.name
+        );
+        c.wait("CrashLoopBackOff", Some(message));
         c.retry_at = Some(until);
         let message = format!(
             "Back-off restarting failed container {} in pod {pod} (delay {delay})",
@@ -89,19 +79,8 @@ impl PodTask {
         let (image, pull) = match image {
             Ok(loaded) => loaded,
             Err(e) => {
-                let finished = c.load_failed_at.unwrap_or(now);
-                let until = c.load_backoff.wait_until(finished, now, &options);
-                c.load_backoff.restarted(finished, now, &options);
-                c.load_failed_at = Some(now);
-                let until = until.unwrap_or(after(now, options.initial));
-                c.retry_at = Some(until);
-                let waiting = State::Waiting {
-                    reason: "ImagePullBackOff",
-                    message: Some(e.to_string()),
-                };
-                if let State::Terminated(t) = std::mem::replace(&mut c.state, waiting) {
-                    c.last_state = Some(t);
-                }
+                let until = c.image_failed(now, &options);
+                c.wait("ImagePullBackOff", Some(e.to_string()));
                 let message = format!(
                     "Failed to load module: {e}; back-off {}",
                     fmt_duration(until - now)
@@ -244,13 +223,7 @@ impl PodTask {
         if c.runs > 0 {
             c.restart_count += 1;
         }
-        let creating = State::Waiting {
-            reason: "ContainerCreating",
-            message: None,
-        };
-        if let State::Terminated(t) = std::mem::replace(&mut c.state, creating) {
-            c.last_state = Some(t);
-        }
+        c.wait("ContainerCreating", None);
         let (kill_tx, kill_rx) = oneshot::channel();
         self.meters.running(index, &c.name, &sandbox);
         let (stdout, stderr, log) = self.output.instance(&c.name, c.restart_count);
@@ -337,11 +310,7 @@ impl PodTask {
         if c.instance.is_none() {
             return;
         }
-        c.state = State::Running {
-            started_at: Timestamp::now(),
-        };
-        c.started = c.spec.startup.is_none();
-        c.ready = c.started && c.spec.readiness.is_none();
+        c.run();
         let name = c.name.clone();
         self.container_event(
             index,
