@@ -14,7 +14,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use wasmtime_wasi_http::io::TokioIo;
 use wasmtime_wasi_http::{Error, RequestOptions, WasiBody};
 
-use super::wasi::ErrorCode;
+use super::error::ErrorCode;
 use super::{Egress, PodNetwork};
 
 /// The guest's request's wait for a connection and for its response's first byte, unless its
@@ -111,7 +111,7 @@ pub(crate) async fn send(
 /// Connects from `pod` to `host:port`: each address the pod's lookup gives, in order, through
 /// the pod network or (egress) the host.
 async fn connect(pod: &Arc<PodNetwork>, host: &str, port: u16) -> Result<Box<dyn Io>, Error> {
-    let ips = super::wasi::lookup(pod, host)
+    let ips = super::names::lookup(pod, host)
         .await
         .map_err(|code| match code {
             ErrorCode::NameUnresolvable if pod.egress() == Egress::Deny => Error::HttpRequestDenied,

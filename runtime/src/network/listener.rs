@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
 use super::HostStream;
+use super::error::ErrorCode;
 use super::pipe::{Pipe, PipeReader, PipeWriter};
-use super::wasi::ErrorCode;
 
 /// Linux's default `somaxconn`, the backlog when the guest does not choose one.
 pub(super) const DEFAULT_BACKLOG: usize = 128;

@@ -11,6 +11,7 @@
 //! [`wasi`] maps `wasi:sockets` onto this model for components; preview1 modules have no sockets.
 
 pub(crate) mod client;
+mod error;
 pub(crate) mod http;
 mod listener;
 mod names;
@@ -27,11 +28,11 @@ pub(crate) use names::PodNames;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
+use error::ErrorCode;
 pub(crate) use listener::{HostListener, Listener};
 pub(crate) use pipe::HostStream;
 pub use pipe::PodConnection;
 use udp::Inbox;
-use wasi::ErrorCode;
 
 /// Whether pods may open connections to addresses outside the node's pod network.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

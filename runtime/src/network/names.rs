@@ -2,8 +2,13 @@
 //! `hostAliases`) and the names tried for a lookup (`dnsConfig.searches` with `ndots`, as a
 //! `resolv.conf` search list gives them).
 
+use std::collections::VecDeque;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use wasmtime_wasi::p2::Pollable;
+
+use super::error::ErrorCode;
+use super::{Egress, PodNetwork};
 use crate::spec::Dns;
 
 /// The pod's own names and search rules.
@@ -96,6 +101,90 @@ impl NameServers {
         }
         ips
     }
+}
+
+/// The addresses a name resolves to, or the lookup still under way on the host.
+#[allow(
+    unreachable_pub,
+    reason = "the `wasi:sockets` bindings re-export it as a resource type"
+)]
+pub enum ResolveAddresses {
+    Done(Result<VecDeque<IpAddr>, ErrorCode>),
+    Pending(tokio::task::JoinHandle<Result<VecDeque<IpAddr>, ErrorCode>>),
+}
+
+#[wasmtime_wasi::async_trait]
+impl Pollable for ResolveAddresses {
+    async fn ready(&mut self) {
+        if let ResolveAddresses::Pending(task) = self {
+            let result = task.await.unwrap_or(Err(ErrorCode::Unknown));
+            *self = ResolveAddresses::Done(result);
+        }
+    }
+}
+
+/// [`resolve`], awaited: the addresses `name` has for `pod`.
+pub(crate) async fn lookup(pod: &PodNetwork, name: &str) -> Result<VecDeque<IpAddr>, ErrorCode> {
+    match resolve(pod, name) {
+        ResolveAddresses::Done(result) => result,
+        ResolveAddresses::Pending(task) => task.await.unwrap_or(Err(ErrorCode::Unknown)),
+    }
+}
+
+/// Resolves `name` as seen from inside `pod`: IP literals, then each name the pod's search
+/// rules give, answered by the pod itself (`localhost`, its hostname, its `hostAliases`) or
+/// (when egress is allowed) by the host's resolver.
+pub(crate) fn resolve(pod: &PodNetwork, name: &str) -> ResolveAddresses {
+    let done = |ips: &[IpAddr]| ResolveAddresses::Done(Ok(ips.iter().copied().collect()));
+    let literal = name
+        .strip_prefix('[')
+        .and_then(|n| n.strip_suffix(']'))
+        .unwrap_or(name);
+    if let Ok(ip) = literal.parse::<IpAddr>() {
+        return done(&[ip]);
+    }
+    let lower = name.to_ascii_lowercase();
+    let bare = lower.trim_end_matches('.');
+    if bare.is_empty()
+        || bare.len() > 253
+        || lower.ends_with("..")
+        || lower.contains(|c: char| c.is_whitespace())
+    {
+        return ResolveAddresses::Done(Err(ErrorCode::InvalidArgument));
+    }
+    let candidates = pod.names().candidates(&lower);
+    for candidate in &candidates {
+        if let Some(ips) = pod.names().local(candidate, pod.ip().into()) {
+            return done(&ips);
+        }
+    }
+    if pod.egress() == Egress::Deny {
+        return ResolveAddresses::Done(Err(ErrorCode::NameUnresolvable));
+    }
+    let dns = &pod.names().dns;
+    let node_resolver = dns.node_resolver;
+    let nameservers = (!dns.nameservers.is_empty()).then(|| NameServers::new(&dns.nameservers));
+    ResolveAddresses::Pending(tokio::spawn(async move {
+        for host in candidates {
+            let mut ips: VecDeque<IpAddr> = VecDeque::new();
+            if node_resolver && let Ok(addrs) = tokio::net::lookup_host((host.as_str(), 0)).await {
+                for a in addrs {
+                    if !ips.contains(&a.ip()) {
+                        ips.push_back(a.ip());
+                    }
+                }
+            }
+            if ips.is_empty()
+                && let Some(servers) = &nameservers
+            {
+                ips = servers.ask(&host).await.into();
+            }
+            if !ips.is_empty() {
+                return Ok(ips);
+            }
+        }
+        Err(ErrorCode::NameUnresolvable)
+    }))
 }
 
 #[cfg(test)]

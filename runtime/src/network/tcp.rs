@@ -12,11 +12,10 @@ use tokio::sync::OwnedSemaphorePermit;
 use wasmtime::component::Resource;
 use wasmtime_wasi::p2::{DynInputStream, DynOutputStream, DynPollable, Pollable, subscribe};
 
+use super::error::{ErrorCode, Family, error_code};
 use super::listener::{Conn, DEFAULT_BACKLOG, Listener};
 use super::pipe::{Pipe, PipeReader, PipeWriter};
-use super::wasi::{
-    ErrorCode, Family, IpAddressFamily, IpSocketAddress, Network, SocketResult, Sockets, tcp,
-};
+use super::wasi::{IpAddressFamily, IpSocketAddress, Network, SocketResult, Sockets, tcp};
 use super::{Egress, HostStream, PodNetwork, PortGuard, Route};
 use crate::memory::Reservation;
 
@@ -366,22 +365,6 @@ fn dialed(
         let _ = tokio::io::copy_bidirectional(&mut stream, &mut relay).await;
     });
     Ok(guest)
-}
-
-/// The `wasi:sockets` error for a host socket error.
-pub(crate) fn error_code(e: &io::Error) -> ErrorCode {
-    use io::ErrorKind as K;
-    match e.kind() {
-        K::ConnectionRefused => ErrorCode::ConnectionRefused,
-        K::ConnectionReset => ErrorCode::ConnectionReset,
-        K::ConnectionAborted => ErrorCode::ConnectionAborted,
-        K::TimedOut => ErrorCode::Timeout,
-        K::PermissionDenied => ErrorCode::AccessDenied,
-        K::AddrNotAvailable | K::NetworkUnreachable | K::HostUnreachable => {
-            ErrorCode::RemoteUnreachable
-        }
-        _ => ErrorCode::Unknown,
-    }
 }
 
 impl Sockets<'_> {

@@ -12,9 +12,9 @@ use std::task::{Context, Poll, Waker};
 use wasmtime::component::Resource;
 use wasmtime_wasi::p2::{DynPollable, Pollable, subscribe};
 
+use super::error::{ErrorCode, Family};
 use super::wasi::{
-    ErrorCode, Family, IpAddressFamily, IpSocketAddress, Network, SocketError, SocketResult,
-    Sockets, udp,
+    IpAddressFamily, IpSocketAddress, Network, SocketError, SocketResult, Sockets, udp,
 };
 use super::{Egress, PodNetwork, PortGuard, Route};
 use crate::memory::Reservation;
@@ -334,7 +334,7 @@ impl OutgoingDatagrams {
             Route::Outside => {
                 if self.host.is_none() {
                     let host = HostUdp::open(self.family, self.inbox.clone());
-                    self.host = Some(host.map_err(|e| super::tcp::error_code(&e))?);
+                    self.host = Some(host.map_err(|e| super::error::error_code(&e))?);
                 }
                 if let Some(host) = &self.host {
                     // A full host buffer drops the datagram, as UDP may.

@@ -3,14 +3,15 @@
 //! wasmtime-wasi links every other WASI interface; these definitions replace its sockets (which
 //! would reach the host's network directly) with ones that see the pod's [`PodNetwork`].
 
-use std::collections::VecDeque;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 
 use wasmtime::component::{HasData, Linker, Resource, ResourceTable};
-use wasmtime_wasi::p2::{DynPollable, Pollable, subscribe};
+use wasmtime_wasi::p2::{DynPollable, subscribe};
 
-use super::{Egress, PodNetwork};
+use super::PodNetwork;
+use super::error::Family;
+use super::names::{ResolveAddresses, resolve};
 
 mod bindings {
     wasmtime::component::bindgen!({
@@ -29,7 +30,7 @@ mod bindings {
             "wasi:sockets/udp.udp-socket": crate::network::udp::UdpSocket,
             "wasi:sockets/udp.incoming-datagram-stream": crate::network::udp::IncomingDatagrams,
             "wasi:sockets/udp.outgoing-datagram-stream": crate::network::udp::OutgoingDatagrams,
-            "wasi:sockets/ip-name-lookup.resolve-address-stream": super::ResolveAddresses,
+            "wasi:sockets/ip-name-lookup.resolve-address-stream": crate::network::names::ResolveAddresses,
         },
     });
 }
@@ -61,7 +62,39 @@ impl From<wasmtime::component::ResourceTableError> for SocketError {
 
 impl From<std::io::Error> for SocketError {
     fn from(e: std::io::Error) -> Self {
-        SocketError::Code(super::tcp::error_code(&e))
+        super::error::error_code(&e).into()
+    }
+}
+
+impl From<super::error::ErrorCode> for SocketError {
+    fn from(code: super::error::ErrorCode) -> Self {
+        SocketError::Code(code.into())
+    }
+}
+
+impl From<super::error::ErrorCode> for ErrorCode {
+    fn from(code: super::error::ErrorCode) -> Self {
+        use super::error::ErrorCode as E;
+        match code {
+            E::Unknown => ErrorCode::Unknown,
+            E::AccessDenied => ErrorCode::AccessDenied,
+            E::InvalidArgument => ErrorCode::InvalidArgument,
+            E::OutOfMemory => ErrorCode::OutOfMemory,
+            E::Timeout => ErrorCode::Timeout,
+            E::ConcurrencyConflict => ErrorCode::ConcurrencyConflict,
+            E::NotInProgress => ErrorCode::NotInProgress,
+            E::WouldBlock => ErrorCode::WouldBlock,
+            E::InvalidState => ErrorCode::InvalidState,
+            E::NewSocketLimit => ErrorCode::NewSocketLimit,
+            E::AddressNotBindable => ErrorCode::AddressNotBindable,
+            E::AddressInUse => ErrorCode::AddressInUse,
+            E::RemoteUnreachable => ErrorCode::RemoteUnreachable,
+            E::ConnectionRefused => ErrorCode::ConnectionRefused,
+            E::ConnectionReset => ErrorCode::ConnectionReset,
+            E::ConnectionAborted => ErrorCode::ConnectionAborted,
+            E::DatagramTooLarge => ErrorCode::DatagramTooLarge,
+            E::NameUnresolvable => ErrorCode::NameUnresolvable,
+        }
     }
 }
 
@@ -197,33 +230,6 @@ impl From<IpAddr> for IpAddress {
     }
 }
 
-/// The address family of a socket.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Family {
-    V4,
-    V6,
-}
-
-impl Family {
-    pub(crate) fn of(addr: &SocketAddr) -> Family {
-        if addr.is_ipv4() {
-            Family::V4
-        } else {
-            Family::V6
-        }
-    }
-
-    /// Checks that `addr` suits a socket of this family (no IPv4-mapped IPv6 addresses, as
-    /// `wasi:sockets` specifies).
-    pub(crate) fn check(self, addr: &SocketAddr) -> Result<(), ErrorCode> {
-        let mapped = matches!(addr, SocketAddr::V6(a) if a.ip().to_ipv4_mapped().is_some());
-        if Family::of(addr) != self || mapped {
-            return Err(ErrorCode::InvalidArgument);
-        }
-        Ok(())
-    }
-}
-
 impl From<IpAddressFamily> for Family {
     fn from(f: IpAddressFamily) -> Family {
         match f {
@@ -240,91 +246,6 @@ impl From<Family> for IpAddressFamily {
             Family::V6 => IpAddressFamily::Ipv6,
         }
     }
-}
-
-/// The addresses a name resolves to, or the lookup still under way on the host.
-#[allow(
-    unreachable_pub,
-    reason = "the `wasi:sockets` bindings re-export it as a resource type"
-)]
-pub enum ResolveAddresses {
-    Done(Result<VecDeque<IpAddr>, ErrorCode>),
-    Pending(tokio::task::JoinHandle<Result<VecDeque<IpAddr>, ErrorCode>>),
-}
-
-#[wasmtime_wasi::async_trait]
-impl Pollable for ResolveAddresses {
-    async fn ready(&mut self) {
-        if let ResolveAddresses::Pending(task) = self {
-            let result = task.await.unwrap_or(Err(ErrorCode::Unknown));
-            *self = ResolveAddresses::Done(result);
-        }
-    }
-}
-
-/// [`resolve`], awaited: the addresses `name` has for `pod`.
-pub(crate) async fn lookup(pod: &PodNetwork, name: &str) -> Result<VecDeque<IpAddr>, ErrorCode> {
-    match resolve(pod, name) {
-        ResolveAddresses::Done(result) => result,
-        ResolveAddresses::Pending(task) => task.await.unwrap_or(Err(ErrorCode::Unknown)),
-    }
-}
-
-/// Resolves `name` as seen from inside `pod`: IP literals, then each name the pod's search
-/// rules give, answered by the pod itself (`localhost`, its hostname, its `hostAliases`) or
-/// (when egress is allowed) by the host's resolver.
-fn resolve(pod: &PodNetwork, name: &str) -> ResolveAddresses {
-    let done = |ips: &[IpAddr]| ResolveAddresses::Done(Ok(ips.iter().copied().collect()));
-    let literal = name
-        .strip_prefix('[')
-        .and_then(|n| n.strip_suffix(']'))
-        .unwrap_or(name);
-    if let Ok(ip) = literal.parse::<IpAddr>() {
-        return done(&[ip]);
-    }
-    let lower = name.to_ascii_lowercase();
-    let bare = lower.trim_end_matches('.');
-    if bare.is_empty()
-        || bare.len() > 253
-        || lower.ends_with("..")
-        || lower.contains(|c: char| c.is_whitespace())
-    {
-        return ResolveAddresses::Done(Err(ErrorCode::InvalidArgument));
-    }
-    let candidates = pod.names().candidates(&lower);
-    for candidate in &candidates {
-        if let Some(ips) = pod.names().local(candidate, pod.ip().into()) {
-            return done(&ips);
-        }
-    }
-    if pod.egress() == Egress::Deny {
-        return ResolveAddresses::Done(Err(ErrorCode::NameUnresolvable));
-    }
-    let dns = &pod.names().dns;
-    let node_resolver = dns.node_resolver;
-    let nameservers =
-        (!dns.nameservers.is_empty()).then(|| super::names::NameServers::new(&dns.nameservers));
-    ResolveAddresses::Pending(tokio::spawn(async move {
-        for host in candidates {
-            let mut ips: VecDeque<IpAddr> = VecDeque::new();
-            if node_resolver && let Ok(addrs) = tokio::net::lookup_host((host.as_str(), 0)).await {
-                for a in addrs {
-                    if !ips.contains(&a.ip()) {
-                        ips.push_back(a.ip());
-                    }
-                }
-            }
-            if ips.is_empty()
-                && let Some(servers) = &nameservers
-            {
-                ips = servers.ask(&host).await.into();
-            }
-            if !ips.is_empty() {
-                return Ok(ips);
-            }
-        }
-        Err(ErrorCode::NameUnresolvable)
-    }))
 }
 
 impl bindings::wasi::sockets::tcp_create_socket::Host for Sockets<'_> {
@@ -366,7 +287,7 @@ impl lookup::Host for Sockets<'_> {
         name: String,
     ) -> SocketResult<Resource<ResolveAddresses>> {
         let stream = resolve(self.net, &name);
-        if let ResolveAddresses::Done(Err(ErrorCode::InvalidArgument)) = stream {
+        if let ResolveAddresses::Done(Err(super::error::ErrorCode::InvalidArgument)) = stream {
             return Err(ErrorCode::InvalidArgument.into());
         }
         Ok(self.table.push(stream)?)

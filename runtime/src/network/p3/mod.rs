@@ -13,7 +13,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV
 
 use wasmtime::component::{Accessor, HasData, Linker};
 
-use super::wasi::{ErrorCode as Code02, Sockets, SocketsView};
+use super::error::ErrorCode as Code02;
+use super::wasi::{Sockets, SocketsView};
 
 mod bindings {
     wasmtime::component::bindgen!({
@@ -73,7 +74,6 @@ impl From<Code02> for ErrorCode {
     fn from(code: Code02) -> Self {
         match code {
             Code02::AccessDenied => ErrorCode::AccessDenied,
-            Code02::NotSupported => ErrorCode::NotSupported,
             Code02::InvalidArgument => ErrorCode::InvalidArgument,
             Code02::OutOfMemory | Code02::NewSocketLimit => ErrorCode::OutOfMemory,
             Code02::Timeout => ErrorCode::Timeout,
@@ -88,10 +88,7 @@ impl From<Code02> for ErrorCode {
             Code02::ConnectionReset => ErrorCode::ConnectionReset,
             Code02::ConnectionAborted => ErrorCode::ConnectionAborted,
             Code02::DatagramTooLarge => ErrorCode::DatagramTooLarge,
-            Code02::Unknown
-            | Code02::NameUnresolvable
-            | Code02::TemporaryResolverFailure
-            | Code02::PermanentResolverFailure => ErrorCode::Other(None),
+            Code02::Unknown | Code02::NameUnresolvable => ErrorCode::Other(None),
         }
     }
 }
@@ -177,20 +174,20 @@ impl From<IpAddr> for IpAddress {
     }
 }
 
-impl From<IpAddressFamily> for super::wasi::Family {
+impl From<IpAddressFamily> for super::error::Family {
     fn from(f: IpAddressFamily) -> Self {
         match f {
-            IpAddressFamily::Ipv4 => super::wasi::Family::V4,
-            IpAddressFamily::Ipv6 => super::wasi::Family::V6,
+            IpAddressFamily::Ipv4 => super::error::Family::V4,
+            IpAddressFamily::Ipv6 => super::error::Family::V6,
         }
     }
 }
 
-impl From<super::wasi::Family> for IpAddressFamily {
-    fn from(f: super::wasi::Family) -> Self {
+impl From<super::error::Family> for IpAddressFamily {
+    fn from(f: super::error::Family) -> Self {
         match f {
-            super::wasi::Family::V4 => IpAddressFamily::Ipv4,
-            super::wasi::Family::V6 => IpAddressFamily::Ipv6,
+            super::error::Family::V4 => IpAddressFamily::Ipv4,
+            super::error::Family::V6 => IpAddressFamily::Ipv6,
         }
     }
 }
@@ -201,14 +198,12 @@ impl<T> lookup::HostWithStore<T> for PodSockets {
         name: String,
     ) -> wasmtime::Result<Result<Vec<IpAddress>, lookup::ErrorCode>> {
         let net = store.with(|mut view| view.get().net.clone());
-        Ok(match super::wasi::lookup(&net, &name).await {
+        Ok(match super::names::lookup(&net, &name).await {
             Ok(ips) => Ok(ips.into_iter().map(IpAddress::from).collect()),
             Err(code) => Err(match code {
                 Code02::InvalidArgument => lookup::ErrorCode::InvalidArgument,
                 Code02::AccessDenied => lookup::ErrorCode::AccessDenied,
                 Code02::NameUnresolvable => lookup::ErrorCode::NameUnresolvable,
-                Code02::TemporaryResolverFailure => lookup::ErrorCode::TemporaryResolverFailure,
-                Code02::PermanentResolverFailure => lookup::ErrorCode::PermanentResolverFailure,
                 _ => lookup::ErrorCode::Other(None),
             }),
         })

@@ -18,10 +18,11 @@ use super::bindings::wasi::sockets::types::{
 };
 use super::{PodSockets, SocketError, SocketResult};
 use crate::memory::Reservation;
+use crate::network::error::ErrorCode as Code02;
 use crate::network::listener::{Conn, Listener};
 use crate::network::pipe::{PipeReader, PipeWriter};
 use crate::network::tcp::{TcpSocket, positive, reserve_buffers};
-use crate::network::wasi::{ErrorCode as Code02, Sockets};
+use crate::network::wasi::Sockets;
 
 /// The most bytes one read from a connection hands the guest.
 const READ_CHUNK: usize = 64 * 1024;
