@@ -27,6 +27,9 @@ pub(crate) struct NodeArgs {
     /// Directory of compiled modules [default: the user's cache dir]
     #[arg(long, value_name = "DIR")]
     cache_dir: Option<PathBuf>,
+    /// Directory of pulled registry images [default: `images` in the cache dir]
+    #[arg(long, value_name = "DIR")]
+    image_store: Option<PathBuf>,
     /// Directory of logs and pod state [default: the user's state dir]
     #[arg(long, value_name = "DIR")]
     state_dir: Option<PathBuf>,
@@ -151,6 +154,9 @@ impl NodeArgs {
         }
         if let Some(dir) = &self.cache_dir {
             options = options.cache_dir(Some(dir.clone()));
+        }
+        if let Some(dir) = &self.image_store {
+            options = options.image_dir(dir);
         }
         options = options
             .labels(self.node_labels.clone())

@@ -59,6 +59,8 @@ impl Agent {
             .arg(dir.join("state"))
             .arg("--cache-dir")
             .arg(wasmpod_tests::shared_cache())
+            .arg("--image-store")
+            .arg(dir.join("image-store"))
             .arg("--images-dir")
             .arg(dir)
             .args(extra)

@@ -10,8 +10,8 @@ use tokio::sync::watch;
 use wasmpod::task::{Task, TaskEngine};
 
 use crate::bundle::{self, Bundle};
+use crate::failure::Failure;
 use crate::process::{Outcome, Process};
-use crate::service::Failure;
 use crate::stdio::Stdio;
 
 /// The most processes exec'd in a container at once (`kubectl exec`, exec probes).

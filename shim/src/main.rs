@@ -20,6 +20,7 @@
 mod bundle;
 mod cgroup;
 mod container;
+mod failure;
 mod process;
 mod service;
 mod shim;

@@ -12,7 +12,7 @@ use tokio::sync::watch;
 use tokio::task::AbortHandle;
 use wasmpod::task::TaskIo;
 
-use crate::service::Failure;
+use crate::failure::Failure;
 use crate::stdio::Stdio;
 
 /// Exit code of a process ended by KILL.

@@ -20,7 +20,6 @@ use containerd_shim::protos::events::task::{
 };
 use containerd_shim::protos::protobuf::MessageField;
 use containerd_shim::protos::protobuf::well_known_types::timestamp::Timestamp;
-use containerd_shim::protos::ttrpc;
 use containerd_shim::protos::types::task::ProcessInfo;
 use containerd_shim::publisher::RemotePublisher;
 use containerd_shim::{DeleteResponse, ExitSignal, Task, TtrpcContext, TtrpcResult};
@@ -28,41 +27,13 @@ use wasmpod::task::TaskEngine;
 
 use crate::cgroup;
 use crate::container::{Container, Guest};
+use crate::failure::Failure;
 use crate::process::{Exited, Outcome};
 use crate::stdio::Stdio;
 
 /// Where compiled guests are kept between shim processes, unless `WASMPOD_SHIM_CACHE` names
 /// another directory (only root may write it, else the cache is off).
 const CACHE_DIR: &str = "/var/cache/wasmpod-shim";
-
-/// Why a request failed, as containerd reads it (its gRPC code).
-#[derive(Debug)]
-pub(crate) enum Failure {
-    NotFound(String),
-    AlreadyExists(String),
-    Precondition(String),
-    Invalid(String),
-    Other(anyhow::Error),
-}
-
-impl From<anyhow::Error> for Failure {
-    fn from(e: anyhow::Error) -> Self {
-        Failure::Other(e)
-    }
-}
-
-impl From<Failure> for ttrpc::Error {
-    fn from(f: Failure) -> Self {
-        let (code, message) = match f {
-            Failure::NotFound(m) => (ttrpc::Code::NOT_FOUND, m),
-            Failure::AlreadyExists(m) => (ttrpc::Code::ALREADY_EXISTS, m),
-            Failure::Precondition(m) => (ttrpc::Code::FAILED_PRECONDITION, m),
-            Failure::Invalid(m) => (ttrpc::Code::INVALID_ARGUMENT, m),
-            Failure::Other(e) => (ttrpc::Code::UNKNOWN, format!("{e:#}")),
-        };
-        ttrpc::Error::RpcStatus(ttrpc::get_status(code, message))
-    }
-}
 
 /// The task service of one shim process.
 pub(crate) struct Service {

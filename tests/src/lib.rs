@@ -150,12 +150,15 @@ impl TestNode {
         Self::with(|o| o)
     }
 
-    /// A node with the tests' defaults changed by `options`.
+    /// A node with the tests' defaults changed by `options`. Its registry images are its own:
+    /// the tests' registries listen on whatever loopback port is free, so a reference such as
+    /// `127.0.0.1:PORT/app:1.0` names different images in different tests.
     pub fn with(options: impl FnOnce(NodeOptions) -> NodeOptions) -> TestNode {
         let dir = tempfile::tempdir().unwrap();
         let base = NodeOptions::default()
             .state_dir(dir.path().join("state"))
             .cache_dir(Some(shared_cache()))
+            .image_dir(dir.path().join("images"))
             .backoff(FAST_BACKOFF);
         TestNode {
             node: Node::new(options(base)).unwrap(),

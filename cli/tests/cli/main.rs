@@ -63,6 +63,8 @@ impl Dir {
             .arg(self.path("state"))
             .arg("--cache-dir")
             .arg(wasmpod_tests::shared_cache())
+            .arg("--image-store")
+            .arg(self.path("images"))
             .args(extra)
             .arg(pod);
         cmd

@@ -3,6 +3,7 @@
 //! linkers once; a container fills a fresh state for each instance.
 
 mod http;
+mod sockets;
 mod term;
 
 use std::sync::{Arc, OnceLock};
@@ -15,8 +16,8 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use crate::memory::{Budget, Charge};
 use crate::network::PodNetwork;
-use crate::network::wasi::{Sockets, SocketsView};
 pub(crate) use http::Outgoing;
+use sockets::{Sockets, SocketsView};
 pub(crate) use term::{KillClock, Killed, PodExport, TERM_INTERFACE, TERM_MODULE, TermSignal};
 
 /// The linkers of an engine: what preview1 modules and components may import. Each is built the
@@ -61,8 +62,8 @@ impl Linkers {
         wasmtime_wasi::p2::add_to_linker_async(&mut p2)?;
         wasmtime_wasi::p3::add_to_linker(&mut p2)?;
         if self.sockets == GuestSockets::Pod {
-            crate::network::wasi::add_to_linker(&mut p2)?;
-            crate::network::p3::add_to_linker(&mut p2)?;
+            sockets::p2::add_to_linker(&mut p2)?;
+            sockets::p3::add_to_linker(&mut p2)?;
         }
         wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut p2)?;
         wasmtime_wasi_http::p3::add_to_linker(&mut p2)?;

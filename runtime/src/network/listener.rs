@@ -28,7 +28,7 @@ pub(crate) struct Conn {
 
 impl Conn {
     /// The two ends of a new connection from `client` to `server`.
-    pub(super) fn pair(client: SocketAddr, server: SocketAddr) -> (Conn, Conn) {
+    pub(crate) fn pair(client: SocketAddr, server: SocketAddr) -> (Conn, Conn) {
         let (up, up_reader, up_writer) = Pipe::new();
         let (down, down_reader, down_writer) = Pipe::new();
         let client_end = Conn {
@@ -64,7 +64,7 @@ struct Queue {
 }
 
 impl Listener {
-    pub(super) fn new(backlog: usize) -> Arc<Listener> {
+    pub(crate) fn new(backlog: usize) -> Arc<Listener> {
         Arc::new(Listener(Mutex::new(Queue {
             pending: VecDeque::new(),
             backlog,
@@ -78,7 +78,7 @@ impl Listener {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub(super) fn set_backlog(&self, backlog: usize) {
+    pub(crate) fn set_backlog(&self, backlog: usize) {
         let mut q = self.lock();
         q.backlog = backlog;
         q.connectors.drain(..).for_each(Waker::wake);
@@ -86,7 +86,7 @@ impl Listener {
 
     /// Queues a connection from `from` to `to` and returns the connector's end. A full backlog
     /// keeps the connector waiting, as Linux does by not answering its SYN.
-    pub(super) fn poll_connect(
+    pub(crate) fn poll_connect(
         &self,
         cx: Option<&mut Context<'_>>,
         from: SocketAddr,
@@ -125,14 +125,14 @@ impl Listener {
         }
     }
 
-    pub(super) fn try_accept(&self) -> Option<Conn> {
+    pub(crate) fn try_accept(&self) -> Option<Conn> {
         let mut q = self.lock();
         let conn = q.pending.pop_front()?;
         q.connectors.drain(..).for_each(Waker::wake);
         Some(conn)
     }
 
-    pub(super) fn poll_pending(&self, cx: &mut Context<'_>) -> Poll<()> {
+    pub(crate) fn poll_pending(&self, cx: &mut Context<'_>) -> Poll<()> {
         let mut q = self.lock();
         if !q.pending.is_empty() || q.closed {
             return Poll::Ready(());
@@ -143,7 +143,7 @@ impl Listener {
 
     /// Stops listening: queued connections are dropped (their connectors see the end of the
     /// stream) and new ones are refused.
-    pub(super) fn close(&self) {
+    pub(crate) fn close(&self) {
         let mut q = self.lock();
         q.closed = true;
         q.pending.clear();

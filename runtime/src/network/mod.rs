@@ -11,16 +11,14 @@
 //! [`wasi`] maps `wasi:sockets` onto this model for components; preview1 modules have no sockets.
 
 pub(crate) mod client;
-mod error;
+pub(crate) mod error;
 pub(crate) mod http;
-mod listener;
-mod names;
-pub(crate) mod p3;
-mod pipe;
+pub(crate) mod listener;
+pub(crate) mod names;
+pub(crate) mod pipe;
 pub(crate) mod publish;
-mod tcp;
-mod udp;
-pub(crate) mod wasi;
+pub(crate) mod tcp;
+pub(crate) mod udp;
 
 use std::collections::HashMap;
 

@@ -9,13 +9,11 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use tokio::sync::OwnedSemaphorePermit;
 
-use wasmtime::component::Resource;
-use wasmtime_wasi::p2::{DynInputStream, DynOutputStream, DynPollable, Pollable, subscribe};
+use wasmtime_wasi::p2::Pollable;
 
 use super::error::{ErrorCode, Family, error_code};
 use super::listener::{Conn, DEFAULT_BACKLOG, Listener};
 use super::pipe::{Pipe, PipeReader, PipeWriter};
-use super::wasi::{IpAddressFamily, IpSocketAddress, Network, SocketResult, Sockets, tcp};
 use super::{Egress, HostStream, PodNetwork, PortGuard, Route};
 use crate::memory::Reservation;
 
@@ -52,14 +50,14 @@ enum State {
 
 /// Socket options: stored and reported back; the virtual network has no use for them.
 #[derive(Clone)]
-pub(super) struct Options {
-    pub(super) keep_alive: bool,
-    pub(super) keep_alive_idle: u64,
-    pub(super) keep_alive_interval: u64,
-    pub(super) keep_alive_count: u32,
-    pub(super) hop_limit: u8,
-    pub(super) receive_buffer: u64,
-    pub(super) send_buffer: u64,
+pub(crate) struct Options {
+    pub(crate) keep_alive: bool,
+    pub(crate) keep_alive_idle: u64,
+    pub(crate) keep_alive_interval: u64,
+    pub(crate) keep_alive_count: u32,
+    pub(crate) hop_limit: u8,
+    pub(crate) receive_buffer: u64,
+    pub(crate) send_buffer: u64,
 }
 
 impl Default for Options {
@@ -86,10 +84,10 @@ pub struct TcpSocket {
     port: Option<PortGuard>,
     state: State,
     backlog: usize,
-    pub(super) options: Options,
+    pub(crate) options: Options,
     /// The connection's two ends until the guest takes them: WASI 0.3's `receive` and `send`
     /// (0.2 takes both as streams when the connection is made).
-    pub(super) ends: (Option<PipeReader>, Option<PipeWriter>),
+    pub(crate) ends: (Option<PipeReader>, Option<PipeWriter>),
     /// The socket's own part of the container's memory budget (its buffers are charged when
     /// it connects).
     _charge: Reservation,
@@ -111,12 +109,12 @@ impl TcpSocket {
         }
     }
 
-    pub(super) fn family(&self) -> Family {
+    pub(crate) fn family(&self) -> Family {
         self.family
     }
 
     /// Binds the socket to `addr` in its pod's port table (port 0: an ephemeral port).
-    pub(super) fn bind(
+    pub(crate) fn bind(
         &mut self,
         net: &Arc<PodNetwork>,
         addr: SocketAddr,
@@ -131,7 +129,7 @@ impl TcpSocket {
     }
 
     /// Starts connecting to `to`: through the pod network, or the host's when egress allows.
-    pub(super) fn start_connect(
+    pub(crate) fn start_connect(
         &mut self,
         net: &Arc<PodNetwork>,
         to: SocketAddr,
@@ -186,7 +184,7 @@ impl TcpSocket {
 
     /// Polls the connect under way: `Ready` with its outcome once done, the socket then closed
     /// until [`TcpSocket::establish`]. Without `cx`, only looks.
-    pub(super) fn poll_connect(
+    pub(crate) fn poll_connect(
         &mut self,
         cx: Option<&mut Context<'_>>,
     ) -> Poll<Result<Conn, ErrorCode>> {
@@ -215,7 +213,7 @@ impl TcpSocket {
 
     /// Makes the socket connected over `conn`, its buffers charged to `buffers`; returns the
     /// connection's ends.
-    pub(super) fn establish(
+    pub(crate) fn establish(
         &mut self,
         conn: Conn,
         buffers: Reservation,
@@ -232,7 +230,7 @@ impl TcpSocket {
 
     /// Opens a listener on the bound port (0.3 binds an unbound socket to an ephemeral port
     /// first: `implicit_bind`); the caller sets the listening state.
-    pub(super) fn open_listener(
+    pub(crate) fn open_listener(
         &mut self,
         net: &Arc<PodNetwork>,
         implicit_bind: bool,
@@ -255,18 +253,85 @@ impl TcpSocket {
         Ok(listener)
     }
 
-    pub(super) fn set_listening(&mut self, listener: Arc<Listener>) {
+    pub(crate) fn set_listening(&mut self, listener: Arc<Listener>) {
         self.state = State::Listening(listener);
     }
 
     /// A socket for a connection accepted from this listening one.
-    pub(super) fn accepted(&self, charge: Reservation) -> TcpSocket {
+    /// `start-bind`: bound to `addr`, the bind to be finished.
+    pub(crate) fn start_bind(
+        &mut self,
+        net: &Arc<PodNetwork>,
+        addr: SocketAddr,
+    ) -> Result<(), ErrorCode> {
+        self.bind(net, addr)?;
+        self.state = State::BindStarted;
+        Ok(())
+    }
+
+    /// `finish-bind`.
+    pub(crate) fn finish_bind(&mut self) -> Result<(), ErrorCode> {
+        match self.state {
+            State::BindStarted => {
+                self.state = State::Idle;
+                Ok(())
+            }
+            _ => Err(ErrorCode::NotInProgress),
+        }
+    }
+
+    /// `start-listen`: a listener opened, the listen to be finished.
+    pub(crate) fn start_listen(&mut self, net: &Arc<PodNetwork>) -> Result<(), ErrorCode> {
+        let listener = self.open_listener(net, false)?;
+        self.state = State::ListenStarted(listener);
+        Ok(())
+    }
+
+    /// `finish-listen`.
+    pub(crate) fn finish_listen(&mut self) -> Result<(), ErrorCode> {
+        match std::mem::replace(&mut self.state, State::Closed) {
+            State::ListenStarted(l) => {
+                self.state = State::Listening(l);
+                Ok(())
+            }
+            other => {
+                self.state = other;
+                Err(ErrorCode::NotInProgress)
+            }
+        }
+    }
+
+    /// A connection waiting on this listening socket, and the socket it gets (`charge`: its
+    /// share of the container's memory).
+    pub(crate) fn accept(&self, charge: Reservation) -> Result<(TcpSocket, Conn), ErrorCode> {
+        let State::Listening(listener) = &self.state else {
+            return Err(ErrorCode::InvalidState);
+        };
+        let conn = listener.try_accept().ok_or(ErrorCode::WouldBlock)?;
+        Ok((self.accepted(charge), conn))
+    }
+
+    /// Closes the connection's reading and/or writing half.
+    pub(crate) fn shutdown(&self, read: bool, write: bool) -> Result<(), ErrorCode> {
+        let State::Connected { rx, tx, .. } = &self.state else {
+            return Err(ErrorCode::InvalidState);
+        };
+        if read {
+            rx.close_read();
+        }
+        if write {
+            tx.close_write();
+        }
+        Ok(())
+    }
+
+    pub(crate) fn accepted(&self, charge: Reservation) -> TcpSocket {
         let mut accepted = TcpSocket::new(self.family, charge);
         accepted.options = self.options.clone();
         accepted
     }
 
-    pub(super) fn local_address(&self) -> Result<SocketAddr, ErrorCode> {
+    pub(crate) fn local_address(&self) -> Result<SocketAddr, ErrorCode> {
         match (&self.state, &self.port) {
             (State::Connected { local, .. }, _) => Ok(*local),
             (State::BindStarted, _) => Err(ErrorCode::ConcurrencyConflict),
@@ -275,18 +340,18 @@ impl TcpSocket {
         }
     }
 
-    pub(super) fn remote_address(&self) -> Result<SocketAddr, ErrorCode> {
+    pub(crate) fn remote_address(&self) -> Result<SocketAddr, ErrorCode> {
         match &self.state {
             State::Connected { remote, .. } => Ok(*remote),
             _ => Err(ErrorCode::InvalidState),
         }
     }
 
-    pub(super) fn is_listening(&self) -> bool {
+    pub(crate) fn is_listening(&self) -> bool {
         matches!(self.state, State::Listening(_))
     }
 
-    pub(super) fn set_backlog(&mut self, value: u64) -> Result<(), ErrorCode> {
+    pub(crate) fn set_backlog(&mut self, value: u64) -> Result<(), ErrorCode> {
         if value == 0 {
             return Err(ErrorCode::InvalidArgument);
         }
@@ -367,257 +432,6 @@ fn dialed(
     Ok(guest)
 }
 
-impl Sockets<'_> {
-    fn tcp(&mut self, this: &Resource<TcpSocket>) -> SocketResult<&mut TcpSocket> {
-        Ok(self.table.get_mut(this)?)
-    }
-
-    /// Hands a connection to the guest: its streams become children of the socket.
-    fn connected(
-        &mut self,
-        this: &Resource<TcpSocket>,
-        conn: Conn,
-    ) -> SocketResult<(Resource<DynInputStream>, Resource<DynOutputStream>)> {
-        let buffers = reserve_buffers(self.budget)?;
-        let (reader, writer) = self.tcp(this)?.establish(conn, buffers);
-        let input: DynInputStream = Box::new(reader);
-        let output: DynOutputStream = Box::new(writer);
-        let input = self.table.push_child(input, this)?;
-        let output = self.table.push_child(output, this)?;
-        Ok((input, output))
-    }
-}
-
-/// Both directions' buffers of a connection can fill: they count against the container's memory.
-pub(super) fn reserve_buffers(
-    budget: &Arc<crate::memory::Budget>,
-) -> Result<Reservation, ErrorCode> {
-    budget
-        .reserve(2 * super::pipe::CAPACITY as u64)
-        .ok_or(ErrorCode::OutOfMemory)
-}
-
-impl tcp::Host for Sockets<'_> {}
-
-impl tcp::HostTcpSocket for Sockets<'_> {
-    fn start_bind(
-        &mut self,
-        this: Resource<TcpSocket>,
-        _network: Resource<Network>,
-        local_address: IpSocketAddress,
-    ) -> SocketResult<()> {
-        let net = self.net.clone();
-        let socket = self.tcp(&this)?;
-        socket.bind(&net, local_address.into())?;
-        socket.state = State::BindStarted;
-        Ok(())
-    }
-
-    fn finish_bind(&mut self, this: Resource<TcpSocket>) -> SocketResult<()> {
-        let socket = self.tcp(&this)?;
-        match socket.state {
-            State::BindStarted => {
-                socket.state = State::Idle;
-                Ok(())
-            }
-            _ => Err(ErrorCode::NotInProgress.into()),
-        }
-    }
-
-    fn start_connect(
-        &mut self,
-        this: Resource<TcpSocket>,
-        _network: Resource<Network>,
-        remote_address: IpSocketAddress,
-    ) -> SocketResult<()> {
-        let net = self.net.clone();
-        Ok(self
-            .tcp(&this)?
-            .start_connect(&net, remote_address.into())?)
-    }
-
-    fn finish_connect(
-        &mut self,
-        this: Resource<TcpSocket>,
-    ) -> SocketResult<(Resource<DynInputStream>, Resource<DynOutputStream>)> {
-        match self.tcp(&this)?.poll_connect(None) {
-            Poll::Ready(Ok(conn)) => self.connected(&this, conn),
-            Poll::Ready(Err(code)) => Err(code.into()),
-            Poll::Pending => Err(ErrorCode::WouldBlock.into()),
-        }
-    }
-
-    fn start_listen(&mut self, this: Resource<TcpSocket>) -> SocketResult<()> {
-        let net = self.net.clone();
-        let socket = self.tcp(&this)?;
-        let listener = socket.open_listener(&net, false)?;
-        socket.state = State::ListenStarted(listener);
-        Ok(())
-    }
-
-    fn finish_listen(&mut self, this: Resource<TcpSocket>) -> SocketResult<()> {
-        let socket = self.tcp(&this)?;
-        match std::mem::replace(&mut socket.state, State::Closed) {
-            State::ListenStarted(l) => {
-                socket.state = State::Listening(l);
-                Ok(())
-            }
-            other => {
-                socket.state = other;
-                Err(ErrorCode::NotInProgress.into())
-            }
-        }
-    }
-
-    fn accept(
-        &mut self,
-        this: Resource<TcpSocket>,
-    ) -> SocketResult<(
-        Resource<TcpSocket>,
-        Resource<DynInputStream>,
-        Resource<DynOutputStream>,
-    )> {
-        let charge = self
-            .budget
-            .reserve(TcpSocket::BUDGET)
-            .ok_or(ErrorCode::OutOfMemory)?;
-        let socket = self.tcp(&this)?;
-        let State::Listening(listener) = &socket.state else {
-            return Err(ErrorCode::InvalidState.into());
-        };
-        let conn = listener.try_accept().ok_or(ErrorCode::WouldBlock)?;
-        let accepted = socket.accepted(charge);
-        let accepted = self.table.push(accepted)?;
-        let (input, output) = self.connected(&accepted, conn)?;
-        Ok((accepted, input, output))
-    }
-
-    fn local_address(&mut self, this: Resource<TcpSocket>) -> SocketResult<IpSocketAddress> {
-        Ok(self.tcp(&this)?.local_address()?.into())
-    }
-
-    fn remote_address(&mut self, this: Resource<TcpSocket>) -> SocketResult<IpSocketAddress> {
-        Ok(self.tcp(&this)?.remote_address()?.into())
-    }
-
-    fn is_listening(&mut self, this: Resource<TcpSocket>) -> wasmtime::Result<bool> {
-        Ok(self.table.get(&this)?.is_listening())
-    }
-
-    fn address_family(&mut self, this: Resource<TcpSocket>) -> wasmtime::Result<IpAddressFamily> {
-        Ok(self.table.get(&this)?.family.into())
-    }
-
-    fn set_listen_backlog_size(
-        &mut self,
-        this: Resource<TcpSocket>,
-        value: u64,
-    ) -> SocketResult<()> {
-        Ok(self.tcp(&this)?.set_backlog(value)?)
-    }
-
-    fn keep_alive_enabled(&mut self, this: Resource<TcpSocket>) -> SocketResult<bool> {
-        Ok(self.tcp(&this)?.options.keep_alive)
-    }
-
-    fn set_keep_alive_enabled(
-        &mut self,
-        this: Resource<TcpSocket>,
-        value: bool,
-    ) -> SocketResult<()> {
-        self.tcp(&this)?.options.keep_alive = value;
-        Ok(())
-    }
-
-    fn keep_alive_idle_time(&mut self, this: Resource<TcpSocket>) -> SocketResult<u64> {
-        Ok(self.tcp(&this)?.options.keep_alive_idle)
-    }
-
-    fn set_keep_alive_idle_time(
-        &mut self,
-        this: Resource<TcpSocket>,
-        value: u64,
-    ) -> SocketResult<()> {
-        self.tcp(&this)?.options.keep_alive_idle = positive(value)?;
-        Ok(())
-    }
-
-    fn keep_alive_interval(&mut self, this: Resource<TcpSocket>) -> SocketResult<u64> {
-        Ok(self.tcp(&this)?.options.keep_alive_interval)
-    }
-
-    fn set_keep_alive_interval(
-        &mut self,
-        this: Resource<TcpSocket>,
-        value: u64,
-    ) -> SocketResult<()> {
-        self.tcp(&this)?.options.keep_alive_interval = positive(value)?;
-        Ok(())
-    }
-
-    fn keep_alive_count(&mut self, this: Resource<TcpSocket>) -> SocketResult<u32> {
-        Ok(self.tcp(&this)?.options.keep_alive_count)
-    }
-
-    fn set_keep_alive_count(&mut self, this: Resource<TcpSocket>, value: u32) -> SocketResult<()> {
-        self.tcp(&this)?.options.keep_alive_count = positive(value)?;
-        Ok(())
-    }
-
-    fn hop_limit(&mut self, this: Resource<TcpSocket>) -> SocketResult<u8> {
-        Ok(self.tcp(&this)?.options.hop_limit)
-    }
-
-    fn set_hop_limit(&mut self, this: Resource<TcpSocket>, value: u8) -> SocketResult<()> {
-        self.tcp(&this)?.options.hop_limit = positive(value)?;
-        Ok(())
-    }
-
-    fn receive_buffer_size(&mut self, this: Resource<TcpSocket>) -> SocketResult<u64> {
-        Ok(self.tcp(&this)?.options.receive_buffer)
-    }
-
-    fn set_receive_buffer_size(
-        &mut self,
-        this: Resource<TcpSocket>,
-        value: u64,
-    ) -> SocketResult<()> {
-        self.tcp(&this)?.options.receive_buffer = positive(value)?;
-        Ok(())
-    }
-
-    fn send_buffer_size(&mut self, this: Resource<TcpSocket>) -> SocketResult<u64> {
-        Ok(self.tcp(&this)?.options.send_buffer)
-    }
-
-    fn set_send_buffer_size(&mut self, this: Resource<TcpSocket>, value: u64) -> SocketResult<()> {
-        self.tcp(&this)?.options.send_buffer = positive(value)?;
-        Ok(())
-    }
-
-    fn subscribe(&mut self, this: Resource<TcpSocket>) -> wasmtime::Result<Resource<DynPollable>> {
-        subscribe(self.table, this)
-    }
-
-    fn shutdown(&mut self, this: Resource<TcpSocket>, how: tcp::ShutdownType) -> SocketResult<()> {
-        let State::Connected { rx, tx, .. } = &self.tcp(&this)?.state else {
-            return Err(ErrorCode::InvalidState.into());
-        };
-        if matches!(how, tcp::ShutdownType::Receive | tcp::ShutdownType::Both) {
-            rx.close_read();
-        }
-        if matches!(how, tcp::ShutdownType::Send | tcp::ShutdownType::Both) {
-            tx.close_write();
-        }
-        Ok(())
-    }
-
-    fn drop(&mut self, this: Resource<TcpSocket>) -> wasmtime::Result<()> {
-        self.table.delete(this)?;
-        Ok(())
-    }
-}
-
 /// TCP binds and connects only to unicast addresses (not multicast, not the broadcast address).
 fn unicast(addr: &SocketAddr) -> Result<(), ErrorCode> {
     let unicast = match addr.ip() {
@@ -630,10 +444,11 @@ fn unicast(addr: &SocketAddr) -> Result<(), ErrorCode> {
     Ok(())
 }
 
-/// Zero is not a valid value for the numeric socket options.
-pub(super) fn positive<T: Default + PartialEq>(value: T) -> Result<T, ErrorCode> {
-    if value == T::default() {
-        return Err(ErrorCode::InvalidArgument);
-    }
-    Ok(value)
+/// Both directions' buffers of a connection can fill: they count against the container's memory.
+pub(crate) fn reserve_buffers(
+    budget: &Arc<crate::memory::Budget>,
+) -> Result<Reservation, ErrorCode> {
+    budget
+        .reserve(2 * super::pipe::CAPACITY as u64)
+        .ok_or(ErrorCode::OutOfMemory)
 }

@@ -9,13 +9,9 @@ use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
-use wasmtime::component::Resource;
-use wasmtime_wasi::p2::{DynPollable, Pollable, subscribe};
+use wasmtime_wasi::p2::Pollable;
 
 use super::error::{ErrorCode, Family};
-use super::wasi::{
-    IpAddressFamily, IpSocketAddress, Network, SocketError, SocketResult, Sockets, udp,
-};
 use super::{Egress, PodNetwork, PortGuard, Route};
 use crate::memory::Reservation;
 
@@ -27,7 +23,7 @@ const DATAGRAM_OVERHEAD: usize = 64;
 /// The largest datagram (IPv4's limit).
 const MAX_DATAGRAM: usize = 65_507;
 /// Datagrams a guest may send per `send` call.
-const SEND_PERMITS: u64 = 64;
+pub(crate) const SEND_PERMITS: u64 = 64;
 
 /// The datagrams waiting for one bound socket.
 #[derive(Default)]
@@ -58,23 +54,20 @@ impl Inbox {
         }
     }
 
-    fn take(&self, max: usize, from: Option<SocketAddr>) -> Vec<udp::IncomingDatagram> {
+    fn take(&self, max: usize, from: Option<SocketAddr>) -> Vec<(Vec<u8>, SocketAddr)> {
         let mut out = Vec::new();
         while out.len() < max {
-            let Some((data, remote)) = self.take_one(from) else {
+            let Some(datagram) = self.take_one(from) else {
                 break;
             };
-            out.push(udp::IncomingDatagram {
-                data,
-                remote_address: remote.into(),
-            });
+            out.push(datagram);
         }
         out
     }
 
     /// The next datagram from `from` (any sender: `None`); others before it are dropped, as a
     /// connected socket's are.
-    pub(super) fn take_one(&self, from: Option<SocketAddr>) -> Option<(Vec<u8>, SocketAddr)> {
+    pub(crate) fn take_one(&self, from: Option<SocketAddr>) -> Option<(Vec<u8>, SocketAddr)> {
         let mut s = self.lock();
         while let Some((data, remote)) = s.queue.pop_front() {
             s.bytes -= data.len() + DATAGRAM_OVERHEAD;
@@ -85,7 +78,7 @@ impl Inbox {
         None
     }
 
-    pub(super) fn poll_ready(&self, cx: &mut Context<'_>) -> Poll<()> {
+    pub(crate) fn poll_ready(&self, cx: &mut Context<'_>) -> Poll<()> {
         let mut s = self.lock();
         if !s.queue.is_empty() {
             return Poll::Ready(());
@@ -106,9 +99,9 @@ pub struct UdpSocket {
     inbox: Arc<Inbox>,
     remote: Option<SocketAddr>,
     bind_started: bool,
-    pub(super) hop_limit: u8,
-    pub(super) receive_buffer: u64,
-    pub(super) send_buffer: u64,
+    pub(crate) hop_limit: u8,
+    pub(crate) receive_buffer: u64,
+    pub(crate) send_buffer: u64,
     /// WASI 0.3's sending side (its host socket for egress), made at the first `send` (0.2
     /// makes it in `stream`).
     outgoing: Option<OutgoingDatagrams>,
@@ -135,12 +128,12 @@ impl UdpSocket {
         }
     }
 
-    pub(super) fn family(&self) -> Family {
+    pub(crate) fn family(&self) -> Family {
         self.family
     }
 
     /// Binds the socket's inbox to `addr` (port 0: an ephemeral port).
-    pub(super) fn bind(
+    pub(crate) fn bind(
         &mut self,
         net: &Arc<PodNetwork>,
         addr: SocketAddr,
@@ -156,7 +149,7 @@ impl UdpSocket {
     /// Binds an unbound socket to an ephemeral port (WASI 0.3's implicit bind): on the address
     /// datagrams to `remote` leave from (as a connected kernel socket's local address is), or on
     /// every address.
-    pub(super) fn bind_implicitly(
+    pub(crate) fn bind_implicitly(
         &mut self,
         net: &Arc<PodNetwork>,
         remote: Option<SocketAddr>,
@@ -173,7 +166,51 @@ impl UdpSocket {
     }
 
     /// Sets (or, with `None`, clears) the address the socket exchanges datagrams with.
-    pub(super) fn set_remote(&mut self, remote: Option<SocketAddr>) -> Result<(), ErrorCode> {
+    /// `start-bind`: bound to `addr`, the bind to be finished.
+    pub(crate) fn start_bind(
+        &mut self,
+        net: &Arc<PodNetwork>,
+        addr: SocketAddr,
+    ) -> Result<(), ErrorCode> {
+        self.bind(net, addr)?;
+        self.bind_started = true;
+        Ok(())
+    }
+
+    /// `finish-bind`.
+    pub(crate) fn finish_bind(&mut self) -> Result<(), ErrorCode> {
+        if !std::mem::take(&mut self.bind_started) {
+            return Err(ErrorCode::NotInProgress);
+        }
+        Ok(())
+    }
+
+    /// WASI 0.2's `stream`: the bound socket's receiving and sending halves, limited to
+    /// `remote` when given.
+    pub(crate) fn streams(
+        &mut self,
+        remote: Option<SocketAddr>,
+    ) -> Result<(IncomingDatagrams, OutgoingDatagrams), ErrorCode> {
+        let Some(port) = &self.port else {
+            return Err(ErrorCode::InvalidState);
+        };
+        let local = port.addr();
+        self.set_remote(remote)?;
+        let incoming = IncomingDatagrams {
+            inbox: self.inbox.clone(),
+            remote,
+        };
+        let outgoing = OutgoingDatagrams {
+            family: self.family,
+            local,
+            remote,
+            inbox: self.inbox.clone(),
+            host: None,
+        };
+        Ok((incoming, outgoing))
+    }
+
+    pub(crate) fn set_remote(&mut self, remote: Option<SocketAddr>) -> Result<(), ErrorCode> {
         if let Some(remote) = &remote {
             self.family.check(remote)?;
             if remote.ip().is_unspecified() || remote.port() == 0 {
@@ -184,25 +221,25 @@ impl UdpSocket {
         Ok(())
     }
 
-    pub(super) fn local_address(&self) -> Result<SocketAddr, ErrorCode> {
+    pub(crate) fn local_address(&self) -> Result<SocketAddr, ErrorCode> {
         self.port
             .as_ref()
             .map(PortGuard::addr)
             .ok_or(ErrorCode::InvalidState)
     }
 
-    pub(super) fn remote_address(&self) -> Result<SocketAddr, ErrorCode> {
+    pub(crate) fn remote_address(&self) -> Result<SocketAddr, ErrorCode> {
         self.remote.ok_or(ErrorCode::InvalidState)
     }
 
     /// The inbox and the sender it accepts, for receiving; `None` while unbound.
-    pub(super) fn receiving(&self) -> Option<(Arc<Inbox>, Option<SocketAddr>)> {
+    pub(crate) fn receiving(&self) -> Option<(Arc<Inbox>, Option<SocketAddr>)> {
         self.port.as_ref()?;
         Some((self.inbox.clone(), self.remote))
     }
 
     /// Sends one datagram (WASI 0.3), to `to` or the connected address.
-    pub(super) fn send(
+    pub(crate) fn send(
         &mut self,
         net: &Arc<PodNetwork>,
         data: Vec<u8>,
@@ -236,6 +273,13 @@ impl Pollable for UdpSocket {
 pub struct IncomingDatagrams {
     inbox: Arc<Inbox>,
     remote: Option<SocketAddr>,
+}
+
+impl IncomingDatagrams {
+    /// At most `max` datagrams received, with their senders.
+    pub(crate) fn receive(&self, max: usize) -> Vec<(Vec<u8>, SocketAddr)> {
+        self.inbox.take(max, self.remote)
+    }
 }
 
 #[wasmtime_wasi::async_trait]
@@ -296,7 +340,7 @@ impl HostUdp {
 }
 
 impl OutgoingDatagrams {
-    fn send_to(
+    pub(crate) fn send_to(
         &mut self,
         net: &Arc<PodNetwork>,
         data: Vec<u8>,
@@ -342,193 +386,6 @@ impl OutgoingDatagrams {
                 }
             }
         }
-        Ok(())
-    }
-}
-
-impl Sockets<'_> {
-    fn udp(&mut self, this: &Resource<UdpSocket>) -> SocketResult<&mut UdpSocket> {
-        Ok(self.table.get_mut(this)?)
-    }
-}
-
-impl udp::Host for Sockets<'_> {}
-
-impl udp::HostUdpSocket for Sockets<'_> {
-    fn start_bind(
-        &mut self,
-        this: Resource<UdpSocket>,
-        _network: Resource<Network>,
-        local_address: IpSocketAddress,
-    ) -> SocketResult<()> {
-        let net = self.net.clone();
-        let socket = self.udp(&this)?;
-        socket.bind(&net, local_address.into())?;
-        socket.bind_started = true;
-        Ok(())
-    }
-
-    fn finish_bind(&mut self, this: Resource<UdpSocket>) -> SocketResult<()> {
-        let socket = self.udp(&this)?;
-        if !std::mem::take(&mut socket.bind_started) {
-            return Err(ErrorCode::NotInProgress.into());
-        }
-        Ok(())
-    }
-
-    fn stream(
-        &mut self,
-        this: Resource<UdpSocket>,
-        remote_address: Option<IpSocketAddress>,
-    ) -> SocketResult<(Resource<IncomingDatagrams>, Resource<OutgoingDatagrams>)> {
-        let socket = self.udp(&this)?;
-        let Some(port) = &socket.port else {
-            return Err(ErrorCode::InvalidState.into());
-        };
-        let local = port.addr();
-        let remote = remote_address.map(SocketAddr::from);
-        socket.set_remote(remote)?;
-        let incoming = IncomingDatagrams {
-            inbox: socket.inbox.clone(),
-            remote,
-        };
-        let outgoing = OutgoingDatagrams {
-            family: socket.family,
-            local,
-            remote,
-            inbox: socket.inbox.clone(),
-            host: None,
-        };
-        let incoming = self.table.push_child(incoming, &this)?;
-        let outgoing = self.table.push_child(outgoing, &this)?;
-        Ok((incoming, outgoing))
-    }
-
-    fn local_address(&mut self, this: Resource<UdpSocket>) -> SocketResult<IpSocketAddress> {
-        Ok(self.udp(&this)?.local_address()?.into())
-    }
-
-    fn remote_address(&mut self, this: Resource<UdpSocket>) -> SocketResult<IpSocketAddress> {
-        Ok(self.udp(&this)?.remote_address()?.into())
-    }
-
-    fn address_family(&mut self, this: Resource<UdpSocket>) -> wasmtime::Result<IpAddressFamily> {
-        Ok(self.table.get(&this)?.family.into())
-    }
-
-    fn unicast_hop_limit(&mut self, this: Resource<UdpSocket>) -> SocketResult<u8> {
-        Ok(self.udp(&this)?.hop_limit)
-    }
-
-    fn set_unicast_hop_limit(&mut self, this: Resource<UdpSocket>, value: u8) -> SocketResult<()> {
-        if value == 0 {
-            return Err(ErrorCode::InvalidArgument.into());
-        }
-        self.udp(&this)?.hop_limit = value;
-        Ok(())
-    }
-
-    fn receive_buffer_size(&mut self, this: Resource<UdpSocket>) -> SocketResult<u64> {
-        Ok(self.udp(&this)?.receive_buffer)
-    }
-
-    fn set_receive_buffer_size(
-        &mut self,
-        this: Resource<UdpSocket>,
-        value: u64,
-    ) -> SocketResult<()> {
-        if value == 0 {
-            return Err(ErrorCode::InvalidArgument.into());
-        }
-        self.udp(&this)?.receive_buffer = value;
-        Ok(())
-    }
-
-    fn send_buffer_size(&mut self, this: Resource<UdpSocket>) -> SocketResult<u64> {
-        Ok(self.udp(&this)?.send_buffer)
-    }
-
-    fn set_send_buffer_size(&mut self, this: Resource<UdpSocket>, value: u64) -> SocketResult<()> {
-        if value == 0 {
-            return Err(ErrorCode::InvalidArgument.into());
-        }
-        self.udp(&this)?.send_buffer = value;
-        Ok(())
-    }
-
-    fn subscribe(&mut self, this: Resource<UdpSocket>) -> wasmtime::Result<Resource<DynPollable>> {
-        subscribe(self.table, this)
-    }
-
-    fn drop(&mut self, this: Resource<UdpSocket>) -> wasmtime::Result<()> {
-        self.table.delete(this)?;
-        Ok(())
-    }
-}
-
-impl udp::HostIncomingDatagramStream for Sockets<'_> {
-    fn receive(
-        &mut self,
-        this: Resource<IncomingDatagrams>,
-        max_results: u64,
-    ) -> SocketResult<Vec<udp::IncomingDatagram>> {
-        let stream = self.table.get(&this)?;
-        Ok(stream
-            .inbox
-            .take(max_results.min(1024) as usize, stream.remote))
-    }
-
-    fn subscribe(
-        &mut self,
-        this: Resource<IncomingDatagrams>,
-    ) -> wasmtime::Result<Resource<DynPollable>> {
-        subscribe(self.table, this)
-    }
-
-    fn drop(&mut self, this: Resource<IncomingDatagrams>) -> wasmtime::Result<()> {
-        self.table.delete(this)?;
-        Ok(())
-    }
-}
-
-impl udp::HostOutgoingDatagramStream for Sockets<'_> {
-    fn check_send(&mut self, _this: Resource<OutgoingDatagrams>) -> SocketResult<u64> {
-        Ok(SEND_PERMITS)
-    }
-
-    fn send(
-        &mut self,
-        this: Resource<OutgoingDatagrams>,
-        datagrams: Vec<udp::OutgoingDatagram>,
-    ) -> SocketResult<u64> {
-        if datagrams.len() as u64 > SEND_PERMITS {
-            return Err(SocketError::Trap(wasmtime::Error::msg(
-                "send: more datagrams than check-send permitted",
-            )));
-        }
-        let net = self.net.clone();
-        let stream = self.table.get_mut(&this)?;
-        let mut sent = 0;
-        for datagram in datagrams {
-            let to = datagram.remote_address.map(SocketAddr::from);
-            match stream.send_to(&net, datagram.data, to) {
-                Ok(()) => sent += 1,
-                Err(e) if sent == 0 => return Err(e.into()),
-                Err(_) => break,
-            }
-        }
-        Ok(sent)
-    }
-
-    fn subscribe(
-        &mut self,
-        this: Resource<OutgoingDatagrams>,
-    ) -> wasmtime::Result<Resource<DynPollable>> {
-        subscribe(self.table, this)
-    }
-
-    fn drop(&mut self, this: Resource<OutgoingDatagrams>) -> wasmtime::Result<()> {
-        self.table.delete(this)?;
         Ok(())
     }
 }

@@ -108,11 +108,13 @@ impl Node {
                 pods.sweep(keep);
             }
         });
-        let images_root = options
-            .cache_dir
-            .as_ref()
-            .unwrap_or(&options.state_dir)
-            .join("images");
+        let images_root = options.image_dir.clone().unwrap_or_else(|| {
+            options
+                .cache_dir
+                .as_ref()
+                .unwrap_or(&options.state_dir)
+                .join("images")
+        });
         let images = crate::images::Images::new(
             &images_root,
             &options.insecure_registries,

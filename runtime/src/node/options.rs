@@ -22,6 +22,9 @@ pub struct NodeOptions {
     pub state_dir: PathBuf,
     /// Where compiled modules are cached; `None` disables the on-disk cache.
     pub cache_dir: Option<PathBuf>,
+    /// Where registry images are kept [default: `images` under the cache dir, else under the
+    /// state dir].
+    pub image_dir: Option<PathBuf>,
     /// The crash-loop backoff.
     pub backoff: BackoffOptions,
     /// The most linear memory one container instance may use, in bytes.
@@ -164,6 +167,7 @@ impl Default for NodeOptions {
         NodeOptions {
             state_dir: state.join("wasmpod"),
             cache_dir: dirs::cache_dir().map(|d| d.join("wasmpod")),
+            image_dir: None,
             backoff: BackoffOptions::default(),
             memory_limit: 1 << 30,
             egress: Egress::Allow,
@@ -225,6 +229,12 @@ impl NodeOptions {
     /// Sets [`NodeOptions::cache_dir`].
     pub fn cache_dir(mut self, dir: Option<PathBuf>) -> Self {
         self.cache_dir = dir;
+        self
+    }
+
+    /// Sets [`NodeOptions::image_dir`].
+    pub fn image_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.image_dir = Some(dir.into());
         self
     }
 

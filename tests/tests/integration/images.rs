@@ -329,17 +329,14 @@ async fn unused_images_are_garbage_collected() {
         bytes.extend_from_slice(&[0, 2, 1, b'0' + i as u8]);
         registry.push_wasm(&format!("gc:{tag}"), &bytes).await;
     }
-    let cache = tempfile::tempdir().unwrap();
     let host = registry.host.clone();
     let size = wasm.len() as u64;
     let node = TestNode::with(|o: NodeOptions| {
-        o.insecure_registry(host)
-            .cache_dir(Some(cache.path().to_owned()))
-            .image_gc(ImageGc {
-                limit: size * 5 / 2,
-                high_percent: 85,
-                low_percent: 50,
-            })
+        o.insecure_registry(host).image_gc(ImageGc {
+            limit: size * 5 / 2,
+            high_percent: 85,
+            low_percent: 50,
+        })
     });
     let host = &registry.host;
     let sleeper = PodYaml::new("in-use")
@@ -356,7 +353,7 @@ async fn unused_images_are_garbage_collected() {
     // The third pull takes the store past 85 % of 2.5 images: `b` (unused) goes, `a` stays.
     let c = node.start(&pod("c", &format!("{host}/gc:c"), "")).await;
     ended(&c).await;
-    let refs = std::fs::read_dir(cache.path().join("images/refs"))
+    let refs = std::fs::read_dir(node.dir.path().join("images/refs"))
         .unwrap()
         .count();
     assert_eq!(refs, 2, "a (in use) and c (just pulled) remain");

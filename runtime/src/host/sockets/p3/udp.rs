@@ -9,10 +9,9 @@ use super::bindings::wasi::sockets::types::{
     HostUdpSocket, HostUdpSocketWithStore, IpAddressFamily, IpSocketAddress,
 };
 use super::{PodSockets, SocketResult};
+use crate::host::sockets::{Sockets, positive};
 use crate::network::error::ErrorCode as Code02;
-use crate::network::tcp::positive;
 use crate::network::udp::UdpSocket;
-use crate::network::wasi::Sockets;
 
 impl Sockets<'_> {
     fn udp3(&mut self, this: &Resource<UdpSocket>) -> SocketResult<&mut UdpSocket> {

@@ -17,12 +17,12 @@ use super::bindings::wasi::sockets::types::{
     Duration, ErrorCode, HostTcpSocket, HostTcpSocketWithStore, IpAddressFamily, IpSocketAddress,
 };
 use super::{PodSockets, SocketError, SocketResult};
+use crate::host::sockets::{Sockets, positive};
 use crate::memory::Reservation;
 use crate::network::error::ErrorCode as Code02;
 use crate::network::listener::{Conn, Listener};
 use crate::network::pipe::{PipeReader, PipeWriter};
-use crate::network::tcp::{TcpSocket, positive, reserve_buffers};
-use crate::network::wasi::Sockets;
+use crate::network::tcp::{TcpSocket, reserve_buffers};
 
 /// The most bytes one read from a connection hands the guest.
 const READ_CHUNK: usize = 64 * 1024;

@@ -13,12 +13,12 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV
 
 use wasmtime::component::{Accessor, HasData, Linker};
 
-use super::error::ErrorCode as Code02;
-use super::wasi::{Sockets, SocketsView};
+use super::{Sockets, SocketsView};
+use crate::network::error::ErrorCode as Code02;
 
 mod bindings {
     wasmtime::component::bindgen!({
-        path: "src/network/p3/wit",
+        path: "src/host/sockets/p3/wit",
         world: "wasmpod:network3/sockets",
         imports: {
             "wasi:sockets/types.[method]tcp-socket.listen": store | trappable,
@@ -174,20 +174,20 @@ impl From<IpAddr> for IpAddress {
     }
 }
 
-impl From<IpAddressFamily> for super::error::Family {
+impl From<IpAddressFamily> for crate::network::error::Family {
     fn from(f: IpAddressFamily) -> Self {
         match f {
-            IpAddressFamily::Ipv4 => super::error::Family::V4,
-            IpAddressFamily::Ipv6 => super::error::Family::V6,
+            IpAddressFamily::Ipv4 => crate::network::error::Family::V4,
+            IpAddressFamily::Ipv6 => crate::network::error::Family::V6,
         }
     }
 }
 
-impl From<super::error::Family> for IpAddressFamily {
-    fn from(f: super::error::Family) -> Self {
+impl From<crate::network::error::Family> for IpAddressFamily {
+    fn from(f: crate::network::error::Family) -> Self {
         match f {
-            super::error::Family::V4 => IpAddressFamily::Ipv4,
-            super::error::Family::V6 => IpAddressFamily::Ipv6,
+            crate::network::error::Family::V4 => IpAddressFamily::Ipv4,
+            crate::network::error::Family::V6 => IpAddressFamily::Ipv6,
         }
     }
 }
@@ -198,7 +198,7 @@ impl<T> lookup::HostWithStore<T> for PodSockets {
         name: String,
     ) -> wasmtime::Result<Result<Vec<IpAddress>, lookup::ErrorCode>> {
         let net = store.with(|mut view| view.get().net.clone());
-        Ok(match super::names::lookup(&net, &name).await {
+        Ok(match crate::network::names::lookup(&net, &name).await {
             Ok(ips) => Ok(ips.into_iter().map(IpAddress::from).collect()),
             Err(code) => Err(match code {
                 Code02::InvalidArgument => lookup::ErrorCode::InvalidArgument,

@@ -4,18 +4,22 @@
 //! would reach the host's network directly) with ones that see the pod's [`PodNetwork`].
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::sync::Arc;
 
-use wasmtime::component::{HasData, Linker, Resource, ResourceTable};
+use wasmtime::component::{HasData, Linker, Resource};
 use wasmtime_wasi::p2::{DynPollable, subscribe};
 
-use super::PodNetwork;
-use super::error::Family;
-use super::names::{ResolveAddresses, resolve};
+use super::{Sockets, SocketsView};
+use crate::network::error::Family;
+use crate::network::names::{ResolveAddresses, resolve};
+use crate::network::tcp::TcpSocket;
+use crate::network::udp::UdpSocket;
+
+mod tcp;
+mod udp;
 
 mod bindings {
     wasmtime::component::bindgen!({
-        path: "src/network/wit",
+        path: "src/host/sockets/p2/wit",
         world: "wasmpod:network/sockets",
         imports: { default: trappable },
         require_store_data_send: true,
@@ -38,7 +42,7 @@ mod bindings {
 pub(crate) use bindings::wasi::sockets::network::{
     ErrorCode, IpAddress, IpAddressFamily, IpSocketAddress, Ipv4SocketAddress, Ipv6SocketAddress,
 };
-pub(crate) use bindings::wasi::sockets::{tcp, udp};
+use bindings::wasi::sockets::{tcp as tcp_bindings, udp as udp_bindings};
 
 /// A socket call's failure: an error code for the guest, or a trap.
 pub(crate) enum SocketError {
@@ -62,19 +66,19 @@ impl From<wasmtime::component::ResourceTableError> for SocketError {
 
 impl From<std::io::Error> for SocketError {
     fn from(e: std::io::Error) -> Self {
-        super::error::error_code(&e).into()
+        crate::network::error::error_code(&e).into()
     }
 }
 
-impl From<super::error::ErrorCode> for SocketError {
-    fn from(code: super::error::ErrorCode) -> Self {
+impl From<crate::network::error::ErrorCode> for SocketError {
+    fn from(code: crate::network::error::ErrorCode) -> Self {
         SocketError::Code(code.into())
     }
 }
 
-impl From<super::error::ErrorCode> for ErrorCode {
-    fn from(code: super::error::ErrorCode) -> Self {
-        use super::error::ErrorCode as E;
+impl From<crate::network::error::ErrorCode> for ErrorCode {
+    fn from(code: crate::network::error::ErrorCode) -> Self {
+        use crate::network::error::ErrorCode as E;
         match code {
             E::Unknown => ErrorCode::Unknown,
             E::AccessDenied => ErrorCode::AccessDenied,
@@ -105,23 +109,10 @@ impl From<super::error::ErrorCode> for ErrorCode {
 )]
 pub struct Network;
 
-/// What the socket interfaces need from a store: its resource table and its pod's network.
-pub(crate) struct Sockets<'a> {
-    pub(crate) table: &'a mut ResourceTable,
-    pub(crate) net: &'a Arc<PodNetwork>,
-    /// The container's memory budget, which socket buffers count against.
-    pub(crate) budget: &'a Arc<crate::memory::Budget>,
-}
-
 struct HasSockets;
 
 impl HasData for HasSockets {
     type Data<'a> = Sockets<'a>;
-}
-
-/// Implemented by store data that can hand out a [`Sockets`] view.
-pub(crate) trait SocketsView: Send + 'static {
-    fn sockets(&mut self) -> Sockets<'_>;
 }
 
 /// Replaces the `wasi:sockets` interfaces in `linker` (already holding wasmtime-wasi's) with the
@@ -249,32 +240,22 @@ impl From<Family> for IpAddressFamily {
 }
 
 impl bindings::wasi::sockets::tcp_create_socket::Host for Sockets<'_> {
-    fn create_tcp_socket(
-        &mut self,
-        family: IpAddressFamily,
-    ) -> SocketResult<Resource<super::tcp::TcpSocket>> {
+    fn create_tcp_socket(&mut self, family: IpAddressFamily) -> SocketResult<Resource<TcpSocket>> {
         let charge = self
             .budget
-            .reserve(super::tcp::TcpSocket::BUDGET)
+            .reserve(TcpSocket::BUDGET)
             .ok_or(ErrorCode::OutOfMemory)?;
-        Ok(self
-            .table
-            .push(super::tcp::TcpSocket::new(family.into(), charge))?)
+        Ok(self.table.push(TcpSocket::new(family.into(), charge))?)
     }
 }
 
 impl bindings::wasi::sockets::udp_create_socket::Host for Sockets<'_> {
-    fn create_udp_socket(
-        &mut self,
-        family: IpAddressFamily,
-    ) -> SocketResult<Resource<super::udp::UdpSocket>> {
+    fn create_udp_socket(&mut self, family: IpAddressFamily) -> SocketResult<Resource<UdpSocket>> {
         let charge = self
             .budget
-            .reserve(super::udp::UdpSocket::BUDGET)
+            .reserve(UdpSocket::BUDGET)
             .ok_or(ErrorCode::OutOfMemory)?;
-        Ok(self
-            .table
-            .push(super::udp::UdpSocket::new(family.into(), charge))?)
+        Ok(self.table.push(UdpSocket::new(family.into(), charge))?)
     }
 }
 
@@ -287,7 +268,9 @@ impl lookup::Host for Sockets<'_> {
         name: String,
     ) -> SocketResult<Resource<ResolveAddresses>> {
         let stream = resolve(self.net, &name);
-        if let ResolveAddresses::Done(Err(super::error::ErrorCode::InvalidArgument)) = stream {
+        if let ResolveAddresses::Done(Err(crate::network::error::ErrorCode::InvalidArgument)) =
+            stream
+        {
             return Err(ErrorCode::InvalidArgument.into());
         }
         Ok(self.table.push(stream)?)
