@@ -36,3 +36,28 @@ pub(crate) fn positive<T: Default + PartialEq>(value: T) -> Result<T, ErrorCode>
     }
     Ok(value)
 }
+
+/// Any value of a boolean socket option.
+pub(crate) fn any<T>(value: T) -> Result<T, ErrorCode> {
+    Ok(value)
+}
+
+/// A socket's option getters and setters, the same in WASI 0.2 and 0.3 but for their names and
+/// types: `socket` is the resource's type and `accessor` the binding's way from a resource to its
+/// socket, then for each option its getter, setter, field of the socket, type, and the check of
+/// a new value.
+macro_rules! socket_options {
+    ($socket:ty, $accessor:ident; $($getter:ident, $setter:ident: $($field:ident).+, $ty:ty, $check:ident;)*) => {
+        $(
+            fn $getter(&mut self, this: Resource<$socket>) -> SocketResult<$ty> {
+                Ok(self.$accessor(&this)?.$($field).+)
+            }
+
+            fn $setter(&mut self, this: Resource<$socket>, value: $ty) -> SocketResult<()> {
+                self.$accessor(&this)?.$($field).+ = $check(value)?;
+                Ok(())
+            }
+        )*
+    };
+}
+pub(crate) use socket_options;

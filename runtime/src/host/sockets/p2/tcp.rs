@@ -5,9 +5,9 @@ use std::task::Poll;
 use wasmtime::component::Resource;
 use wasmtime_wasi::p2::{DynInputStream, DynOutputStream, DynPollable, subscribe};
 
-use super::super::{Sockets, positive};
 use super::tcp_bindings as tcp;
 use super::{IpAddressFamily, IpSocketAddress, Network, SocketResult};
+use crate::host::sockets::{Sockets, any, positive, socket_options};
 use crate::network::error::ErrorCode;
 use crate::network::listener::Conn;
 use crate::network::tcp::{TcpSocket, reserve_buffers};
@@ -124,83 +124,15 @@ impl tcp::HostTcpSocket for Sockets<'_> {
         Ok(self.tcp(&this)?.set_backlog(value)?)
     }
 
-    fn keep_alive_enabled(&mut self, this: Resource<TcpSocket>) -> SocketResult<bool> {
-        Ok(self.tcp(&this)?.options.keep_alive)
-    }
-
-    fn set_keep_alive_enabled(
-        &mut self,
-        this: Resource<TcpSocket>,
-        value: bool,
-    ) -> SocketResult<()> {
-        self.tcp(&this)?.options.keep_alive = value;
-        Ok(())
-    }
-
-    fn keep_alive_idle_time(&mut self, this: Resource<TcpSocket>) -> SocketResult<u64> {
-        Ok(self.tcp(&this)?.options.keep_alive_idle)
-    }
-
-    fn set_keep_alive_idle_time(
-        &mut self,
-        this: Resource<TcpSocket>,
-        value: u64,
-    ) -> SocketResult<()> {
-        self.tcp(&this)?.options.keep_alive_idle = positive(value)?;
-        Ok(())
-    }
-
-    fn keep_alive_interval(&mut self, this: Resource<TcpSocket>) -> SocketResult<u64> {
-        Ok(self.tcp(&this)?.options.keep_alive_interval)
-    }
-
-    fn set_keep_alive_interval(
-        &mut self,
-        this: Resource<TcpSocket>,
-        value: u64,
-    ) -> SocketResult<()> {
-        self.tcp(&this)?.options.keep_alive_interval = positive(value)?;
-        Ok(())
-    }
-
-    fn keep_alive_count(&mut self, this: Resource<TcpSocket>) -> SocketResult<u32> {
-        Ok(self.tcp(&this)?.options.keep_alive_count)
-    }
-
-    fn set_keep_alive_count(&mut self, this: Resource<TcpSocket>, value: u32) -> SocketResult<()> {
-        self.tcp(&this)?.options.keep_alive_count = positive(value)?;
-        Ok(())
-    }
-
-    fn hop_limit(&mut self, this: Resource<TcpSocket>) -> SocketResult<u8> {
-        Ok(self.tcp(&this)?.options.hop_limit)
-    }
-
-    fn set_hop_limit(&mut self, this: Resource<TcpSocket>, value: u8) -> SocketResult<()> {
-        self.tcp(&this)?.options.hop_limit = positive(value)?;
-        Ok(())
-    }
-
-    fn receive_buffer_size(&mut self, this: Resource<TcpSocket>) -> SocketResult<u64> {
-        Ok(self.tcp(&this)?.options.receive_buffer)
-    }
-
-    fn set_receive_buffer_size(
-        &mut self,
-        this: Resource<TcpSocket>,
-        value: u64,
-    ) -> SocketResult<()> {
-        self.tcp(&this)?.options.receive_buffer = positive(value)?;
-        Ok(())
-    }
-
-    fn send_buffer_size(&mut self, this: Resource<TcpSocket>) -> SocketResult<u64> {
-        Ok(self.tcp(&this)?.options.send_buffer)
-    }
-
-    fn set_send_buffer_size(&mut self, this: Resource<TcpSocket>, value: u64) -> SocketResult<()> {
-        self.tcp(&this)?.options.send_buffer = positive(value)?;
-        Ok(())
+    socket_options! {
+        TcpSocket, tcp;
+        keep_alive_enabled, set_keep_alive_enabled: options.keep_alive, bool, any;
+        keep_alive_idle_time, set_keep_alive_idle_time: options.keep_alive_idle, u64, positive;
+        keep_alive_interval, set_keep_alive_interval: options.keep_alive_interval, u64, positive;
+        keep_alive_count, set_keep_alive_count: options.keep_alive_count, u32, positive;
+        hop_limit, set_hop_limit: options.hop_limit, u8, positive;
+        receive_buffer_size, set_receive_buffer_size: options.receive_buffer, u64, positive;
+        send_buffer_size, set_send_buffer_size: options.send_buffer, u64, positive;
     }
 
     fn subscribe(&mut self, this: Resource<TcpSocket>) -> wasmtime::Result<Resource<DynPollable>> {

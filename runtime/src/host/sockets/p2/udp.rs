@@ -5,10 +5,9 @@ use std::net::SocketAddr;
 use wasmtime::component::Resource;
 use wasmtime_wasi::p2::{DynPollable, subscribe};
 
-use super::super::Sockets;
 use super::udp_bindings as udp;
 use super::{IpAddressFamily, IpSocketAddress, Network, SocketError, SocketResult};
-use crate::network::error::ErrorCode;
+use crate::host::sockets::{Sockets, positive, socket_options};
 use crate::network::udp::{IncomingDatagrams, OutgoingDatagrams, SEND_PERMITS, UdpSocket};
 
 impl Sockets<'_> {
@@ -58,44 +57,11 @@ impl udp::HostUdpSocket for Sockets<'_> {
         Ok(self.table.get(&this)?.family().into())
     }
 
-    fn unicast_hop_limit(&mut self, this: Resource<UdpSocket>) -> SocketResult<u8> {
-        Ok(self.udp(&this)?.hop_limit)
-    }
-
-    fn set_unicast_hop_limit(&mut self, this: Resource<UdpSocket>, value: u8) -> SocketResult<()> {
-        if value == 0 {
-            return Err(ErrorCode::InvalidArgument.into());
-        }
-        self.udp(&this)?.hop_limit = value;
-        Ok(())
-    }
-
-    fn receive_buffer_size(&mut self, this: Resource<UdpSocket>) -> SocketResult<u64> {
-        Ok(self.udp(&this)?.receive_buffer)
-    }
-
-    fn set_receive_buffer_size(
-        &mut self,
-        this: Resource<UdpSocket>,
-        value: u64,
-    ) -> SocketResult<()> {
-        if value == 0 {
-            return Err(ErrorCode::InvalidArgument.into());
-        }
-        self.udp(&this)?.receive_buffer = value;
-        Ok(())
-    }
-
-    fn send_buffer_size(&mut self, this: Resource<UdpSocket>) -> SocketResult<u64> {
-        Ok(self.udp(&this)?.send_buffer)
-    }
-
-    fn set_send_buffer_size(&mut self, this: Resource<UdpSocket>, value: u64) -> SocketResult<()> {
-        if value == 0 {
-            return Err(ErrorCode::InvalidArgument.into());
-        }
-        self.udp(&this)?.send_buffer = value;
-        Ok(())
+    socket_options! {
+        UdpSocket, udp;
+        unicast_hop_limit, set_unicast_hop_limit: hop_limit, u8, positive;
+        receive_buffer_size, set_receive_buffer_size: receive_buffer, u64, positive;
+        send_buffer_size, set_send_buffer_size: send_buffer, u64, positive;
     }
 
     fn subscribe(&mut self, this: Resource<UdpSocket>) -> wasmtime::Result<Resource<DynPollable>> {

@@ -17,7 +17,7 @@ use super::bindings::wasi::sockets::types::{
     Duration, ErrorCode, HostTcpSocket, HostTcpSocketWithStore, IpAddressFamily, IpSocketAddress,
 };
 use super::{PodSockets, SocketError, SocketResult};
-use crate::host::sockets::{Sockets, positive};
+use crate::host::sockets::{Sockets, any, positive, socket_options};
 use crate::memory::Reservation;
 use crate::network::error::ErrorCode as Code02;
 use crate::network::listener::{Conn, Listener};
@@ -341,83 +341,15 @@ impl HostTcpSocket for Sockets<'_> {
         Ok(self.tcp3(&this)?.set_backlog(value)?)
     }
 
-    fn get_keep_alive_enabled(&mut self, this: Resource<TcpSocket>) -> SocketResult<bool> {
-        Ok(self.tcp3(&this)?.options.keep_alive)
-    }
-
-    fn set_keep_alive_enabled(
-        &mut self,
-        this: Resource<TcpSocket>,
-        value: bool,
-    ) -> SocketResult<()> {
-        self.tcp3(&this)?.options.keep_alive = value;
-        Ok(())
-    }
-
-    fn get_keep_alive_idle_time(&mut self, this: Resource<TcpSocket>) -> SocketResult<Duration> {
-        Ok(self.tcp3(&this)?.options.keep_alive_idle)
-    }
-
-    fn set_keep_alive_idle_time(
-        &mut self,
-        this: Resource<TcpSocket>,
-        value: Duration,
-    ) -> SocketResult<()> {
-        self.tcp3(&this)?.options.keep_alive_idle = positive(value)?;
-        Ok(())
-    }
-
-    fn get_keep_alive_interval(&mut self, this: Resource<TcpSocket>) -> SocketResult<Duration> {
-        Ok(self.tcp3(&this)?.options.keep_alive_interval)
-    }
-
-    fn set_keep_alive_interval(
-        &mut self,
-        this: Resource<TcpSocket>,
-        value: Duration,
-    ) -> SocketResult<()> {
-        self.tcp3(&this)?.options.keep_alive_interval = positive(value)?;
-        Ok(())
-    }
-
-    fn get_keep_alive_count(&mut self, this: Resource<TcpSocket>) -> SocketResult<u32> {
-        Ok(self.tcp3(&this)?.options.keep_alive_count)
-    }
-
-    fn set_keep_alive_count(&mut self, this: Resource<TcpSocket>, value: u32) -> SocketResult<()> {
-        self.tcp3(&this)?.options.keep_alive_count = positive(value)?;
-        Ok(())
-    }
-
-    fn get_hop_limit(&mut self, this: Resource<TcpSocket>) -> SocketResult<u8> {
-        Ok(self.tcp3(&this)?.options.hop_limit)
-    }
-
-    fn set_hop_limit(&mut self, this: Resource<TcpSocket>, value: u8) -> SocketResult<()> {
-        self.tcp3(&this)?.options.hop_limit = positive(value)?;
-        Ok(())
-    }
-
-    fn get_receive_buffer_size(&mut self, this: Resource<TcpSocket>) -> SocketResult<u64> {
-        Ok(self.tcp3(&this)?.options.receive_buffer)
-    }
-
-    fn set_receive_buffer_size(
-        &mut self,
-        this: Resource<TcpSocket>,
-        value: u64,
-    ) -> SocketResult<()> {
-        self.tcp3(&this)?.options.receive_buffer = positive(value)?;
-        Ok(())
-    }
-
-    fn get_send_buffer_size(&mut self, this: Resource<TcpSocket>) -> SocketResult<u64> {
-        Ok(self.tcp3(&this)?.options.send_buffer)
-    }
-
-    fn set_send_buffer_size(&mut self, this: Resource<TcpSocket>, value: u64) -> SocketResult<()> {
-        self.tcp3(&this)?.options.send_buffer = positive(value)?;
-        Ok(())
+    socket_options! {
+        TcpSocket, tcp3;
+        get_keep_alive_enabled, set_keep_alive_enabled: options.keep_alive, bool, any;
+        get_keep_alive_idle_time, set_keep_alive_idle_time: options.keep_alive_idle, Duration, positive;
+        get_keep_alive_interval, set_keep_alive_interval: options.keep_alive_interval, Duration, positive;
+        get_keep_alive_count, set_keep_alive_count: options.keep_alive_count, u32, positive;
+        get_hop_limit, set_hop_limit: options.hop_limit, u8, positive;
+        get_receive_buffer_size, set_receive_buffer_size: options.receive_buffer, u64, positive;
+        get_send_buffer_size, set_send_buffer_size: options.send_buffer, u64, positive;
     }
 
     fn drop(&mut self, this: Resource<TcpSocket>) -> wasmtime::Result<()> {

@@ -9,7 +9,7 @@ use super::bindings::wasi::sockets::types::{
     HostUdpSocket, HostUdpSocketWithStore, IpAddressFamily, IpSocketAddress,
 };
 use super::{PodSockets, SocketResult};
-use crate::host::sockets::{Sockets, positive};
+use crate::host::sockets::{Sockets, positive, socket_options};
 use crate::network::error::ErrorCode as Code02;
 use crate::network::udp::UdpSocket;
 
@@ -102,35 +102,11 @@ impl HostUdpSocket for Sockets<'_> {
         Ok(self.table.get(&this)?.family().into())
     }
 
-    fn get_unicast_hop_limit(&mut self, this: Resource<UdpSocket>) -> SocketResult<u8> {
-        Ok(self.udp3(&this)?.hop_limit)
-    }
-
-    fn set_unicast_hop_limit(&mut self, this: Resource<UdpSocket>, value: u8) -> SocketResult<()> {
-        self.udp3(&this)?.hop_limit = positive(value)?;
-        Ok(())
-    }
-
-    fn get_receive_buffer_size(&mut self, this: Resource<UdpSocket>) -> SocketResult<u64> {
-        Ok(self.udp3(&this)?.receive_buffer)
-    }
-
-    fn set_receive_buffer_size(
-        &mut self,
-        this: Resource<UdpSocket>,
-        value: u64,
-    ) -> SocketResult<()> {
-        self.udp3(&this)?.receive_buffer = positive(value)?;
-        Ok(())
-    }
-
-    fn get_send_buffer_size(&mut self, this: Resource<UdpSocket>) -> SocketResult<u64> {
-        Ok(self.udp3(&this)?.send_buffer)
-    }
-
-    fn set_send_buffer_size(&mut self, this: Resource<UdpSocket>, value: u64) -> SocketResult<()> {
-        self.udp3(&this)?.send_buffer = positive(value)?;
-        Ok(())
+    socket_options! {
+        UdpSocket, udp3;
+        get_unicast_hop_limit, set_unicast_hop_limit: hop_limit, u8, positive;
+        get_receive_buffer_size, set_receive_buffer_size: receive_buffer, u64, positive;
+        get_send_buffer_size, set_send_buffer_size: send_buffer, u64, positive;
     }
 
     fn drop(&mut self, this: Resource<UdpSocket>) -> wasmtime::Result<()> {
