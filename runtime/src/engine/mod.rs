@@ -115,12 +115,14 @@ pub(crate) enum Pull {
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum LoadError {
     /// The file could not be read.
-    #[error("cannot read {path}: {message}")]
+    #[error("cannot read {path}: {source}")]
     Read {
         /// The file.
         path: PathBuf,
-        /// The operating system's reason.
-        message: String,
+        /// The operating system's reason (shared: a load's result goes to every pod that waits
+        /// for it).
+        #[source]
+        source: Arc<std::io::Error>,
     },
     /// The file is not a WebAssembly module or component.
     #[error("{path} is not a WebAssembly module or component")]
@@ -303,7 +305,7 @@ impl Engine {
     ) -> Result<(Arc<Image>, Pull), LoadError> {
         let read_err = |e: std::io::Error| LoadError::Read {
             path: path.to_owned(),
-            message: e.to_string(),
+            source: Arc::new(e),
         };
         let key = FileKey::of(path).map_err(read_err)?;
         if let Some(image) = self.loaded.lock().unwrap().get(&key) {
