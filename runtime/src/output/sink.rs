@@ -1,0 +1,120 @@
+//! What a guest writes to stdout and stderr: cut into lines (long ones into partial records)
+//! and sent to the pod's log writer in chunks, through a bounded channel that slows a guest that
+//! floods output to the writer's speed.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+
+use tokio::io::AsyncWrite;
+use tokio::sync::mpsc;
+use tokio_util::sync::PollSender;
+use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
+
+use super::{Chunk, MAX_LINE, Stream};
+
+/// Where one container instance's stdout or stderr goes.
+#[derive(Clone)]
+pub(crate) struct OutputSink {
+    pub(super) container: Arc<str>,
+    pub(super) instance: i32,
+    pub(super) stream: Stream,
+    pub(super) tx: mpsc::Sender<Box<Chunk>>,
+}
+
+impl IsTerminal for OutputSink {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl StdoutStream for OutputSink {
+    fn async_stream(&self) -> Box<dyn AsyncWrite + Send + Sync> {
+        Box::new(LineWriter {
+            sink: self.clone(),
+            partial: Vec::new(),
+            tx: PollSender::new(self.tx.clone()),
+        })
+    }
+}
+
+struct LineWriter {
+    sink: OutputSink,
+    partial: Vec<u8>,
+    tx: PollSender<Box<Chunk>>,
+}
+
+impl LineWriter {
+    fn chunk(&self, lines: Vec<(bool, String)>) -> Box<Chunk> {
+        Box::new(Chunk {
+            container: self.sink.container.clone(),
+            instance: self.sink.instance,
+            stream: self.sink.stream,
+            time: jiff::Timestamp::now(),
+            lines,
+            end: false,
+            written: None,
+        })
+    }
+
+    /// Moves complete lines (and over-long pieces) out of the partial buffer.
+    fn take_lines(&mut self) -> Vec<(bool, String)> {
+        let mut lines = Vec::new();
+        let mut start = 0;
+        while let Some(nl) = self.partial[start..].iter().position(|&b| b == b'\n') {
+            let end = start + nl;
+            let line = &self.partial[start..end];
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            lines.push((false, String::from_utf8_lossy(line).into_owned()));
+            start = end + 1;
+        }
+        self.partial.drain(..start);
+        while self.partial.len() >= MAX_LINE {
+            let piece: Vec<u8> = self.partial.drain(..MAX_LINE).collect();
+            lines.push((true, String::from_utf8_lossy(&piece).into_owned()));
+        }
+        lines
+    }
+}
+
+impl AsyncWrite for LineWriter {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = &mut *self;
+        if ready!(this.tx.poll_reserve(cx)).is_err() {
+            // Nobody records output any more (the pod is going away): discard it.
+            return Poll::Ready(Ok(buf.len()));
+        }
+        let n = buf.len().min(MAX_LINE);
+        this.partial.extend_from_slice(&buf[..n]);
+        let lines = this.take_lines();
+        if lines.is_empty() {
+            this.tx.abort_send();
+        } else {
+            let chunk = this.chunk(lines);
+            let _ = this.tx.send_item(chunk);
+        }
+        Poll::Ready(Ok(n))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl Drop for LineWriter {
+    fn drop(&mut self) {
+        if !self.partial.is_empty() {
+            let line = String::from_utf8_lossy(&self.partial).into_owned();
+            let chunk = self.chunk(vec![(false, line)]);
+            let _ = self.sink.tx.try_send(chunk);
+        }
+    }
+}

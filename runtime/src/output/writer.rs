@@ -1,0 +1,280 @@
+//! The pod's log writer: one task per pod that writes its instances' chunks to their CRI log
+//! files (opened for each batch, rotated past the size limit, older instances' logs removed)
+//! and hands each line to whoever watches the pod.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, watch};
+
+use super::{CHANNEL_CHUNKS, Chunk, LogBook, LogLimits, OutputLine, TAP_PATIENCE, log_file};
+
+/// The pod's log writer: makes the containers' log directories, then writes what comes.
+pub(super) async fn write_logs(
+    dir: PathBuf,
+    containers: Vec<Arc<str>>,
+    mut rx: mpsc::Receiver<Box<Chunk>>,
+    tap: Option<mpsc::Sender<OutputLine>>,
+    book: Arc<LogBook>,
+    written: watch::Sender<()>,
+    limits: LogLimits,
+) {
+    // The directories first, while the pod's first instance is being made.
+    for name in containers {
+        if let Err(e) = std::fs::create_dir_all(dir.join(&*name)) {
+            tracing::warn!(dir = %dir.display(), "cannot make the pod's log directory: {e}");
+        }
+    }
+    let mut files: HashMap<Arc<str>, LogFile> = HashMap::new();
+    let mut dropped_for_tap = 0u64;
+    while let Some(chunk) = rx.recv().await {
+        // At most a channel's worth at once: what a batch gathers for the files is bounded.
+        let mut batch = vec![chunk];
+        while batch.len() < CHANNEL_CHUNKS
+            && let Ok(more) = rx.try_recv()
+        {
+            batch.push(more);
+        }
+        let mut ended = Vec::new();
+        let mut acks = Vec::new();
+        for chunk in &mut batch {
+            acks.extend(chunk.written.take());
+            if chunk.end {
+                ended.push((chunk.container.clone(), chunk.instance));
+                continue;
+            }
+            let file = match files.get_mut(&chunk.container) {
+                Some(f) if f.instance == chunk.instance => f,
+                // A new instance's file is made now and kept track of from its first line on:
+                // a quiet container costs the writer nothing.
+                _ if chunk.lines.is_empty() => {
+                    LogFile::create(&dir, &chunk.container, chunk.instance);
+                    continue;
+                }
+                _ => {
+                    let file = LogFile::open(&dir, &chunk.container, chunk.instance);
+                    files
+                        .entry(chunk.container.clone())
+                        .insert_entry(file)
+                        .into_mut()
+                }
+            };
+            let time = chunk.time.strftime("%Y-%m-%dT%H:%M:%S%.9fZ").to_string();
+            for (partial, line) in &chunk.lines {
+                let tag = if *partial { 'P' } else { 'F' };
+                file.record(&time, chunk.stream.as_str(), tag, line, &limits);
+            }
+        }
+        for file in files.values_mut() {
+            file.flush();
+        }
+        for (container, instance) in ended {
+            if files
+                .get(&container)
+                .is_some_and(|f| f.instance == instance)
+            {
+                files.remove(&container);
+            }
+            let mut set = book.ended.lock().unwrap_or_else(|e| e.into_inner());
+            set.insert((container, instance));
+        }
+        written.send_replace(());
+        for ack in acks {
+            let _ = ack.send(());
+        }
+        if let Some(tap) = &tap {
+            // A watcher that does not keep up (a full pipe nobody reads) must not stall the
+            // pod's output: past a short wait its lines are dropped (the log has them).
+            let lines = batch.into_iter().flat_map(|chunk| {
+                let (container, stream) = (chunk.container, chunk.stream);
+                chunk
+                    .lines
+                    .into_iter()
+                    .map(move |(partial, line)| OutputLine {
+                        container: container.to_string(),
+                        stream,
+                        line,
+                        partial,
+                        time: None,
+                    })
+            });
+            for out in lines {
+                match deliver(tap, out, dropped_for_tap > 0).await {
+                    Delivery::Sent if dropped_for_tap > 0 => {
+                        tracing::warn!(
+                            dropped = dropped_for_tap,
+                            "the pod's output watcher missed lines (they are in the log)"
+                        );
+                        dropped_for_tap = 0;
+                    }
+                    Delivery::Sent => {}
+                    Delivery::Dropped => dropped_for_tap += 1,
+                    Delivery::Closed => break,
+                }
+            }
+        }
+    }
+}
+
+/// What became of a line handed to the pod's output watcher.
+enum Delivery {
+    Sent,
+    /// The watcher did not keep up; the line is only in the log.
+    Dropped,
+    /// Nobody watches any more.
+    Closed,
+}
+
+/// Hands `out` to the watcher, waiting at most [`TAP_PATIENCE`] for room (not at all while it is
+/// already `dropping` lines).
+async fn deliver(tap: &mpsc::Sender<OutputLine>, out: OutputLine, dropping: bool) -> Delivery {
+    match tap.try_send(out) {
+        Ok(()) => Delivery::Sent,
+        Err(mpsc::error::TrySendError::Closed(_)) => Delivery::Closed,
+        Err(mpsc::error::TrySendError::Full(_)) if dropping => Delivery::Dropped,
+        Err(mpsc::error::TrySendError::Full(out)) => {
+            match tokio::time::timeout(TAP_PATIENCE, tap.send(out)).await {
+                Ok(Ok(())) => Delivery::Sent,
+                Ok(Err(_)) => Delivery::Closed,
+                Err(_) => Delivery::Dropped,
+            }
+        }
+    }
+}
+
+/// The log file of one container instance. It is opened to write each batch and closed after:
+/// a node of many thousands of containers, most of them quiet, holds no descriptor and no buffer
+/// for them between batches.
+struct LogFile {
+    instance: i32,
+    path: PathBuf,
+    /// Records not written yet: the writer writes them once a batch.
+    pending: Vec<u8>,
+    /// Bytes in the current file.
+    size: u64,
+}
+
+impl LogFile {
+    /// Makes the log of a new `instance` (and its directory, if missing), and removes the logs
+    /// of instances before the previous one.
+    fn create(dir: &std::path::Path, container: &str, instance: i32) {
+        let path = log_file(dir, container, instance);
+        let parent = path.parent().unwrap_or(dir);
+        if let Err(e) = std::fs::create_dir_all(parent).and_then(|()| append(&path)) {
+            tracing::warn!(file = %path.display(), "cannot make the container log: {e}");
+        }
+        remove_old_instances(parent, instance);
+    }
+
+    /// The log of `instance`, to append to: made when it does not exist yet (its instance's
+    /// creation could not ask for it).
+    fn open(dir: &std::path::Path, container: &str, instance: i32) -> LogFile {
+        let path = log_file(dir, container, instance);
+        let size = match std::fs::metadata(&path) {
+            Ok(meta) => meta.len(),
+            Err(_) => {
+                LogFile::create(dir, container, instance);
+                0
+            }
+        };
+        LogFile {
+            instance,
+            path,
+            pending: Vec::new(),
+            size,
+        }
+    }
+
+    /// Writes one CRI record, rotating the file first when it is full.
+    fn record(&mut self, time: &str, stream: &str, tag: char, line: &str, limits: &LogLimits) {
+        let len = (time.len() + stream.len() + line.len() + 5) as u64;
+        if self.size > 0 && self.size.saturating_add(len) > limits.max_size {
+            self.rotate(limits);
+        }
+        // Writing into a `Vec` cannot fail.
+        let _ = writeln!(self.pending, "{time} {stream} {tag} {line}");
+        self.size = self.size.saturating_add(len);
+    }
+
+    /// Writes the pending records to the file, and lets their buffer go.
+    fn flush(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let pending = std::mem::take(&mut self.pending);
+        if let Err(e) = append(&self.path).and_then(|mut f| f.write_all(&pending)) {
+            tracing::warn!(file = %self.path.display(), "cannot write the container log: {e}");
+        }
+    }
+
+    /// Renames the current file `<n>.log.<time>`, starts a new one, and keeps at most
+    /// `max_files - 1` rotated files.
+    fn rotate(&mut self, limits: &LogLimits) {
+        self.flush();
+        let stamp = jiff::Timestamp::now()
+            .strftime("%Y%m%d-%H%M%S.%f")
+            .to_string();
+        let mut rotated = self.path.clone().into_os_string();
+        rotated.push(format!(".{stamp}"));
+        match std::fs::rename(&self.path, &rotated).and_then(|()| append(&self.path)) {
+            Ok(_) => self.size = 0,
+            Err(e) => {
+                tracing::warn!(file = %self.path.display(), "cannot rotate the container log: {e}");
+                return;
+            }
+        }
+        let (Some(dir), Some(name)) = (self.path.parent(), self.path.file_name()) else {
+            return;
+        };
+        let prefix = format!("{}.", name.to_string_lossy());
+        let mut old: Vec<PathBuf> = std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+            .map(|e| e.path())
+            .collect();
+        // The stamps sort by time.
+        old.sort();
+        let excess = old.len().saturating_sub(limits.max_files.saturating_sub(1));
+        for file in &old[..excess] {
+            let _ = std::fs::remove_file(file);
+        }
+    }
+}
+
+/// `path` opened to append to, made if missing.
+fn append(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+}
+
+/// A file replaced by a newer instance's within a batch keeps what it was given.
+impl Drop for LogFile {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
+/// Removes the log files (current and rotated) of instances older than the one before
+/// `instance` in a container's log directory.
+fn remove_old_instances(dir: &std::path::Path, instance: i32) {
+    if instance < 2 {
+        return;
+    }
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        let old = name
+            .split_once(".log")
+            .and_then(|(n, _)| n.parse::<i32>().ok())
+            .is_some_and(|n| n < instance - 1);
+        if old {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
