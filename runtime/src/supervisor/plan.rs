@@ -249,20 +249,18 @@ fn plan_shutdown(pod: &PodState, s: Grace, now: Instant, actions: &mut Vec<Actio
 /// When the pod next needs a decision that no message will bring: a backoff ends, a kill or
 /// TERM is due, the shutdown's deadline, the active deadline, the next volume measurement.
 pub(super) fn next_wake(pod: &PodState) -> Option<Instant> {
-    let mut times = Vec::with_capacity(pod.containers.len() * 3 + 3);
-    for c in &pod.containers {
-        times.extend([c.retry_at, c.kill_at, c.term_due]);
-    }
-    match pod.shutdown {
-        Some(s) => times.push(Some(s.deadline)),
-        None => {
-            if pod.admitted {
-                times.push(pod.active_deadline);
-            }
-            times.push(pod.volume_check);
-        }
-    }
-    times.into_iter().flatten().min()
+    let containers = pod
+        .containers
+        .iter()
+        .flat_map(|c| [c.retry_at, c.kill_at, c.term_due]);
+    let pod_wide = match pod.shutdown {
+        Some(s) => [Some(s.deadline), None],
+        None => [
+            pod.active_deadline.filter(|_| pod.admitted),
+            pod.volume_check,
+        ],
+    };
+    containers.chain(pod_wide).flatten().min()
 }
 
 /// A regular init container failed and the pod's policy forbids restarting it.

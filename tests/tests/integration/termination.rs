@@ -233,8 +233,12 @@ async fn pre_stop_runs_before_term() {
         t.first("c", Exited),
     );
     assert!(pre < kill && kill < exit, "{t}");
+    // TERM follows the hook's return, not the 30 s grace period's end.
     let hook = t.between(pre, kill);
-    assert!(hook >= Duration::from_millis(300), "{hook:?}");
+    assert!(
+        hook >= Duration::from_millis(300) && hook < Duration::from_secs(10),
+        "{hook:?}"
+    );
     assert_eq!(t.exit_codes("c"), [0]);
     assert_eq!(
         std::fs::read_to_string(dir.join("hooks.log")).unwrap(),
@@ -273,8 +277,9 @@ spec:
     let term = t.between(deleted, t.first("c", Killing));
     let kill = t.between(deleted, t.first("c", Exited));
     assert!(term >= Duration::from_secs(2), "TERM after {term:?}");
+    // KILL 2 s after TERM, and no later than a loaded machine's lateness allows.
     assert!(
-        kill >= term + Duration::from_secs(2),
+        kill >= term + Duration::from_secs(2) && kill < Duration::from_secs(10),
         "KILL {kill:?} after deletion, TERM after {term:?}"
     );
     assert_eq!(t.exit_codes("c"), [137]);
@@ -295,8 +300,12 @@ async fn sleep_pre_stop() {
     let pod = running(&node, &yaml).await;
     pod.delete(None);
     let t = Timeline::collect(&pod).await;
+    // TERM follows the 1 s sleep, not the 30 s grace period's end.
     let hook = t.between(t.first("c", PreStopHook), t.first("c", Killing));
-    assert!(hook >= Duration::from_secs(1), "{hook:?}");
+    assert!(
+        hook >= Duration::from_secs(1) && hook < Duration::from_secs(10),
+        "{hook:?}"
+    );
 }
 
 /// postStart: the container is not Running until the hook returns; a failing hook kills the
