@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use super::{Column, RW, Resource, Strategy, age, name};
+use super::{Column, RW, Resource, Strategy, age, dns_name, name};
 use crate::kubelet::Kubelet;
 use crate::status::ApiError;
 use crate::store::Store;
@@ -29,21 +29,7 @@ impl Strategy for RuntimeClasses {
         };
         let class: wasmpod::k8s_openapi::api::node::v1::RuntimeClass =
             serde_json::from_value(body.clone()).map_err(|e| bad("handler", e.to_string()))?;
-        let h = &class.handler;
-        let label = !h.is_empty()
-            && h.len() <= 63
-            && h.bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-            && !h.starts_with('-')
-            && !h.ends_with('-');
-        if !label {
-            return Err(bad(
-                "handler",
-                format!(
-                    "Invalid value: {h:?}: a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character"
-                ),
-            ));
-        }
+        dns_name(&class.handler, true).map_err(|message| bad("handler", message))?;
         // The RuntimeClass admission adds the overhead to every pod of the class; the
         // node's admission does not count it.
         if class.overhead.is_some() {
