@@ -21,6 +21,14 @@ const STARTING: Duration = Duration::from_secs(30);
 /// Events kept per pod (the oldest go first), as the API server keeps events for a while.
 const EVENTS_PER_POD: usize = 256;
 
+/// How a pod comes to run on the node.
+enum Start {
+    /// Admitted through the API now, with the spec its admission validated.
+    Admitted(Box<PodSpec>),
+    /// Run again after the agent restarted, from the status it had.
+    Resumed(Box<PodStatus>),
+}
+
 /// The ConfigMap of the cluster's CA certificate, in every namespace.
 const ROOT_CA: &str = "kube-root-ca.crt";
 
@@ -237,32 +245,34 @@ impl Kubelet {
         self.node.set_runtime_classes(&classes);
     }
 
-    /// Runs a stored pod on the node (`resume`: the status it had when the agent stopped).
-    /// Runs a pod the API admitted: `spec` is what its admission validated (`None`: validate it
-    /// here).
-    pub(crate) fn run(self: &Arc<Self>, pod: Arc<Value>, spec: Option<PodSpec>) {
+    /// Runs a pod the API admitted: `spec` is what its admission validated.
+    pub(crate) fn run(self: &Arc<Self>, pod: Arc<Value>, spec: PodSpec) {
         let kubelet = self.clone();
-        tokio::spawn(async move { kubelet.supervise(pod, spec, None).await });
+        tokio::spawn(async move {
+            kubelet
+                .supervise(pod, Start::Admitted(Box::new(spec)))
+                .await
+        });
     }
 
-    /// Runs again a pod the node ran before it restarted, from its last `status`.
+    /// Runs again a stored pod the node ran before the agent stopped, from its last `status`.
     fn resume(self: &Arc<Self>, pod: Arc<Value>, status: PodStatus) {
         let kubelet = self.clone();
-        tokio::spawn(async move { kubelet.supervise(pod, None, Some(status)).await });
+        tokio::spawn(async move {
+            kubelet
+                .supervise(pod, Start::Resumed(Box::new(status)))
+                .await
+        });
     }
 
-    async fn supervise(
-        self: Arc<Self>,
-        pod: Arc<Value>,
-        spec: Option<PodSpec>,
-        resume: Option<PodStatus>,
-    ) {
+    async fn supervise(self: Arc<Self>, pod: Arc<Value>, start: Start) {
+        let resumed = matches!(start, Start::Resumed(_));
         let (ns, name, uid) = (
             str_at(&pod, "/metadata/namespace").to_owned(),
             str_at(&pod, "/metadata/name").to_owned(),
             str_at(&pod, "/metadata/uid").to_owned(),
         );
-        let created = self.create(&pod, spec, resume.as_ref()).await;
+        let created = self.create(&pod, start).await;
         // The object as it was created: the store has it as it is now, with its status.
         drop(pod);
         let handle = match created {
@@ -289,7 +299,7 @@ impl Kubelet {
                     .and_then(Value::as_i64)
                 {
                     let grace = Duration::from_secs(grace.max(0) as u64);
-                    if resume.is_some() {
+                    if resumed {
                         // A termination the agent's restart cut short starts again from the
                         // beginning: the containers run again, then get TERM and the whole
                         // grace period (document 003: a process always gets at least the grace
@@ -348,24 +358,20 @@ impl Kubelet {
 
     /// Makes the pod on the node. A pod resumed right after the agent was killed may find its
     /// uid still held by the dying process for a moment: that is retried for a few seconds.
-    async fn create(
-        &self,
-        pod: &Value,
-        mut admitted: Option<PodSpec>,
-        resume: Option<&PodStatus>,
-    ) -> Result<PodHandle, String> {
+    async fn create(&self, pod: &Value, start: Start) -> Result<PodHandle, String> {
+        let status = match start {
+            Start::Admitted(spec) => {
+                let created = self.node.create_pod(*spec, PodOptions::default()).await;
+                return created.map_err(|e| e.to_string());
+            }
+            Start::Resumed(status) => status,
+        };
         let mut tries = 0;
         loop {
-            let spec = match admitted.take() {
-                Some(spec) => spec,
-                None => self.validate(pod).map_err(|e| e.to_string())?,
-            };
-            let options = match resume {
-                Some(status) => PodOptions::default().resume(status),
-                None => PodOptions::default(),
-            };
+            let spec = self.validate(pod).map_err(|e| e.to_string())?;
+            let options = PodOptions::default().resume(&status);
             match self.node.create_pod(spec, options).await {
-                Err(wasmpod::Error::UidInUse(_)) if resume.is_some() && tries < 50 => {
+                Err(wasmpod::Error::UidInUse(_)) if tries < 50 => {
                     tries += 1;
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }

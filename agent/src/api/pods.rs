@@ -133,7 +133,7 @@ impl Api {
             return Ok(Arc::new(pod));
         }
         let created = self.store.create("pods", ns, name, pod)?;
-        self.kubelet.run(created.clone(), Some(spec));
+        self.kubelet.run(created.clone(), spec);
         Ok(created)
     }
 
