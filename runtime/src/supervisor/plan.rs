@@ -264,7 +264,7 @@ pub(super) fn next_wake(pod: &PodState) -> Option<Instant> {
 }
 
 /// A regular init container failed and the pod's policy forbids restarting it.
-pub(super) fn init_failed(pod: &PodState) -> bool {
+fn init_failed(pod: &PodState) -> bool {
     pod.policy == RestartPolicy::Never
         && pod
             .containers
@@ -286,7 +286,7 @@ fn regulars_done(pod: &PodState) -> bool {
 }
 
 /// Whether a regular container that exited with `code` is restarted under `policy`.
-pub(super) fn restarts(policy: RestartPolicy, code: i32) -> bool {
+fn restarts(policy: RestartPolicy, code: i32) -> bool {
     match policy {
         RestartPolicy::Always => true,
         RestartPolicy::OnFailure => code != 0,
