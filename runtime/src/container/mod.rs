@@ -270,7 +270,10 @@ impl Sandbox {
             ..
         } = &*self.image
         {
-            return self.meter.run(self.serve(pre, stdout, stderr)).await;
+            return self
+                .meter
+                .run(Box::pin(self.serve(pre, stdout, stderr)))
+                .await;
         }
         let mut wasi = match self.wasi(&self.argv, stdout, stderr) {
             Ok(wasi) => wasi,
@@ -286,7 +289,7 @@ impl Sandbox {
         match image {
             Image::Module { pre, .. } => {
                 let mut store = self.p1_store(pre.module().engine(), &mut wasi);
-                let instance = match pre.instantiate_async(&mut store).await {
+                let instance = match Box::pin(pre.instantiate_async(&mut store)).await {
                     Ok(instance) => instance,
                     Err(e) => return not_started(e, store.data().limiter.hit),
                 };
@@ -302,11 +305,11 @@ impl Sandbox {
                 ..
             } => {
                 let mut store = self.p2_store(pre.engine(), &mut wasi, self.budget.clone());
-                let command = match pre.instantiate_async(&mut store).await {
+                let command = match Box::pin(pre.instantiate_async(&mut store)).await {
                     Ok(command) => command,
                     Err(e) => return not_started(e, store.data().limiter.hit),
                 };
-                let result = command.wasi_cli_run().call_run(&mut store).await;
+                let result = Box::pin(command.wasi_cli_run().call_run(&mut store)).await;
                 exit_of(
                     result.map(|r| if r.is_ok() { 0 } else { 1 }),
                     store.data().limiter.hit,
@@ -317,12 +320,14 @@ impl Sandbox {
                 ..
             } => {
                 let mut store = self.p2_store(pre.engine(), &mut wasi, self.budget.clone());
-                let command = match pre.instantiate_async(&mut store).await {
+                let command = match Box::pin(pre.instantiate_async(&mut store)).await {
                     Ok(command) => command,
                     Err(e) => return not_started(e, store.data().limiter.hit),
                 };
-                let result = store
-                    .run_concurrent(async |store| command.wasi_cli_run().call_run(store).await)
+                let result =
+                    Box::pin(store.run_concurrent(async |store| {
+                        command.wasi_cli_run().call_run(store).await
+                    }))
                     .await
                     .and_then(|r| r);
                 exit_of(
