@@ -9,8 +9,10 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use wasmpod::k8s_openapi::api::core::v1::PodStatus;
+use wasmpod::k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use wasmpod::{Node, PodHandle, PodOptions, PodSpec};
 
+use crate::object::Object;
 use crate::status::{ApiError, Cause};
 use crate::store::{Durable, Store};
 use crate::tokens::{Claims, Tokens};
@@ -130,7 +132,7 @@ impl Kubelet {
                     .list(resource, Some(ns))
                     .1
                     .iter()
-                    .map(|v| (**v).clone()),
+                    .map(|o| o.to_value()),
             );
         }
         // Last, so that it is the one a `serviceAccountToken` projection gets.
@@ -218,7 +220,7 @@ impl Kubelet {
             .list("priorityclasses", None)
             .1
             .iter()
-            .filter_map(|v| serde_json::from_value((**v).clone()).ok())
+            .filter_map(|o| serde_json::from_value(o.to_value()).ok())
             .collect();
         self.node.set_priority_classes(&classes).map_err(|e| {
             ApiError::invalid(
@@ -240,13 +242,13 @@ impl Kubelet {
             .list("runtimeclasses", None)
             .1
             .iter()
-            .filter_map(|v| serde_json::from_value((**v).clone()).ok())
+            .filter_map(|o| serde_json::from_value(o.to_value()).ok())
             .collect();
         self.node.set_runtime_classes(&classes);
     }
 
     /// Runs a pod the API admitted: `spec` is what its admission validated.
-    pub(crate) fn run(self: &Arc<Self>, pod: Arc<Value>, spec: PodSpec) {
+    pub(crate) fn run(self: &Arc<Self>, pod: Arc<Object>, spec: PodSpec) {
         let kubelet = self.clone();
         tokio::spawn(async move {
             kubelet
@@ -256,7 +258,7 @@ impl Kubelet {
     }
 
     /// Runs again a stored pod the node ran before the agent stopped, from its last `status`.
-    fn resume(self: &Arc<Self>, pod: Arc<Value>, status: PodStatus) {
+    fn resume(self: &Arc<Self>, pod: Arc<Object>, status: PodStatus) {
         let kubelet = self.clone();
         tokio::spawn(async move {
             kubelet
@@ -265,14 +267,15 @@ impl Kubelet {
         });
     }
 
-    async fn supervise(self: Arc<Self>, pod: Arc<Value>, start: Start) {
+    async fn supervise(self: Arc<Self>, pod: Arc<Object>, start: Start) {
         let resumed = matches!(start, Start::Resumed(_));
         let (ns, name, uid) = (
-            str_at(&pod, "/metadata/namespace").to_owned(),
-            str_at(&pod, "/metadata/name").to_owned(),
-            str_at(&pod, "/metadata/uid").to_owned(),
+            pod.namespace().to_owned(),
+            pod.name().to_owned(),
+            pod.uid().to_owned(),
         );
-        let created = self.create(&pod, start).await;
+        // Boxed: making the pod is a large future, and the task lives as long as the pod.
+        let created = Box::pin(self.create(&pod, start)).await;
         // The object as it was created: the store has it as it is now, with its status.
         drop(pod);
         let handle = match created {
@@ -293,11 +296,8 @@ impl Kubelet {
         // A deletion asked while the pod was being made: graceful, or forced (the object is
         // already gone, or is another pod's of the same name).
         match self.store.get("pods", &ns, &name) {
-            Some(p) if str_at(&p, "/metadata/uid") == uid => {
-                if let Some(grace) = p
-                    .pointer("/metadata/deletionGracePeriodSeconds")
-                    .and_then(Value::as_i64)
-                {
+            Some(p) if p.uid() == uid => {
+                if let Some(grace) = p.metadata.deletion_grace_period_seconds {
                     let grace = Duration::from_secs(grace.max(0) as u64);
                     if resumed {
                         // A termination the agent's restart cut short starts again from the
@@ -328,23 +328,26 @@ impl Kubelet {
             name.clone(),
             uid.clone(),
         ));
-        let mut last = PodStatus::default();
+        // What was written last, as a digest: the store has the status itself, and the pod
+        // its own copy (one more per pod would be a few KiB of the node's memory each).
+        let mut last = digest(&PodStatus::default());
         loop {
             let status = tokio::select! {
-                s = handle.wait_until(|s| *s != last) => s,
+                s = handle.wait_until(|s| digest(s) != last) => s,
                 () = handle.deleted() => break,
             };
-            if status != last {
+            let now = digest(&status);
+            if now != last {
                 let value = serde_json::to_value(&status).unwrap_or_default();
                 self.set_status(&ns, &name, &uid, |s| *s = value);
-                last = status;
+                last = now;
             }
         }
         let _ = events.await;
         lock(&self.pods).remove(&uid);
-        let _ = self.store.delete_if("pods", &ns, &name, Durable::Now, |p| {
-            str_at(p, "/metadata/uid") == uid
-        });
+        let _ = self
+            .store
+            .delete_if("pods", &ns, &name, Durable::Now, |p| p.uid() == uid);
         self.forget(&ns, &name, &uid);
     }
 
@@ -358,7 +361,7 @@ impl Kubelet {
 
     /// Makes the pod on the node. A pod resumed right after the agent was killed may find its
     /// uid still held by the dying process for a moment: that is retried for a few seconds.
-    async fn create(&self, pod: &Value, start: Start) -> Result<PodHandle, String> {
+    async fn create(&self, pod: &Object, start: Start) -> Result<PodHandle, String> {
         let status = match start {
             Start::Admitted(spec) => {
                 let created = self.node.create_pod(*spec, PodOptions::default()).await;
@@ -368,7 +371,7 @@ impl Kubelet {
         };
         let mut tries = 0;
         loop {
-            let spec = self.validate(pod).map_err(|e| e.to_string())?;
+            let spec = self.validate(&pod.to_value()).map_err(|e| e.to_string())?;
             let options = PodOptions::default().resume(&status);
             match self.node.create_pod(spec, options).await {
                 Err(wasmpod::Error::UidInUse(_)) if tries < 50 => {
@@ -382,11 +385,13 @@ impl Kubelet {
 
     fn set_status(&self, ns: &str, name: &str, uid: &str, change: impl FnOnce(&mut Value)) {
         let result = self.store.update("pods", ns, name, Durable::Later, |p| {
-            if str_at(p, "/metadata/uid") == uid {
-                if !p.get("status").is_some_and(Value::is_object) {
-                    p["status"] = json!({});
-                }
-                change(&mut p["status"]);
+            if p.uid() == uid {
+                let mut status = p
+                    .field("status")
+                    .filter(Value::is_object)
+                    .unwrap_or_else(|| json!({}));
+                change(&mut status);
+                p.set_field("status", Some(status));
             }
             Ok(())
         });
@@ -440,6 +445,9 @@ impl Kubelet {
             if self.store.get("pods", &ns, &name).is_none() {
                 continue;
             }
+            let Ok(object) = Object::from_value(object) else {
+                continue;
+            };
             if self
                 .store
                 .create_as("events", &ns, &event_name, object, Durable::Later)
@@ -474,8 +482,11 @@ impl Kubelet {
                 .list("events", Some(ns))
                 .1
                 .iter()
-                .filter(|e| str_at(e, "/involvedObject/uid") == uid)
-                .map(|e| str_at(e, "/metadata/name").to_owned())
+                .filter(|e| {
+                    e.field("involvedObject")
+                        .is_some_and(|o| o.get("uid").and_then(Value::as_str) == Some(uid))
+                })
+                .map(|e| e.name().to_owned())
                 .collect(),
         };
         for n in stored {
@@ -494,17 +505,14 @@ impl Kubelet {
         let (_, pods) = self.store.list("pods", None);
         for pod in pods {
             let (ns, name, uid) = (
-                str_at(&pod, "/metadata/namespace").to_owned(),
-                str_at(&pod, "/metadata/name").to_owned(),
-                str_at(&pod, "/metadata/uid").to_owned(),
+                pod.namespace().to_owned(),
+                pod.name().to_owned(),
+                pod.uid().to_owned(),
             );
-            if matches!(str_at(&pod, "/status/phase"), "Succeeded" | "Failed") {
+            let status: PodStatus = pod.typed("status").unwrap_or_default();
+            if matches!(status.phase.as_deref(), Some("Succeeded" | "Failed")) {
                 continue;
             }
-            let status: PodStatus = pod
-                .get("status")
-                .and_then(|s| serde_json::from_value(s.clone()).ok())
-                .unwrap_or_default();
             let started = status
                 .init_container_statuses
                 .iter()
@@ -518,10 +526,10 @@ impl Kubelet {
                             .as_ref()
                             .is_some_and(|s| s.terminated.is_some())
                 });
-            let deleting = pod
-                .pointer("/metadata/deletionGracePeriodSeconds")
-                .and_then(Value::as_i64);
-            let never = str_at(&pod, "/spec/restartPolicy") == "Never";
+            let deleting = pod.metadata.deletion_grace_period_seconds;
+            let never = pod
+                .field("spec")
+                .is_some_and(|s| s.get("restartPolicy").and_then(Value::as_str) == Some("Never"));
             if never && started {
                 if deleting.is_some() {
                     // Nothing is left to stop: the object goes.
@@ -542,12 +550,12 @@ impl Kubelet {
             }
             if let Some(grace) = deleting {
                 // The termination starts again, with the whole grace period.
-                let at = jiff::Timestamp::now()
+                let at = crate::clock::time()
+                    .0
                     .checked_add(jiff::SignedDuration::from_secs(grace))
                     .unwrap_or(jiff::Timestamp::MAX);
                 let _ = self.store.update("pods", &ns, &name, Durable::Now, |p| {
-                    p["metadata"]["deletionTimestamp"] =
-                        json!(at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string());
+                    p.metadata.deletion_timestamp = Some(Time(at));
                     Ok(())
                 });
             }
@@ -592,6 +600,13 @@ fn end_lost(status: &mut Value, reason: &str, message: &str) {
             }
         }
     }
+}
+
+/// A digest of a pod's status (of its JSON, which is what is written).
+fn digest(status: &PodStatus) -> [u8; 32] {
+    use sha2::Digest as _;
+    let json = serde_json::to_vec(status).unwrap_or_default();
+    sha2::Sha256::digest(json).into()
 }
 
 fn uid_prefix(uid: &str) -> u32 {

@@ -31,6 +31,7 @@ mod credentials;
 mod kubelet;
 mod manifests;
 mod metrics;
+mod object;
 mod server;
 mod status;
 mod store;
@@ -189,7 +190,12 @@ pub(crate) fn ensure_default_account(
         "metadata": {"name": "default", "namespace": ns, "uid": uuid::Uuid::new_v4().to_string(), "creationTimestamp": clock::now()},
     });
     store
-        .create("serviceaccounts", ns, "default", object)
+        .create(
+            "serviceaccounts",
+            ns,
+            "default",
+            object::Object::from_value(object)?,
+        )
         .map(|_| ())
 }
 
@@ -227,8 +233,8 @@ impl Agent {
                     "metadata": {"name": ns, "uid": uuid::Uuid::new_v4().to_string(), "creationTimestamp": clock::now()},
                     "status": {"phase": "Active"},
                 });
-                store
-                    .create("namespaces", "", ns, object)
+                object::Object::from_value(object)
+                    .and_then(|object| store.create("namespaces", "", ns, object))
                     .map_err(|e| Error::Store {
                         path: path.clone(),
                         message: e.message,
@@ -236,10 +242,7 @@ impl Agent {
             }
         }
         let (_, namespaces) = store.list("namespaces", None);
-        for ns in namespaces
-            .iter()
-            .filter_map(|n| n.pointer("/metadata/name").and_then(|n| n.as_str()))
-        {
+        for ns in namespaces.iter().map(|n| n.name()) {
             ensure_default_account(&store, ns).map_err(|e| Error::Store {
                 path: path.clone(),
                 message: e.message,
@@ -250,7 +253,7 @@ impl Agent {
             .list("priorityclasses", None)
             .1
             .iter()
-            .filter_map(|v| serde_json::from_value((**v).clone()).ok())
+            .filter_map(|o| serde_json::from_value(o.to_value()).ok())
             .collect();
         let mut node_options = options.node.clone();
         node_options.priority_classes.extend(classes);
@@ -326,12 +329,13 @@ impl Agent {
         &self.kubeconfig
     }
 
-    /// Stops serving the API. The pods' state stays in the store: the next start brings them
-    /// back.
+    /// Stops serving the API, ending its open connections (watches, followed logs, sessions).
+    /// The pods' state stays in the store: the next start brings them back.
     pub async fn stop(self) {
         let _ = self.stop.send(true);
         let _ = self.server.await;
-        // What holds the store is gone once this returns: another agent may open it.
+        // Once this returns the API and the sampler no longer hold the store: another agent may
+        // open it when no pod is running (a running pod's supervision holds it until it ends).
         let _ = self.sampler.await;
     }
 

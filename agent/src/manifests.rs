@@ -154,28 +154,18 @@ async fn sync(api: &Arc<Api>, wanted: &[(Static, Value)], refused: &mut HashMap<
     // Mirror pods whose manifest is gone or changed go, gracefully.
     for pod in api.store.list("pods", None).1 {
         let Some(hash) = pod
-            .pointer(&format!(
-                "/metadata/annotations/{}",
-                MIRROR.replace('/', "~1")
-            ))
-            .and_then(Value::as_str)
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(MIRROR))
         else {
             continue;
         };
-        let ns = pod
-            .pointer("/metadata/namespace")
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        let name = pod
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .unwrap_or("");
+        let (ns, name) = (pod.namespace(), pod.name());
         let kept = wanted
             .iter()
-            .any(|(s, _)| s.hash == hash && s.namespace == ns && full_name(s) == name);
-        let deleting = pod
-            .pointer("/metadata/deletionTimestamp")
-            .is_some_and(|t| !t.is_null());
+            .any(|(s, _)| &s.hash == hash && s.namespace == ns && full_name(s) == name);
+        let deleting = pod.metadata.deletion_timestamp.is_some();
         if !kept && !deleting {
             tracing::info!(
                 pod = name,

@@ -11,10 +11,10 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
-use serde_json::Value;
 use tokio::sync::broadcast;
 
 use crate::bounds::MAX_OBJECT;
+use crate::object::Object;
 use crate::status::ApiError;
 
 const OBJECTS: TableDefinition<&str, &[u8]> = TableDefinition::new("objects");
@@ -24,7 +24,7 @@ const RESOURCE_VERSION: &str = "resourceVersion";
 /// Non-durable commits at most between two durable ones.
 const LAZY_COMMITS: usize = 256;
 /// The database's page cache (read cache and write buffer together).
-const DB_CACHE: usize = 4 << 20;
+const DB_CACHE: usize = 1 << 20;
 /// Changes kept for watches that start from an older `resourceVersion`; older ones get 410.
 const HISTORY: usize = 1024;
 /// The most objects of one resource the store keeps: past it, creations are refused (an API
@@ -55,10 +55,10 @@ pub(crate) struct Change {
     pub(crate) rv: u64,
     pub(crate) resource: &'static str,
     pub(crate) kind: ChangeKind,
-    pub(crate) object: Arc<Value>,
+    pub(crate) object: Arc<Object>,
 }
 
-type Objects = BTreeMap<(String, String), Arc<Value>>;
+type Objects = BTreeMap<(String, String), Arc<Object>>;
 
 /// A watch's start: the changes it has to catch up on, and a receiver of those to come.
 pub(crate) type Watch = (Vec<Arc<Change>>, broadcast::Receiver<Arc<Change>>);
@@ -138,11 +138,17 @@ impl Store {
                 tracing::warn!(key = k, "store: skipping an object of an unknown resource");
                 continue;
             };
-            match serde_json::from_slice::<Value>(v.value()) {
-                Ok(value) => {
-                    map.insert((namespace.to_owned(), name.to_owned()), Arc::new(value));
+            match Object::from_slice(v.value()) {
+                Ok(object) => {
+                    map.insert((namespace.to_owned(), name.to_owned()), Arc::new(object));
                 }
-                Err(e) => tracing::warn!(key = k, "store: skipping an unreadable object: {e}"),
+                Err(e) => {
+                    tracing::warn!(
+                        key = k,
+                        "store: skipping an unreadable object: {}",
+                        e.message
+                    );
+                }
             }
         }
         drop(table);
@@ -170,7 +176,7 @@ impl Store {
         self.state().rv
     }
 
-    pub(crate) fn get(&self, resource: &str, namespace: &str, name: &str) -> Option<Arc<Value>> {
+    pub(crate) fn get(&self, resource: &str, namespace: &str, name: &str) -> Option<Arc<Object>> {
         let state = self.state();
         state
             .objects
@@ -181,7 +187,7 @@ impl Store {
 
     /// The objects of a resource (of one namespace, or all), by namespace and name, with the
     /// `resourceVersion` they were read at.
-    pub(crate) fn list(&self, resource: &str, namespace: Option<&str>) -> (u64, Vec<Arc<Value>>) {
+    pub(crate) fn list(&self, resource: &str, namespace: Option<&str>) -> (u64, Vec<Arc<Object>>) {
         let state = self.state();
         let Some(map) = state.objects.get(resource) else {
             return (state.rv, Vec::new());
@@ -204,21 +210,15 @@ impl Store {
         resource: &'static str,
         namespace: &str,
         name: &str,
-        next: Option<Value>,
+        next: Option<Object>,
         durable: Durable,
-    ) -> Result<Arc<Value>, ApiError> {
+    ) -> Result<Arc<Object>, ApiError> {
         let rv = state.rv + 1;
         let k = key(resource, namespace, name);
         let next = next.map(|mut v| {
-            if let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut) {
-                meta.insert("resourceVersion".into(), Value::String(rv.to_string()));
-            }
+            v.metadata.resource_version = Some(rv.to_string());
             v
         });
-        // Checked without recursion before anything recurses on it (serializing, cloning).
-        if let Some(v) = &next {
-            crate::bounds::check_depth(v)?;
-        }
         let bytes = match &next {
             Some(v) => Some(serde_json::to_vec(v).map_err(internal)?),
             None => None,
@@ -266,9 +266,7 @@ impl Store {
                 let old = map.remove(&id).unwrap_or_default();
                 // A deleted object is reported with the resourceVersion of its deletion.
                 let mut old = Arc::unwrap_or_clone(old);
-                if let Some(meta) = old.get_mut("metadata").and_then(Value::as_object_mut) {
-                    meta.insert("resourceVersion".into(), Value::String(rv.to_string()));
-                }
+                old.metadata.resource_version = Some(rv.to_string());
                 (ChangeKind::Deleted, Arc::new(old))
             }
         };
@@ -292,8 +290,8 @@ impl Store {
         resource: &'static str,
         namespace: &str,
         name: &str,
-        value: Value,
-    ) -> Result<Arc<Value>, ApiError> {
+        value: Object,
+    ) -> Result<Arc<Object>, ApiError> {
         self.create_as(resource, namespace, name, value, Durable::Now)
     }
 
@@ -303,9 +301,9 @@ impl Store {
         resource: &'static str,
         namespace: &str,
         name: &str,
-        value: Value,
+        value: Object,
         durable: Durable,
-    ) -> Result<Arc<Value>, ApiError> {
+    ) -> Result<Arc<Object>, ApiError> {
         let mut state = self.state();
         let exists = state
             .objects
@@ -338,8 +336,8 @@ impl Store {
         namespace: &str,
         name: &str,
         durable: Durable,
-        change: impl FnOnce(&mut Value) -> Result<(), ApiError>,
-    ) -> Result<Arc<Value>, ApiError> {
+        change: impl FnOnce(&mut Object) -> Result<(), ApiError>,
+    ) -> Result<Arc<Object>, ApiError> {
         let mut state = self.state();
         let current = state
             .objects
@@ -362,8 +360,8 @@ impl Store {
         namespace: &str,
         name: &str,
         durable: Durable,
-        check: impl FnOnce(&Value) -> bool,
-    ) -> Result<Option<Arc<Value>>, ApiError> {
+        check: impl FnOnce(&Object) -> bool,
+    ) -> Result<Option<Arc<Object>>, ApiError> {
         let mut state = self.state();
         let found = state
             .objects
@@ -426,8 +424,8 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn object(name: &str) -> Value {
-        json!({"metadata": {"name": name}, "data": {"a": "1"}})
+    fn object(name: &str) -> Object {
+        Object::from_value(json!({"metadata": {"name": name}, "data": {"a": "1"}})).unwrap()
     }
 
     #[test]
@@ -444,18 +442,18 @@ mod tests {
                 .unwrap();
             let updated = store
                 .update("configmaps", "default", "a", Durable::Now, |v| {
-                    v["data"]["a"] = json!("2");
+                    v.set_field("data", Some(json!({"a": "2"})));
                     Ok(())
                 })
                 .unwrap();
-            assert_eq!(updated["metadata"]["resourceVersion"], "3");
+            assert_eq!(updated.resource_version(), Some("3"));
             // An update that changes nothing is not a write.
             store
                 .update("configmaps", "default", "a", Durable::Now, |_| Ok(()))
                 .unwrap();
             assert_eq!(store.resource_version(), 3);
             let gone = store.delete_if("configmaps", "default", "b", Durable::Now, |_| true);
-            assert_eq!(gone.unwrap().unwrap()["metadata"]["resourceVersion"], "4");
+            assert_eq!(gone.unwrap().unwrap().resource_version(), Some("4"));
             let e = store
                 .create("configmaps", "default", "a", object("a"))
                 .unwrap_err();
@@ -466,7 +464,7 @@ mod tests {
         let (rv, items) = store.list("configmaps", Some("default"));
         assert_eq!(rv, 4);
         assert_eq!(items.len(), 1);
-        assert_eq!(items[0]["data"]["a"], "2");
+        assert_eq!(items[0].field("data"), Some(json!({"a": "2"})));
         assert!(store.get("configmaps", "default", "b").is_none());
         let e = store.update("configmaps", "default", "b", Durable::Now, |_| Ok(()));
         assert_eq!(e.unwrap_err().reason, "NotFound");

@@ -46,8 +46,7 @@ impl Api {
             .get("serviceaccounts", &claims.namespace, &claims.account)?;
         if let Some((name, uid)) = &claims.pod {
             let pod = self.store.get("pods", &claims.namespace, name)?;
-            let current = pod.pointer("/metadata/uid").and_then(|u| u.as_str());
-            if current != Some(uid.as_str()) {
+            if pod.uid() != uid {
                 return None;
             }
         }

@@ -33,7 +33,8 @@ pub(super) async fn logs(
     let pod = api
         .store
         .get("pods", ns, name)
-        .ok_or_else(|| ApiError::not_found("pods", name))?;
+        .ok_or_else(|| ApiError::not_found("pods", name))?
+        .to_value();
     let containers = names(&pod, "containers");
     let container = match call.query.get("container") {
         Some(c) if !c.is_empty() => c.to_owned(),

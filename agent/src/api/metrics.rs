@@ -21,6 +21,7 @@ use super::select::Labels;
 use super::{Api, Call, json};
 use crate::body::Body;
 use crate::metrics::{Window, process_usage};
+use crate::object::Object;
 use crate::status::ApiError;
 
 pub(crate) const GROUP: &str = "metrics.k8s.io";
@@ -123,7 +124,7 @@ impl Api {
             ["nodes"] => {
                 let items: Vec<Value> = self
                     .node_metrics()
-                    .filter(|n| labels.matches(n))
+                    .filter(|_| labels.matches_labels(self.kubelet.node().labels()))
                     .into_iter()
                     .collect();
                 Ok(json(
@@ -154,9 +155,8 @@ impl Api {
     }
 
     /// A pod's `PodMetrics`, once each of its running containers has a rate.
-    fn pod_metrics(&self, pod: &Value) -> Option<Value> {
-        let uid = pod.pointer("/metadata/uid")?.as_str()?;
-        let windows = self.metrics.pod(uid)?;
+    fn pod_metrics(&self, pod: &Object) -> Option<Value> {
+        let windows = self.metrics.pod(pod.uid())?;
         let mut containers = Vec::with_capacity(windows.len());
         let mut span = Duration::ZERO;
         let mut time = None;
@@ -175,9 +175,9 @@ impl Api {
             "kind": "PodMetrics",
             "apiVersion": API_VERSION,
             "metadata": {
-                "name": pod.pointer("/metadata/name"),
-                "namespace": pod.pointer("/metadata/namespace"),
-                "labels": pod.pointer("/metadata/labels").cloned().unwrap_or(json!({})),
+                "name": pod.name(),
+                "namespace": pod.namespace(),
+                "labels": pod.metadata.labels.clone().unwrap_or_default(),
                 "creationTimestamp": time.to_string(),
             },
             "timestamp": time.to_string(),
@@ -206,13 +206,12 @@ impl Api {
     }
 
     /// The running containers of the node's pods, read now: (pod object, its usage).
-    fn running(&self) -> Vec<(std::sync::Arc<Value>, Vec<wasmpod::ContainerUsage>)> {
+    fn running(&self) -> Vec<(std::sync::Arc<Object>, Vec<wasmpod::ContainerUsage>)> {
         let (_, pods) = self.store.list("pods", None);
         pods.into_iter()
             .filter_map(|p| {
-                let uid = p.pointer("/metadata/uid")?.as_str()?;
-                let usage = self.kubelet.handle(uid)?.usage();
-                Some((p.clone(), usage))
+                let usage = self.kubelet.handle(p.uid())?.usage();
+                Some((p, usage))
             })
             .collect()
     }
@@ -239,11 +238,11 @@ impl Api {
         let process = process_usage();
         let running = self.running();
         let mut out = String::with_capacity(1024 + 512 * running.len());
-        let pod_labels = |pod: &Value| {
+        let pod_labels = |pod: &Object| {
             format!(
                 "namespace=\"{}\",pod=\"{}\"",
-                escape(str_at(pod, "/metadata/namespace")),
-                escape(str_at(pod, "/metadata/name"))
+                escape(pod.namespace()),
+                escape(pod.name())
             )
         };
         let per_container = |value: fn(&wasmpod::ContainerUsage) -> String| {
@@ -359,9 +358,7 @@ impl Api {
             .running()
             .iter()
             .map(|(pod, usage)| {
-                let windows = str_at_opt(pod, "/metadata/uid")
-                    .and_then(|uid| self.metrics.pod(uid))
-                    .unwrap_or_default();
+                let windows = self.metrics.pod(pod.uid()).unwrap_or_default();
                 let rate = |name: &str| windows.get(name).and_then(|w| w.rate()).map(|r| r.0);
                 let containers: Vec<Value> = usage
                     .iter()
@@ -377,11 +374,11 @@ impl Api {
                 let rates: Option<u64> = usage.iter().map(|c| rate(&c.name)).sum();
                 json!({
                     "podRef": {
-                        "name": pod.pointer("/metadata/name"),
-                        "namespace": pod.pointer("/metadata/namespace"),
-                        "uid": pod.pointer("/metadata/uid"),
+                        "name": pod.name(),
+                        "namespace": pod.namespace(),
+                        "uid": pod.uid(),
                     },
-                    "startTime": pod.pointer("/status/startTime"),
+                    "startTime": pod.field("status").and_then(|s| s.get("startTime").cloned()),
                     "containers": containers,
                     "cpu": cpu(usage.iter().map(|c| c.cpu).sum(), rates),
                     "memory": memory(usage.iter().map(|c| c.memory).sum()),
@@ -404,8 +401,9 @@ impl Api {
 }
 
 /// The pod's containers that have windows, in the pod's order (init containers first).
-fn container_order<'a>(pod: &Value, windows: &'a HashMap<String, Window>) -> Vec<&'a String> {
+fn container_order<'a>(pod: &Object, windows: &'a HashMap<String, Window>) -> Vec<&'a String> {
     let mut names: Vec<&String> = windows.keys().collect();
+    let pod = pod.to_value();
     let position = |name: &str| {
         ["/spec/initContainers", "/spec/containers"]
             .iter()
@@ -420,14 +418,6 @@ fn container_order<'a>(pod: &Value, windows: &'a HashMap<String, Window>) -> Vec
     };
     names.sort_by_key(|n| position(n));
     names
-}
-
-fn str_at<'a>(v: &'a Value, pointer: &str) -> &'a str {
-    str_at_opt(v, pointer).unwrap_or("")
-}
-
-fn str_at_opt<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
-    v.pointer(pointer).and_then(Value::as_str)
 }
 
 /// A Prometheus label value: backslash, quote and newline escaped.

@@ -3,9 +3,9 @@
 //! A file per concern: [`discovery`] (version, groups, OpenAPI), [`objects`] (get, list, watch,
 //! create, update, patch and delete of any stored resource), [`pods`] (what the API server and
 //! kubelet add for pods: admission, graceful deletion, updates), [`logs`], [`exec`], [`node`]
-//! (the Node object), [`table`] (kubectl's columns), [`select`] (label and field selectors),
-//! [`patch`] (merge and strategic merge patches), [`validate`] (ConfigMaps, Secrets, PriorityClasses),
-//! [`protobuf`] (the bodies kubectl sends as protobuf).
+//! (the Node object), [`resources`] (each resource's strategy: checks, defaults, columns),
+//! [`table`] (kubectl's tables), [`select`] (label and field selectors), [`patch`] (merge and
+//! strategic merge patches), [`protobuf`] (the bodies kubectl sends as protobuf).
 
 mod access;
 mod attach;
@@ -231,7 +231,7 @@ fn route(path: &str) -> Result<Route, ApiError> {
 }
 
 /// A JSON answer.
-pub(crate) fn json(code: StatusCode, value: &Value) -> Response<Body> {
+pub(crate) fn json(code: StatusCode, value: &impl serde::Serialize) -> Response<Body> {
     let mut r = Response::new(Body::full(serde_json::to_vec(value).unwrap_or_default()));
     *r.status_mut() = code;
     r.headers_mut().insert(

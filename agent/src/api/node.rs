@@ -4,11 +4,12 @@ use serde_json::{Value, json};
 
 use super::Api;
 use super::discovery::GIT_VERSION;
+use crate::object::Object;
 use crate::status::ApiError;
 
 impl Api {
     /// The Node named `name`; `NotFound` for any other name.
-    pub(super) fn node_object(&self, name: &str) -> Result<Value, ApiError> {
+    pub(super) fn node_object(&self, name: &str) -> Result<Object, ApiError> {
         let k = &self.kubelet;
         if name != k.node_name() {
             return Err(ApiError::not_found("nodes", name));
@@ -35,7 +36,7 @@ impl Api {
             .iter()
             .map(|t| serde_json::to_value(t).unwrap_or_default())
             .collect();
-        Ok(json!({
+        Object::from_value(json!({
             "kind": "Node",
             "apiVersion": "v1",
             "metadata": {

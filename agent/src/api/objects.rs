@@ -13,6 +13,7 @@ use super::resources::{Resource, Storage};
 use super::select::{Fields, Labels};
 use super::{Api, Call, json, patch, table};
 use crate::body::{Body, Ended};
+use crate::object::{Object, TypeMeta};
 use crate::status::{ApiError, Cause};
 use crate::store::{ChangeKind, Durable};
 
@@ -30,34 +31,31 @@ fn random_suffix() -> String {
 }
 
 impl Api {
-    /// The namespace and name a new object gets, with the metadata the API server sets
-    /// (`uid`, `creationTimestamp`, `namespace`; `generateName` made into a name).
+    /// A new object from a request's body, with the metadata the API server sets (`uid`,
+    /// `creationTimestamp`, `namespace`; `generateName` made into a name).
     pub(super) fn new_object(
         &self,
         resource: &Resource,
         namespace: Option<&str>,
-        body: &mut Value,
-    ) -> Result<(String, String), ApiError> {
-        if !body.is_object() {
-            return Err(ApiError::bad_request("the body is not a JSON object"));
-        }
-        let (kind, version) = (body.get("kind"), body.get("apiVersion"));
-        if kind.is_some_and(|k| k != resource.kind)
-            || version.is_some_and(|v| v != resource.api_version())
+        body: Value,
+    ) -> Result<Object, ApiError> {
+        let mut object = Object::from_value(body)?;
+        let types = &object.types;
+        if (!types.kind.is_empty() && types.kind != resource.kind)
+            || (!types.api_version.is_empty() && types.api_version != resource.api_version())
         {
             return Err(ApiError::bad_request(format!(
                 "the API version in the data ({}) does not match the expected API version ({})",
-                version.and_then(Value::as_str).unwrap_or(""),
+                types.api_version,
                 resource.api_version()
             )));
         }
-        body["kind"] = json!(resource.kind);
-        body["apiVersion"] = json!(resource.api_version());
-        if !body.get("metadata").is_some_and(Value::is_object) {
-            body["metadata"] = json!({});
-        }
-        let meta = &mut body["metadata"];
-        let ns = match (namespace, meta.get("namespace").and_then(Value::as_str)) {
+        object.types = TypeMeta {
+            api_version: resource.api_version().into(),
+            kind: resource.kind.into(),
+        };
+        let meta = &mut object.metadata;
+        let ns = match (namespace, meta.namespace.as_deref()) {
             (Some(path), Some(given)) if !given.is_empty() && given != path => {
                 return Err(ApiError::bad_request(
                     "the namespace of the provided object does not match the namespace sent on the request",
@@ -66,10 +64,7 @@ impl Api {
             (Some(path), _) => path.to_owned(),
             (None, _) => String::new(),
         };
-        let name = match (
-            meta.get("name").and_then(Value::as_str),
-            meta.get("generateName").and_then(Value::as_str),
-        ) {
+        let name = match (meta.name.as_deref(), meta.generate_name.as_deref()) {
             (Some(n), _) if !n.is_empty() => n.to_owned(),
             (_, Some(prefix)) if !prefix.is_empty() => format!("{prefix}{}", random_suffix()),
             _ => {
@@ -88,27 +83,18 @@ impl Api {
             .strategy
             .check_name(&name)
             .map_err(|m| ApiError::field_invalid(resource.kind, &name, "metadata.name", m))?;
-        if resource.namespaced {
-            meta["namespace"] = json!(ns);
-        } else if let Some(m) = meta.as_object_mut() {
-            m.remove("namespace");
-        }
-        meta["name"] = json!(name);
-        meta["uid"] = json!(uuid::Uuid::new_v4().to_string());
-        meta["creationTimestamp"] = json!(crate::clock::now());
-        if let Some(m) = meta.as_object_mut() {
-            for set_by_server in [
-                "resourceVersion",
-                "deletionTimestamp",
-                "deletionGracePeriodSeconds",
-                "managedFields",
-                "selfLink",
-                "generation",
-            ] {
-                m.remove(set_by_server);
-            }
-        }
-        Ok((ns, name))
+        meta.namespace = resource.namespaced.then_some(ns);
+        meta.name = Some(name);
+        meta.uid = Some(uuid::Uuid::new_v4().to_string());
+        meta.creation_timestamp = Some(crate::clock::time());
+        // Set by the server only.
+        meta.resource_version = None;
+        meta.deletion_timestamp = None;
+        meta.deletion_grace_period_seconds = None;
+        meta.managed_fields = None;
+        meta.self_link = None;
+        meta.generation = None;
+        Ok(object)
     }
 
     pub(super) fn get(
@@ -129,14 +115,14 @@ impl Api {
             let rv = self.store.resource_version();
             json(
                 StatusCode::OK,
-                &table::table(resource, &[&object], rv, true),
+                &table::table(resource, &[&*object], rv, true),
             )
         } else {
-            json(StatusCode::OK, &object)
+            json(StatusCode::OK, &*object)
         })
     }
 
-    fn objects(&self, resource: &Resource, namespace: Option<&str>) -> (u64, Vec<Arc<Value>>) {
+    fn objects(&self, resource: &Resource, namespace: Option<&str>) -> (u64, Vec<Arc<Object>>) {
         if resource.strategy.storage() == Storage::Node {
             let node = self.node_object(self.kubelet.node_name()).ok();
             (
@@ -160,7 +146,7 @@ impl Api {
             return self.watch(resource, namespace, labels, fields, call);
         }
         let (rv, items) = self.objects(resource, namespace);
-        let items: Vec<&Value> = items
+        let items: Vec<&Object> = items
             .iter()
             .map(|v| &**v)
             .filter(|v| labels.matches(v) && fields.matches(v))
@@ -208,28 +194,25 @@ impl Api {
         let (tx, body) = Body::channel();
         let namespace = namespace.map(str::to_owned);
         let table = call.table;
-        let wanted = move |resource_name: &str, object: &Value| {
+        let wanted = move |resource_name: &str, object: &Object| {
             resource_name == resource.name
-                && namespace.as_deref().is_none_or(|ns| {
-                    object
-                        .pointer("/metadata/namespace")
-                        .and_then(Value::as_str)
-                        == Some(ns)
-                })
+                && namespace
+                    .as_deref()
+                    .is_none_or(|ns| object.namespace() == ns)
                 && labels.matches(object)
                 && fields.matches(object)
         };
         let mut first = true;
-        let mut line = move |kind: ChangeKind, object: &Value, rv: u64| -> Bytes {
-            let object = if table {
+        let mut line = move |kind: ChangeKind, object: &Object, rv: u64| -> Bytes {
+            let kind = kind.as_str();
+            let mut bytes = if table {
                 let t = table::table(resource, &[object], rv, first);
                 first = false;
-                t
+                serde_json::to_vec(&json!({"type": kind, "object": t}))
             } else {
-                object.clone()
-            };
-            let mut bytes = serde_json::to_vec(&json!({"type": kind.as_str(), "object": object}))
-                .unwrap_or_default();
+                serde_json::to_vec(&json!({"type": kind, "object": object}))
+            }
+            .unwrap_or_default();
             bytes.push(b'\n');
             Bytes::from(bytes)
         };
@@ -282,19 +265,22 @@ impl Api {
         &self,
         resource: &'static Resource,
         namespace: Option<&str>,
-        mut body: Value,
+        body: Value,
         call: &Call,
     ) -> Result<Response<Body>, ApiError> {
-        let (ns, name) = self.new_object(resource, namespace, &mut body)?;
+        let mut object = self.new_object(resource, namespace, body)?;
+        let (ns, name) = (object.namespace().to_owned(), object.name().to_owned());
         let dry_run = call.query.get("dryRun").is_some();
         let created = match resource.strategy.storage() {
-            Storage::Pods => self.create_pod(&ns, &name, body, dry_run).await?,
+            Storage::Pods => self.create_pod(object, dry_run).await?,
             Storage::Stored { .. } => {
-                resource.strategy.prepare(&self.store, &name, &mut body)?;
+                let mut fields = object.fields();
+                resource.strategy.prepare(&self.store, &name, &mut fields)?;
+                object.set_fields(fields);
                 if dry_run {
-                    Arc::new(body)
+                    Arc::new(object)
                 } else {
-                    let created = self.store.create(resource.name, &ns, &name, body)?;
+                    let created = self.store.create(resource.name, &ns, &name, object)?;
                     resource.strategy.created(&self.store, &name)?;
                     resource.strategy.changed(&self.kubelet)?;
                     created
@@ -307,7 +293,7 @@ impl Api {
                 )));
             }
         };
-        Ok(json(StatusCode::CREATED, &created))
+        Ok(json(StatusCode::CREATED, &*created))
     }
 
     /// `PUT`: the whole object, with a `resourceVersion` precondition when it carries one.
@@ -321,7 +307,7 @@ impl Api {
         let updated = self
             .update(resource, namespace.unwrap_or(""), name, |_| Ok(body))
             .await?;
-        Ok(json(StatusCode::OK, &updated))
+        Ok(json(StatusCode::OK, &*updated))
     }
 
     /// `PATCH` with a JSON patch, a merge patch, a strategic merge patch or a server-side apply
@@ -380,7 +366,7 @@ impl Api {
             Ok(next)
         })
         .await?;
-        Ok(json(StatusCode::OK, &updated))
+        Ok(json(StatusCode::OK, &*updated))
     }
 
     /// Replaces an object with what `make` returns from the current one, keeping what the
@@ -391,7 +377,7 @@ impl Api {
         ns: &str,
         name: &str,
         make: impl FnOnce(&Value) -> Result<Value, ApiError>,
-    ) -> Result<Arc<Value>, ApiError> {
+    ) -> Result<Arc<Object>, ApiError> {
         if matches!(
             resource.strategy.storage(),
             Storage::Node | Storage::ReadOnly
@@ -405,11 +391,6 @@ impl Api {
             .store
             .get(resource.name, ns, name)
             .ok_or_else(|| ApiError::not_found(resource.name, name))?;
-        let rv = |v: &Value| {
-            v.pointer("/metadata/resourceVersion")
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-        };
         let modified = || {
             ApiError::conflict(
                 resource.name,
@@ -417,77 +398,56 @@ impl Api {
                 "the object has been modified; please apply your changes to the latest version and try again",
             )
         };
-        let mut next = make(&current)?;
-        if !next.is_object() {
-            return Err(ApiError::bad_request("the object is not a JSON object"));
-        }
-        let explicit = rv(&next).is_some();
-        if rv(&next).is_some_and(|given| Some(given) != rv(&current)) {
+        let mut next = Object::from_value(make(&current.to_value())?)?;
+        let explicit = next.resource_version().is_some();
+        if explicit && next.resource_version() != current.resource_version() {
             return Err(modified());
         }
-        if next
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .is_some_and(|n| n != name)
-        {
+        if next.metadata.name.as_deref().is_some_and(|n| n != name) {
             return Err(ApiError::bad_request(
                 "the name of the object does not match the name on the URL",
             ));
         }
-        if !next.get("metadata").is_some_and(Value::is_object) {
-            next["metadata"] = json!({});
-        }
-        for kept in [
-            "uid",
-            "creationTimestamp",
-            "namespace",
-            "name",
-            "deletionTimestamp",
-            "deletionGracePeriodSeconds",
-        ] {
-            match current["metadata"].get(kept) {
-                Some(v) => next["metadata"][kept] = v.clone(),
-                None => {
-                    if let Some(m) = next["metadata"].as_object_mut() {
-                        m.remove(kept);
-                    }
-                }
-            }
-        }
-        next["kind"] = json!(resource.kind);
-        next["apiVersion"] = json!(resource.api_version());
+        // What the client may not change.
+        let (meta, kept) = (&mut next.metadata, &current.metadata);
+        meta.uid.clone_from(&kept.uid);
+        meta.creation_timestamp.clone_from(&kept.creation_timestamp);
+        meta.namespace.clone_from(&kept.namespace);
+        meta.name.clone_from(&kept.name);
+        meta.deletion_timestamp.clone_from(&kept.deletion_timestamp);
+        meta.deletion_grace_period_seconds = kept.deletion_grace_period_seconds;
+        next.types = TypeMeta {
+            api_version: resource.api_version().into(),
+            kind: resource.kind.into(),
+        };
         // New images are loaded before the update is taken; a bad one is refused with its field.
         let images = if resource.strategy.storage() == Storage::Pods {
             super::pods::check_update(&current, &mut next)?;
             self.load_changed_images(&current, &next).await?
         } else {
-            resource.strategy.prepare(&self.store, name, &mut next)?;
+            let mut fields = next.fields();
+            resource.strategy.prepare(&self.store, name, &mut fields)?;
+            next.set_fields(fields);
             None
         };
-        let before = rv(&current);
+        let before = current.resource_version().map(str::to_owned);
         let updated = self
             .store
             .update(resource.name, ns, name, Durable::Now, |stored| {
-                if rv(stored) != before {
+                if stored.resource_version() != before.as_deref() {
                     // Changed since it was read (the new images loaded meanwhile). The kubelet's
                     // status may change at any time: that is taken as it is now; any other change
                     // is a conflict, and so is any change when the client named a resourceVersion.
-                    let without_status = |v: &Value| {
-                        let mut v = v.clone();
-                        if let Some(o) = v.as_object_mut() {
-                            o.remove("status");
-                        }
-                        if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
-                            m.remove("resourceVersion");
-                        }
-                        v
+                    let without_status = |o: &Object| {
+                        let mut o = o.clone();
+                        o.set_field("status", None);
+                        o.metadata.resource_version = None;
+                        o
                     };
                     if explicit || without_status(stored) != without_status(&current) {
                         return Err(modified());
                     }
-                    if let Some(status) = stored.get("status") {
-                        next["status"] = status.clone();
-                    }
+                    next.set_field("status", stored.field("status"));
                 }
                 *stored = next;
                 Ok(())
@@ -516,7 +476,7 @@ impl Api {
         match resource.strategy.storage() {
             Storage::Pods => {
                 let pod = self.delete_pod(ns, name, grace, true)?;
-                Ok(json(StatusCode::OK, &pod))
+                Ok(json(StatusCode::OK, &*pod))
             }
             Storage::Stored { deletable: true } => {
                 let gone = self
@@ -534,7 +494,7 @@ impl Api {
                         "details": {
                             "name": name,
                             "kind": resource.name,
-                            "uid": gone.pointer("/metadata/uid").cloned().unwrap_or(Value::Null),
+                            "uid": gone.metadata.uid,
                         },
                     }),
                 ))

@@ -8,8 +8,10 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::Api;
+use crate::object::Object;
 use crate::status::{ApiError, Cause};
 use crate::store::Durable;
+use wasmpod::k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 /// The longest grace period taken (the runtime bounds durations the same way).
 const MAX_GRACE: i64 = 100 * 365 * 24 * 3600;
@@ -31,15 +33,22 @@ pub(crate) fn invalid_pod(name: &str, e: &wasmpod::InvalidPod) -> ApiError {
 impl Api {
     pub(super) async fn create_pod(
         &self,
-        ns: &str,
-        name: &str,
-        pod: Value,
+        object: Object,
         dry_run: bool,
-    ) -> Result<Arc<Value>, ApiError> {
+    ) -> Result<Arc<Object>, ApiError> {
+        let name = object.name();
+        // The node's own mark of a static pod's mirror: only the node sets it (as the API server
+        // lets only a kubelet create mirror pods); from a client it would make the pod one that
+        // the API can neither change nor delete.
+        if is_mirror(&object) {
+            return Err(mirror_annotation_refused(name));
+        }
         // As the Pod Security Standards' baseline: a hostPath volume reads and writes the
         // host's files, so pods from the API may have one only where the node allows it.
-        let host_path = pod
-            .pointer("/spec/volumes")
+        let spec = object.field("spec");
+        let host_path = spec
+            .as_ref()
+            .and_then(|s| s.get("volumes"))
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
@@ -56,24 +65,14 @@ impl Api {
                 ),
             ));
         }
-        // The node's own mark of a static pod's mirror: only the node sets it (as the API server
-        // lets only a kubelet create mirror pods); from a client it would make the pod one that
-        // the API can neither change nor delete.
-        if is_mirror(&pod) {
-            return Err(mirror_annotation_refused(name));
-        }
-        self.admit_pod(ns, name, pod, dry_run).await
+        self.admit_pod(object, dry_run).await
     }
 
     /// Admits a pod: the API server's defaults and priority admission, wasmpod's validation,
     /// the node's modules loaded; then stores it and runs it.
-    async fn admit_pod(
-        &self,
-        ns: &str,
-        name: &str,
-        mut pod: Value,
-        dry_run: bool,
-    ) -> Result<Arc<Value>, ApiError> {
+    async fn admit_pod(&self, object: Object, dry_run: bool) -> Result<Arc<Object>, ApiError> {
+        let (ns, name) = (object.namespace(), object.name());
+        let mut pod = object.to_value();
         if !pod.get("spec").is_some_and(Value::is_object) {
             return Err(ApiError::invalid(
                 "Pod",
@@ -113,6 +112,7 @@ impl Api {
                     format!("pods \"{name}\" is forbidden: no PriorityClass with name {class} was found"),
                 )
             })?;
+            let found = found.fields();
             if pod.pointer("/spec/priority").is_none_or(Value::is_null) {
                 pod["spec"]["priority"] = found.get("value").cloned().unwrap_or(json!(0));
             }
@@ -129,6 +129,7 @@ impl Api {
         self.runtime_class_admission(name, &mut pod)?;
         let spec = self.validate_and_load(name, &pod).await?;
         pod["status"] = json!({"phase": "Pending"});
+        let pod = Object::from_value(pod)?;
         if dry_run {
             return Ok(Arc::new(pod));
         }
@@ -163,6 +164,7 @@ impl Api {
         let Some(found) = self.store.get("runtimeclasses", "", &class) else {
             return Ok(());
         };
+        let found = found.to_value();
         let spec = &mut pod["spec"];
         if let Some(selector) = found
             .pointer("/scheduling/nodeSelector")
@@ -238,13 +240,11 @@ impl Api {
     /// field); `None` when no image changes.
     pub(super) async fn load_changed_images(
         &self,
-        current: &Value,
-        next: &Value,
+        current: &Object,
+        next: &Object,
     ) -> Result<Option<(wasmpod::PodSpec, Vec<String>)>, ApiError> {
-        let name = next
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .unwrap_or("");
+        let name = next.name();
+        let (current, next) = (&current.to_value(), &next.to_value());
         let image_of = |pod: &Value, list: &str, container: &str| -> Option<String> {
             pod.pointer(&format!("/spec/{list}"))?
                 .as_array()?
@@ -279,17 +279,13 @@ impl Api {
     /// the containers start again).
     pub(super) async fn set_images(
         &self,
-        pod: &Value,
+        pod: &Object,
         images: Option<(wasmpod::PodSpec, Vec<String>)>,
     ) {
         let Some((spec, changed)) = images else {
             return;
         };
-        let uid = pod
-            .pointer("/metadata/uid")
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        let Some(handle) = self.kubelet.handle(uid) else {
+        let Some(handle) = self.kubelet.handle(pod.uid()) else {
             return;
         };
         for container in changed {
@@ -307,13 +303,13 @@ impl Api {
     pub(crate) async fn create_static(
         &self,
         ns: &str,
-        mut pod: Value,
+        pod: Value,
         uid: &str,
-    ) -> Result<Arc<Value>, ApiError> {
-        let (ns, name) = self.new_object(&super::resources::PODS, Some(ns), &mut pod)?;
-        pod["metadata"]["uid"] = json!(uid);
+    ) -> Result<Arc<Object>, ApiError> {
+        let mut pod = self.new_object(&super::resources::PODS, Some(ns), pod)?;
+        pod.metadata.uid = Some(uid.to_owned());
         // The host's own user placed the manifest: hostPath is theirs to use.
-        self.admit_pod(&ns, &name, pod, false).await
+        self.admit_pod(pod, false).await
     }
 
     /// Deletes a pod: gracefully within `grace` (the pod's own period when `None`), or at once
@@ -325,7 +321,7 @@ impl Api {
         name: &str,
         grace: Option<i64>,
         from_api: bool,
-    ) -> Result<Arc<Value>, ApiError> {
+    ) -> Result<Arc<Object>, ApiError> {
         let pod = self
             .store
             .get("pods", ns, name)
@@ -333,26 +329,21 @@ impl Api {
         if is_mirror(&pod) && from_api {
             return Err(mirror_refused(name, "deleted"));
         }
-        let uid = pod
-            .pointer("/metadata/uid")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_owned();
-        let own = pod
+        let uid = pod.uid().to_owned();
+        let whole = pod.to_value();
+        let own = whole
             .pointer("/spec/terminationGracePeriodSeconds")
             .and_then(Value::as_i64)
             .unwrap_or(30);
         let mut grace = grace.unwrap_or(own).clamp(0, MAX_GRACE);
-        let phase = pod.pointer("/status/phase").and_then(Value::as_str);
+        let phase = whole.pointer("/status/phase").and_then(Value::as_str);
         if matches!(phase, Some("Succeeded" | "Failed")) || !self.kubelet.runs(&uid) {
             grace = 0;
         }
         if grace == 0 {
             let gone = self
                 .store
-                .delete_if("pods", ns, name, Durable::Now, |p| {
-                    p.pointer("/metadata/uid").and_then(Value::as_str) == Some(uid.as_str())
-                })?
+                .delete_if("pods", ns, name, Durable::Now, |p| p.uid() == uid)?
                 .unwrap_or(pod);
             if self.kubelet.runs(&uid) {
                 // Its supervision ends with the pod, and forgets it then.
@@ -362,19 +353,20 @@ impl Api {
             }
             return Ok(gone);
         }
-        let current = pod
-            .pointer("/metadata/deletionGracePeriodSeconds")
-            .and_then(Value::as_i64);
-        if current.is_some_and(|c| c <= grace) {
+        if pod
+            .metadata
+            .deletion_grace_period_seconds
+            .is_some_and(|c| c <= grace)
+        {
             return Ok(pod);
         }
-        let at = jiff::Timestamp::now()
+        let at = crate::clock::time()
+            .0
             .checked_add(jiff::SignedDuration::from_secs(grace))
             .unwrap_or(jiff::Timestamp::MAX);
         let updated = self.store.update("pods", ns, name, Durable::Now, |p| {
-            p["metadata"]["deletionTimestamp"] =
-                json!(at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string());
-            p["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
+            p.metadata.deletion_timestamp = Some(Time(at));
+            p.metadata.deletion_grace_period_seconds = Some(grace);
             Ok(())
         })?;
         self.kubelet.delete(&uid, grace);
@@ -383,10 +375,11 @@ impl Api {
 }
 
 /// Whether the pod is a static pod's mirror.
-pub(crate) fn is_mirror(pod: &Value) -> bool {
-    pod.pointer("/metadata/annotations")
-        .and_then(|a| a.get(crate::manifests::MIRROR))
-        .is_some()
+pub(crate) fn is_mirror(pod: &Object) -> bool {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(crate::manifests::MIRROR))
 }
 
 fn mirror_annotation_refused(name: &str) -> ApiError {
@@ -414,11 +407,8 @@ fn mirror_refused(name: &str, what: &str) -> ApiError {
 
 /// The spec fields a pod update may change: the containers' images (the API server's rule, less
 /// `activeDeadlineSeconds` and `tolerations`, which the runtime cannot change in a running pod).
-pub(crate) fn check_update(current: &Value, next: &mut Value) -> Result<(), ApiError> {
-    let name = current
-        .pointer("/metadata/name")
-        .and_then(Value::as_str)
-        .unwrap_or("");
+pub(crate) fn check_update(current: &Object, next: &mut Object) -> Result<(), ApiError> {
+    let name = current.name();
     if is_mirror(current) {
         return Err(mirror_refused(name, "changed"));
     }
@@ -426,8 +416,11 @@ pub(crate) fn check_update(current: &Value, next: &mut Value) -> Result<(), ApiE
         return Err(mirror_annotation_refused(name));
     }
     // Status is the kubelet's; what the client sends of it is ignored.
-    next["status"] = current.get("status").cloned().unwrap_or(json!({}));
-    let (old, new) = (&current["spec"], &next["spec"]);
+    next.set_field("status", Some(current.field("status").unwrap_or(json!({}))));
+    let (old, new) = (
+        &current.field("spec").unwrap_or_default(),
+        &next.field("spec").unwrap_or_default(),
+    );
     if old == new {
         return Ok(());
     }

@@ -1,9 +1,12 @@
 //! Label and field selectors (`-l`, `--field-selector`), parsed as the API server parses them
 //! and matched against objects.
 
+use std::collections::BTreeMap;
+
 use serde_json::Value;
 
 use super::resources::Resource;
+use crate::object::Object;
 use crate::status::ApiError;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -112,12 +115,15 @@ impl Labels {
         Ok(Labels(reqs))
     }
 
-    pub(crate) fn matches(&self, object: &Value) -> bool {
-        let labels = object.pointer("/metadata/labels");
-        self.0.iter().all(|r| {
-            let v = labels.and_then(|l| l.get(&r.key)).and_then(Value::as_str);
-            r.matches(v)
-        })
+    pub(crate) fn matches(&self, object: &Object) -> bool {
+        self.0.iter().all(|r| r.matches(object.label(&r.key)))
+    }
+
+    /// Whether a set of labels (of something that is not a stored object) matches.
+    pub(crate) fn matches_labels(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.0
+            .iter()
+            .all(|r| r.matches(labels.get(&r.key).map(String::as_str)))
     }
 }
 
@@ -155,16 +161,21 @@ impl Fields {
         Ok(Fields(reqs))
     }
 
-    pub(crate) fn matches(&self, object: &Value) -> bool {
-        self.0.iter().all(|r| {
-            let pointer = format!("/{}", r.key.replace('.', "/"));
-            let v = object.pointer(&pointer);
-            let text = match v {
-                Some(Value::String(s)) => s.clone(),
-                Some(Value::Null) | None => String::new(),
-                Some(other) => other.to_string(),
-            };
-            r.matches(Some(&text))
+    pub(crate) fn matches(&self, object: &Object) -> bool {
+        // The object's own fields are read only when a requirement names one.
+        let mut whole = None;
+        self.0.iter().all(|r| match r.key.as_str() {
+            "metadata.name" => r.matches(Some(object.name())),
+            "metadata.namespace" => r.matches(Some(object.namespace())),
+            key => {
+                let whole = whole.get_or_insert_with(|| object.to_value());
+                let text = match whole.pointer(&format!("/{}", key.replace('.', "/"))) {
+                    Some(Value::String(s)) => s.clone(),
+                    Some(Value::Null) | None => String::new(),
+                    Some(other) => other.to_string(),
+                };
+                r.matches(Some(&text))
+            }
         })
     }
 }
@@ -177,7 +188,9 @@ mod tests {
 
     #[test]
     fn label_selectors_match_as_the_api_server_does() {
-        let pod = json!({"metadata": {"labels": {"app": "web", "tier": "front"}}});
+        let pod =
+            Object::from_value(json!({"metadata": {"labels": {"app": "web", "tier": "front"}}}))
+                .unwrap();
         let cases = [
             ("app=web", true),
             ("app==web", true),
@@ -200,7 +213,11 @@ mod tests {
 
     #[test]
     fn field_selectors_name_their_fields() {
-        let pod = json!({"metadata": {"name": "a", "namespace": "default"}, "status": {"phase": "Running"}});
+        let pod = Object::from_value(json!({
+            "metadata": {"name": "a", "namespace": "default"},
+            "status": {"phase": "Running"},
+        }))
+        .unwrap();
         let s = Fields::parse("metadata.name=a,status.phase!=Failed", &PODS).unwrap();
         assert!(s.matches(&pod));
         assert!(

@@ -89,11 +89,7 @@ impl Api {
                     .store
                     .get("pods", ns, name)
                     .ok_or_else(|| ApiError::not_found("pods", name))?;
-                let uid = found
-                    .pointer("/metadata/uid")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_owned();
+                let uid = found.uid().to_owned();
                 if let Some(asked) = r.get("uid").and_then(Value::as_str)
                     && !asked.is_empty()
                     && asked != uid

@@ -237,7 +237,8 @@ pub(crate) fn accept(
 
 /// A pod the node runs, as a session finds it.
 pub(crate) struct Running {
-    pub(crate) object: std::sync::Arc<Value>,
+    /// The pod's object as it was when the session started.
+    pub(crate) object: Value,
     pub(crate) uid: String,
     pub(crate) handle: wasmpod::PodHandle,
 }
@@ -248,11 +249,8 @@ pub(crate) fn running(api: &super::Api, ns: &str, name: &str) -> Result<Running,
         .store
         .get("pods", ns, name)
         .ok_or_else(|| ApiError::not_found("pods", name))?;
-    let uid = object
-        .pointer("/metadata/uid")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_owned();
+    let uid = object.uid().to_owned();
+    let object = object.to_value();
     let handle = api.kubelet.handle(&uid).ok_or_else(|| {
         ApiError::bad_request(format!("pod {name} does not run on this node any more"))
     })?;

@@ -4,12 +4,13 @@
 use serde_json::{Value, json};
 
 use super::resources::{Column, Resource};
+use crate::object::Object;
 
 /// A table of `objects`; `with_columns` false leaves the column definitions out (watch events
 /// after the first).
 pub(crate) fn table(
     resource: &Resource,
-    objects: &[&Value],
+    objects: &[&Object],
     resource_version: u64,
     with_columns: bool,
 ) -> Value {
@@ -46,10 +47,10 @@ pub(crate) fn table(
 }
 
 /// The object's metadata, as a `PartialObjectMetadata`.
-fn partial(object: &Value) -> Value {
+fn partial(object: &Object) -> Value {
     json!({
         "kind": "PartialObjectMetadata",
         "apiVersion": "meta.k8s.io/v1",
-        "metadata": object.get("metadata").cloned().unwrap_or(json!({})),
+        "metadata": object.metadata,
     })
 }

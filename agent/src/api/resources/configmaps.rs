@@ -1,8 +1,9 @@
 //! ConfigMaps: their keys checked as the API server checks them.
 
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
-use super::{Column, RW, Resource, Strategy, age, check_keys, count, name};
+use super::{Column, RW, Resource, Strategy, check_keys, count, created, name};
+use crate::object::Object;
 use crate::status::ApiError;
 use crate::store::Store;
 
@@ -21,12 +22,19 @@ pub(crate) static CONFIG_MAPS: Resource = Resource {
 struct ConfigMaps;
 
 impl Strategy for ConfigMaps {
-    fn prepare(&self, _store: &Store, name: &str, body: &mut Value) -> Result<(), ApiError> {
+    fn prepare(
+        &self,
+        _store: &Store,
+        name: &str,
+        body: &mut Map<String, Value>,
+    ) -> Result<(), ApiError> {
         let bad = |field: &str, message: String| {
             ApiError::field_invalid(CONFIG_MAPS.kind, name, field, message)
         };
-        serde_json::from_value::<wasmpod::k8s_openapi::api::core::v1::ConfigMap>(body.clone())
-            .map_err(|e| bad("", e.to_string()))?;
+        serde_json::from_value::<wasmpod::k8s_openapi::api::core::v1::ConfigMap>(Value::Object(
+            body.clone(),
+        ))
+        .map_err(|e| bad("", e.to_string()))?;
         check_keys(CONFIG_MAPS.kind, name, body, "data")?;
         check_keys(CONFIG_MAPS.kind, name, body, "binaryData")?;
         Ok(())
@@ -40,12 +48,9 @@ impl Strategy for ConfigMaps {
         ]
     }
 
-    fn cells(&self, o: &Value, now: jiff::Timestamp) -> Vec<Value> {
-        let data = count(o, "data") + count(o, "binaryData");
-        vec![
-            name(o),
-            json!(data),
-            age(o, "/metadata/creationTimestamp", now),
-        ]
+    fn cells(&self, o: &Object, now: jiff::Timestamp) -> Vec<Value> {
+        let fields = o.fields();
+        let data = count(&fields, "data") + count(&fields, "binaryData");
+        vec![name(o), json!(data), created(o, now)]
     }
 }

@@ -3,6 +3,7 @@
 use serde_json::{Value, json};
 
 use super::{Column, Resource, Storage, Strategy, age, str_at};
+use crate::object::Object;
 
 pub(crate) static EVENTS: Resource = Resource {
     name: "events",
@@ -37,7 +38,8 @@ impl Strategy for Events {
         ]
     }
 
-    fn cells(&self, o: &Value, now: jiff::Timestamp) -> Vec<Value> {
+    fn cells(&self, o: &Object, now: jiff::Timestamp) -> Vec<Value> {
+        let o = &o.to_value();
         let seen = if o.pointer("/lastTimestamp").is_some_and(|t| !t.is_null()) {
             age(o, "/lastTimestamp", now)
         } else {

@@ -13,9 +13,10 @@ mod runtimeclasses;
 mod secrets;
 mod serviceaccounts;
 
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use crate::kubelet::Kubelet;
+use crate::object::Object;
 use crate::status::ApiError;
 use crate::store::Store;
 
@@ -125,10 +126,15 @@ pub(crate) trait Strategy {
         Storage::Stored { deletable: true }
     }
 
-    /// Checks and completes an object named `name` about to be created or replaced, as the
-    /// API server's `PrepareForCreate`/`PrepareForUpdate` and `Validate` do (pods are checked
-    /// by the node instead).
-    fn prepare(&self, _store: &Store, _name: &str, _object: &mut Value) -> Result<(), ApiError> {
+    /// Checks and completes the fields (beside its type and metadata) of an object named `name`
+    /// about to be created or replaced, as the API server's `PrepareForCreate`/
+    /// `PrepareForUpdate` and `Validate` do (pods are checked by the node instead).
+    fn prepare(
+        &self,
+        _store: &Store,
+        _name: &str,
+        _fields: &mut Map<String, Value>,
+    ) -> Result<(), ApiError> {
         Ok(())
     }
 
@@ -159,11 +165,8 @@ pub(crate) trait Strategy {
     }
 
     /// One object's cells, in the order of [`Strategy::columns`].
-    fn cells(&self, object: &Value, now: jiff::Timestamp) -> Vec<Value> {
-        vec![
-            name(object),
-            age(object, "/metadata/creationTimestamp", now),
-        ]
+    fn cells(&self, object: &Object, now: jiff::Timestamp) -> Vec<Value> {
+        vec![name(object), created(object, now)]
     }
 }
 
@@ -209,8 +212,16 @@ fn str_at<'a>(v: &'a Value, pointer: &str) -> &'a str {
 }
 
 /// The object's name, as a cell.
-fn name(v: &Value) -> Value {
-    json!(str_at(v, "/metadata/name"))
+fn name(o: &Object) -> Value {
+    json!(o.name())
+}
+
+/// The object's age, as kubectl prints it, as a cell.
+fn created(o: &Object, now: jiff::Timestamp) -> Value {
+    json!(match &o.metadata.creation_timestamp {
+        Some(t) => human_duration(now.duration_since(t.0).as_secs().max(0) as u64),
+        None => "<unknown>".into(),
+    })
 }
 
 /// The age of the timestamp at `pointer`, as kubectl prints it, as a cell.
@@ -222,14 +233,19 @@ fn age(v: &Value, pointer: &str, now: jiff::Timestamp) -> Value {
 }
 
 /// The number of keys of the map `field` holds.
-fn count(v: &Value, field: &str) -> usize {
+fn count(v: &Map<String, Value>, field: &str) -> usize {
     v.get(field)
         .and_then(Value::as_object)
         .map_or(0, |m| m.len())
 }
 
 /// The keys of the data map `field`, checked as the API server checks config keys.
-fn check_keys(kind: &str, name: &str, body: &Value, field: &str) -> Result<(), ApiError> {
+fn check_keys(
+    kind: &str,
+    name: &str,
+    body: &Map<String, Value>,
+    field: &str,
+) -> Result<(), ApiError> {
     let keys = body
         .get(field)
         .and_then(Value::as_object)

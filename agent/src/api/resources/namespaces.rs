@@ -1,8 +1,9 @@
 //! Namespaces: created (never deleted) with their phase; each gets its `default` service account.
 
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
-use super::{Column, Resource, Storage, Strategy, age, dns_name, name, str_at};
+use super::{Column, Resource, Storage, Strategy, created, dns_name, name};
+use crate::object::Object;
 use crate::status::ApiError;
 use crate::store::Store;
 
@@ -25,8 +26,13 @@ impl Strategy for Namespaces {
         Storage::Stored { deletable: false }
     }
 
-    fn prepare(&self, _store: &Store, _name: &str, body: &mut Value) -> Result<(), ApiError> {
-        body["status"] = json!({"phase": "Active"});
+    fn prepare(
+        &self,
+        _store: &Store,
+        _name: &str,
+        body: &mut Map<String, Value>,
+    ) -> Result<(), ApiError> {
+        body.insert("status".into(), json!({"phase": "Active"}));
         Ok(())
     }
 
@@ -48,11 +54,8 @@ impl Strategy for Namespaces {
         ]
     }
 
-    fn cells(&self, o: &Value, now: jiff::Timestamp) -> Vec<Value> {
-        vec![
-            name(o),
-            json!(str_at(o, "/status/phase")),
-            age(o, "/metadata/creationTimestamp", now),
-        ]
+    fn cells(&self, o: &Object, now: jiff::Timestamp) -> Vec<Value> {
+        let phase = o.field("status").and_then(|s| s.get("phase").cloned());
+        vec![name(o), phase.unwrap_or(json!("")), created(o, now)]
     }
 }

@@ -2,7 +2,8 @@
 
 use serde_json::{Value, json};
 
-use super::{Column, Resource, Storage, Strategy, age, name, str_at};
+use super::{Column, Resource, Storage, Strategy, created, name, str_at};
+use crate::object::Object;
 
 pub(crate) static NODES: Resource = Resource {
     name: "nodes",
@@ -37,17 +38,18 @@ impl Strategy for Nodes {
         ]
     }
 
-    fn cells(&self, o: &Value, now: jiff::Timestamp) -> Vec<Value> {
+    fn cells(&self, object: &Object, now: jiff::Timestamp) -> Vec<Value> {
+        let o = &object.to_value();
         let ready = o
             .pointer("/status/conditions")
             .and_then(Value::as_array)
             .and_then(|c| c.iter().find(|c| c["type"] == "Ready"))
             .is_some_and(|c| c["status"] == "True");
         vec![
-            name(o),
+            name(object),
             json!(if ready { "Ready" } else { "NotReady" }),
             json!("<none>"),
-            age(o, "/metadata/creationTimestamp", now),
+            created(object, now),
             json!(str_at(o, "/status/nodeInfo/kubeletVersion")),
             json!(str_at(o, "/status/addresses/0/address")),
             json!(str_at(o, "/status/nodeInfo/osImage")),

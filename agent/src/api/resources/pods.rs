@@ -4,6 +4,7 @@
 use serde_json::{Value, json};
 
 use super::{Column, RW, Resource, Storage, Strategy, age, human_duration, str_at};
+use crate::object::Object;
 
 pub(crate) static PODS: Resource = Resource {
     name: "pods",
@@ -57,8 +58,8 @@ impl Strategy for Pods {
         ]
     }
 
-    fn cells(&self, o: &Value, now: jiff::Timestamp) -> Vec<Value> {
-        pod_cells(o, now)
+    fn cells(&self, o: &Object, now: jiff::Timestamp) -> Vec<Value> {
+        pod_cells(&o.to_value(), now)
     }
 }
 

@@ -1,10 +1,11 @@
 //! PriorityClasses: value, reserved names, one global default; the node resolves pods'
 //! `priorityClassName` with them.
 
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
-use super::{Column, RW, Resource, Strategy, age, name};
+use super::{Column, RW, Resource, Strategy, created, name};
 use crate::kubelet::Kubelet;
+use crate::object::Object;
 use crate::status::ApiError;
 use crate::store::Store;
 
@@ -23,12 +24,18 @@ pub(crate) static PRIORITY_CLASSES: Resource = Resource {
 struct PriorityClasses;
 
 impl Strategy for PriorityClasses {
-    fn prepare(&self, store: &Store, name: &str, body: &mut Value) -> Result<(), ApiError> {
+    fn prepare(
+        &self,
+        store: &Store,
+        name: &str,
+        body: &mut Map<String, Value>,
+    ) -> Result<(), ApiError> {
         let bad = |field: &str, message: String| {
             ApiError::field_invalid(PRIORITY_CLASSES.kind, name, field, message)
         };
         let class: wasmpod::k8s_openapi::api::scheduling::v1::PriorityClass =
-            serde_json::from_value(body.clone()).map_err(|e| bad("value", e.to_string()))?;
+            serde_json::from_value(Value::Object(body.clone()))
+                .map_err(|e| bad("value", e.to_string()))?;
         if class.value > 1_000_000_000 {
             return Err(bad(
                 "value",
@@ -58,25 +65,21 @@ impl Strategy for PriorityClasses {
         }
         if class.global_default == Some(true) {
             let (_, all) = store.list("priorityclasses", None);
-            if let Some(other) = all.iter().find(|c| {
-                c["globalDefault"] == true
-                    && c.pointer("/metadata/name").and_then(Value::as_str) != Some(name)
-            }) {
+            if let Some(other) = all
+                .iter()
+                .find(|c| c.field("globalDefault") == Some(json!(true)) && c.name() != name)
+            {
                 return Err(bad(
                     "globalDefault",
                     format!(
                         "Invalid value: true: globalDefault {} already exists",
-                        other
-                            .pointer("/metadata/name")
-                            .and_then(Value::as_str)
-                            .unwrap_or("")
+                        other.name()
                     ),
                 ));
             }
         }
-        if body.get("preemptionPolicy").is_none() {
-            body["preemptionPolicy"] = json!("PreemptLowerPriority");
-        }
+        body.entry("preemptionPolicy")
+            .or_insert_with(|| json!("PreemptLowerPriority"));
         Ok(())
     }
 
@@ -93,13 +96,14 @@ impl Strategy for PriorityClasses {
         ]
     }
 
-    fn cells(&self, o: &Value, now: jiff::Timestamp) -> Vec<Value> {
+    fn cells(&self, object: &Object, now: jiff::Timestamp) -> Vec<Value> {
+        let o = object.fields();
         let global = o.get("globalDefault").and_then(Value::as_bool);
         vec![
-            name(o),
+            name(object),
             o.get("value").cloned().unwrap_or(json!(0)),
             json!(global.unwrap_or(false)),
-            age(o, "/metadata/creationTimestamp", now),
+            created(object, now),
         ]
     }
 }

@@ -1,10 +1,11 @@
 //! RuntimeClasses: a handler that is a DNS label, no overhead; the node admits pods of a class
 //! whose handler it serves.
 
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
-use super::{Column, RW, Resource, Strategy, age, dns_name, name};
+use super::{Column, RW, Resource, Strategy, created, dns_name, name};
 use crate::kubelet::Kubelet;
+use crate::object::Object;
 use crate::status::ApiError;
 use crate::store::Store;
 
@@ -23,12 +24,18 @@ pub(crate) static RUNTIME_CLASSES: Resource = Resource {
 struct RuntimeClasses;
 
 impl Strategy for RuntimeClasses {
-    fn prepare(&self, _store: &Store, name: &str, body: &mut Value) -> Result<(), ApiError> {
+    fn prepare(
+        &self,
+        _store: &Store,
+        name: &str,
+        body: &mut Map<String, Value>,
+    ) -> Result<(), ApiError> {
         let bad = |field: &str, message: String| {
             ApiError::field_invalid(RUNTIME_CLASSES.kind, name, field, message)
         };
         let class: wasmpod::k8s_openapi::api::node::v1::RuntimeClass =
-            serde_json::from_value(body.clone()).map_err(|e| bad("handler", e.to_string()))?;
+            serde_json::from_value(Value::Object(body.clone()))
+                .map_err(|e| bad("handler", e.to_string()))?;
         dns_name(&class.handler, true).map_err(|message| bad("handler", message))?;
         // The RuntimeClass admission adds the overhead to every pod of the class; the
         // node's admission does not count it.
@@ -56,11 +63,8 @@ impl Strategy for RuntimeClasses {
         ]
     }
 
-    fn cells(&self, o: &Value, now: jiff::Timestamp) -> Vec<Value> {
-        vec![
-            name(o),
-            o.get("handler").cloned().unwrap_or(json!("")),
-            age(o, "/metadata/creationTimestamp", now),
-        ]
+    fn cells(&self, o: &Object, now: jiff::Timestamp) -> Vec<Value> {
+        let handler = o.field("handler").unwrap_or(json!(""));
+        vec![name(o), handler, created(o, now)]
     }
 }

@@ -1,8 +1,9 @@
 //! Secrets: `stringData` written into `data`, the type defaulted to `Opaque`, keys checked.
 
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
-use super::{Column, RW, Resource, Strategy, age, check_keys, count, name, str_at};
+use super::{Column, RW, Resource, Strategy, check_keys, count, created, name};
+use crate::object::Object;
 use crate::status::ApiError;
 use crate::store::Store;
 
@@ -21,31 +22,41 @@ pub(crate) static SECRETS: Resource = Resource {
 struct Secrets;
 
 impl Strategy for Secrets {
-    fn prepare(&self, _store: &Store, name: &str, body: &mut Value) -> Result<(), ApiError> {
+    fn prepare(
+        &self,
+        _store: &Store,
+        name: &str,
+        body: &mut Map<String, Value>,
+    ) -> Result<(), ApiError> {
         let bad = |field: &str, message: String| {
             ApiError::field_invalid(SECRETS.kind, name, field, message)
         };
         // stringData is written into data, as the API server does.
-        if let Some(strings) = body.get("stringData").and_then(Value::as_object).cloned() {
+        let strings = match body.remove("stringData") {
+            Some(Value::Object(strings)) => Some(strings),
+            None | Some(Value::Null) => None,
+            Some(_) => return Err(bad("stringData", "must be a map of strings".into())),
+        };
+        if let Some(strings) = strings {
             use base64::Engine as _;
-            if !body.get("data").is_some_and(Value::is_object) {
-                body["data"] = json!({});
+            let data = body.entry("data").or_insert_with(|| json!({}));
+            if !data.is_object() {
+                *data = json!({});
             }
             for (k, v) in strings {
                 let v = v
                     .as_str()
                     .ok_or_else(|| bad(&format!("stringData[{k}]"), "must be a string".into()))?;
-                body["data"][k] = json!(base64::engine::general_purpose::STANDARD.encode(v));
-            }
-            if let Some(o) = body.as_object_mut() {
-                o.remove("stringData");
+                data[k] = json!(base64::engine::general_purpose::STANDARD.encode(v));
             }
         }
         if body.get("type").is_none_or(|t| t == "") {
-            body["type"] = json!("Opaque");
+            body.insert("type".into(), json!("Opaque"));
         }
-        serde_json::from_value::<wasmpod::k8s_openapi::api::core::v1::Secret>(body.clone())
-            .map_err(|e| bad("data", e.to_string()))?;
+        serde_json::from_value::<wasmpod::k8s_openapi::api::core::v1::Secret>(Value::Object(
+            body.clone(),
+        ))
+        .map_err(|e| bad("data", e.to_string()))?;
         check_keys(SECRETS.kind, name, body, "data")?;
         Ok(())
     }
@@ -63,12 +74,13 @@ impl Strategy for Secrets {
         ]
     }
 
-    fn cells(&self, o: &Value, now: jiff::Timestamp) -> Vec<Value> {
+    fn cells(&self, object: &Object, now: jiff::Timestamp) -> Vec<Value> {
+        let o = object.fields();
         vec![
-            name(o),
-            json!(str_at(o, "/type")),
-            json!(count(o, "data")),
-            age(o, "/metadata/creationTimestamp", now),
+            name(object),
+            o.get("type").cloned().unwrap_or(json!("")),
+            json!(count(&o, "data")),
+            created(object, now),
         ]
     }
 }

@@ -1,6 +1,6 @@
 //! ServiceAccounts (their tokens are issued by `serviceaccounts/{name}/token`).
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use super::{RW, Resource, Strategy};
 use crate::status::ApiError;
@@ -21,12 +21,19 @@ pub(crate) static SERVICE_ACCOUNTS: Resource = Resource {
 struct ServiceAccounts;
 
 impl Strategy for ServiceAccounts {
-    fn prepare(&self, _store: &Store, name: &str, body: &mut Value) -> Result<(), ApiError> {
+    fn prepare(
+        &self,
+        _store: &Store,
+        name: &str,
+        body: &mut Map<String, Value>,
+    ) -> Result<(), ApiError> {
         let bad = |field: &str, message: String| {
             ApiError::field_invalid(SERVICE_ACCOUNTS.kind, name, field, message)
         };
-        serde_json::from_value::<wasmpod::k8s_openapi::api::core::v1::ServiceAccount>(body.clone())
-            .map_err(|e| bad("", e.to_string()))?;
+        serde_json::from_value::<wasmpod::k8s_openapi::api::core::v1::ServiceAccount>(
+            Value::Object(body.clone()),
+        )
+        .map_err(|e| bad("", e.to_string()))?;
         Ok(())
     }
 }
