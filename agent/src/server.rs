@@ -138,6 +138,10 @@ pub(crate) async fn serve(
         let _ = stop.wait_for(|s| *s).await.map(|_| ());
     };
     tokio::pin!(stopped);
+    // Every connection's task holds a sender: once they have all ended, what they held (the
+    // API, its store) is released.
+    let shutdown = CancellationToken::new();
+    let (alive, mut ended) = tokio::sync::mpsc::channel::<()>(1);
     loop {
         let (tcp, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -149,11 +153,12 @@ pub(crate) async fn serve(
                     continue;
                 }
             },
-            () = &mut stopped => return,
+            () = &mut stopped => break,
         };
         let conn = Arc::new(gate.admit());
         let (acceptor, api) = (acceptor.clone(), api.clone());
-        tokio::spawn(async move {
+        let (shutdown, alive) = (shutdown.clone(), alive.clone());
+        let connection = async move {
             let deadline = tokio::time::Instant::now() + PENDING_TIMEOUT;
             let tls = tokio::select! {
                 tls = tokio::time::timeout_at(deadline, acceptor.accept(tcp)) => match tls {
@@ -205,6 +210,17 @@ pub(crate) async fn serve(
                     }
                 }
             }
+        };
+        tokio::spawn(async move {
+            tokio::select! {
+                () = connection => {}
+                () = shutdown.cancelled() => {}
+            }
+            drop(alive);
         });
     }
+    // Stopped: open connections (watches, log follows, sessions) end with the server.
+    shutdown.cancel();
+    drop(alive);
+    let _ = ended.recv().await;
 }
