@@ -13,6 +13,8 @@ use wasmpod::k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use wasmpod::{Node, PodHandle, PodOptions, PodSpec};
 
 use crate::object::Object;
+use wasmpod::FieldErrorKind;
+
 use crate::status::{ApiError, Cause};
 use crate::store::{Durable, Store};
 use crate::tokens::{Claims, Tokens};
@@ -227,7 +229,7 @@ impl Kubelet {
                 "PriorityClass",
                 "",
                 vec![Cause {
-                    reason: "FieldValueInvalid".into(),
+                    kind: FieldErrorKind::Invalid,
                     field: String::new(),
                     message: e.to_string(),
                 }],

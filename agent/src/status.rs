@@ -3,11 +3,13 @@
 
 use http::StatusCode;
 use serde_json::{Value, json};
+use wasmpod::FieldErrorKind;
 
 /// One field's problem, as `details.causes[]` carries it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Cause {
-    pub(crate) reason: String,
+    /// Its `reason` is the kind's cause type (`FieldValueInvalid`, ...).
+    pub(crate) kind: FieldErrorKind,
     pub(crate) field: String,
     pub(crate) message: String,
 }
@@ -96,7 +98,7 @@ impl ApiError {
             kind,
             name,
             vec![Cause {
-                reason: "FieldValueInvalid".into(),
+                kind: FieldErrorKind::Invalid,
                 field: field.into(),
                 message,
             }],
@@ -179,7 +181,13 @@ impl ApiError {
                 details["causes"] = self
                     .causes
                     .iter()
-                    .map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field}))
+                    .map(|c| {
+                        json!({
+                            "reason": c.kind.cause_type(),
+                            "message": c.message,
+                            "field": c.field,
+                        })
+                    })
                     .collect();
             }
             status["details"] = details;

@@ -14,6 +14,8 @@ use super::select::{Fields, Labels};
 use super::{Api, Call, json, patch, table};
 use crate::body::{Body, Ended};
 use crate::object::{Object, TypeMeta};
+use wasmpod::FieldErrorKind;
+
 use crate::status::{ApiError, Cause};
 use crate::store::{ChangeKind, Durable};
 
@@ -72,7 +74,7 @@ impl Api {
                     resource.kind,
                     "",
                     vec![Cause {
-                        reason: "FieldValueRequired".into(),
+                        kind: FieldErrorKind::Required,
                         field: "metadata.name".into(),
                         message: "Required value: name or generateName is required".into(),
                     }],
@@ -345,7 +347,7 @@ impl Api {
                 "application/json-patch+json" => {
                     crate::bounds::json_patch(&mut next, body).map_err(|message| {
                         ApiError::invalid(resource.kind, name, vec![Cause {
-                            reason: "FieldValueInvalid".into(),
+                            kind: FieldErrorKind::Invalid,
                             field: String::new(),
                             message,
                         }])

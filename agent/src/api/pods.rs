@@ -9,6 +9,8 @@ use serde_json::{Value, json};
 
 use super::Api;
 use crate::object::Object;
+use wasmpod::FieldErrorKind;
+
 use crate::status::{ApiError, Cause};
 use crate::store::Durable;
 use wasmpod::k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -22,7 +24,7 @@ pub(crate) fn invalid_pod(name: &str, e: &wasmpod::InvalidPod) -> ApiError {
         .errors
         .iter()
         .map(|f| Cause {
-            reason: f.kind.cause_type().to_owned(),
+            kind: f.kind,
             field: f.path.clone(),
             message: f.message.clone(),
         })
@@ -78,7 +80,7 @@ impl Api {
                 "Pod",
                 name,
                 vec![Cause {
-                    reason: "FieldValueRequired".into(),
+                    kind: FieldErrorKind::Required,
                     field: "spec.containers".into(),
                     message: "Required value".into(),
                 }],
@@ -225,7 +227,7 @@ impl Api {
                     "Pod",
                     name,
                     vec![Cause {
-                        reason: "FieldValueInvalid".into(),
+                        kind: FieldErrorKind::Invalid,
                         field,
                         message: source.to_string(),
                     }],
@@ -451,7 +453,7 @@ pub(crate) fn check_update(current: &Object, next: &mut Object) -> Result<(), Ap
         "Pod",
         name,
         vec![Cause {
-            reason: "FieldValueForbidden".into(),
+            kind: FieldErrorKind::Forbidden,
             field: "spec".into(),
             message,
         }],

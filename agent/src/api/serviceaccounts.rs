@@ -8,6 +8,8 @@ use serde_json::{Value, json};
 
 use super::{Api, json as answer};
 use crate::body::Body;
+use wasmpod::FieldErrorKind;
+
 use crate::status::{ApiError, Cause};
 use crate::tokens::{API_AUDIENCE, Claims};
 
@@ -29,7 +31,7 @@ impl Api {
                 "TokenRequest",
                 account,
                 vec![Cause {
-                    reason: "FieldValueInvalid".into(),
+                    kind: FieldErrorKind::Invalid,
                     field: field.into(),
                     message,
                 }],

@@ -270,36 +270,58 @@ async fn bad_routes_and_bad_objects_get_the_api_servers_statuses() {
     let missing = c.get(&format!("{CONFIG_MAPS}/missing")).await;
     assert_eq!(missing.body["details"]["name"], "missing");
 
-    // Bad objects: the field is named.
+    // Bad objects: the field is named, and an invalid one's cause says what is wrong with it.
     let cases = [
         (
             json!({"metadata": {"name": "Bad_Name"}}),
             422,
             "metadata.name",
+            "FieldValueInvalid",
         ),
         (
             json!({"metadata": {"name": "k"}, "data": {"a/b": "x"}}),
             422,
             "data[a/b]",
+            "FieldValueInvalid",
+        ),
+        (
+            json!({"metadata": {}}),
+            422,
+            "metadata.name",
+            "FieldValueRequired",
         ),
         (
             json!({"metadata": {"name": "l", "labels": {"a": 5}}}),
             400,
             "metadata.labels.a",
+            "",
         ),
-        (json!({"metadata": {"name": "m"}, "kind": 7}), 400, "kind"),
+        (
+            json!({"metadata": {"name": "m"}, "kind": 7}),
+            400,
+            "kind",
+            "",
+        ),
         (
             json!({"kind": "Secret", "metadata": {"name": "n"}}),
             400,
             "API version",
+            "",
         ),
-        (json!({"metadata": {}}), 422, "metadata.name"),
     ];
-    for (body, code, field) in cases {
+    for (body, code, field, cause) in cases {
         let answer = c.post(CONFIG_MAPS, &body).await;
         assert_eq!(answer.code, code, "{body}: {}", answer.body);
         assert_eq!(answer.body["kind"], "Status");
         let said = answer.body.to_string();
         assert!(said.contains(field), "{body}: {said}");
+        if code == 422 {
+            let first = &answer.body["details"]["causes"][0];
+            assert_eq!(
+                (&first["reason"], &first["field"]),
+                (&json!(cause), &json!(field)),
+                "{body}"
+            );
+        }
     }
 }

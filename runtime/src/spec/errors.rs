@@ -24,6 +24,8 @@ pub enum FieldErrorKind {
     Unknown,
     /// The input or what it expands to is larger than wasmpod reads.
     TooLarge,
+    /// The field may not be set or changed here (a pod update changing more than its images).
+    Forbidden,
 }
 
 impl FieldErrorKind {
@@ -38,6 +40,7 @@ impl FieldErrorKind {
             FieldErrorKind::NotSupportedByWasmpod => "FieldValueForbidden",
             FieldErrorKind::Unknown => "FieldValueUnknown",
             FieldErrorKind::TooLarge => "FieldValueTooLong",
+            FieldErrorKind::Forbidden => "FieldValueForbidden",
         }
     }
 }
