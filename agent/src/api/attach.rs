@@ -16,93 +16,96 @@ use super::{Api, Call};
 use crate::body::Body;
 use crate::status::ApiError;
 
-pub(super) async fn attach(
-    api: &Api,
-    ns: &str,
-    name: &str,
-    call: &Call,
-    req: Request<Incoming>,
-) -> Result<Response<Body>, ApiError> {
-    let pod = stream::running(api, ns, name)?;
-    let (container, spec) = stream::container(&pod.object, name, call.query.get("container"))?;
-    stream::no_tty(&call.query)?;
-    let (uid, handle) = (pod.uid, pod.handle);
-    let stdin = if call.query.flag("stdin") {
-        if spec["stdin"] != json!(true) {
-            return Err(ApiError::bad_request(format!(
-                "container {container} does not have stdin: true: nothing can be written to it"
-            )));
-        }
-        Some(
-            handle
-                .attach_stdin(&container)
-                .await
-                .map_err(|e| ApiError::bad_request(e.to_string()))?,
-        )
-    } else {
-        None
-    };
-    let mut logs = handle
-        .logs(&container, LogOptions::default().follow())
-        .map_err(|e| ApiError::bad_request(e.to_string()))?;
-    let (stdout, stderr) = (
-        !matches!(call.query.get("stdout"), Some("false" | "0")),
-        !matches!(call.query.get("stderr"), Some("false" | "0")),
-    );
-    let seat = api.sessions.enter(&uid)?;
-    let (answer, socket) = stream::accept("attach", req, stream::CHANNELS)?;
-    tokio::spawn(async move {
-        let _seat = seat;
-        let Some(mut channels) = socket.await.map(stream::Channels::new) else {
-            tracing::debug!(pod = %uid, %container, "attach: the connection was not upgraded");
-            return;
+impl Api {
+    /// `pods/{name}/attach`: the running container's output, and its stdin when it has one.
+    pub(super) async fn attach(
+        &self,
+        ns: &str,
+        name: &str,
+        call: &Call,
+        req: Request<Incoming>,
+    ) -> Result<Response<Body>, ApiError> {
+        let pod = stream::running(self, ns, name)?;
+        let (container, spec) = stream::container(&pod.object, name, call.query.get("container"))?;
+        stream::no_tty(&call.query)?;
+        let (uid, handle) = (pod.uid, pod.handle);
+        let stdin = if call.query.flag("stdin") {
+            if spec["stdin"] != json!(true) {
+                return Err(ApiError::bad_request(format!(
+                    "container {container} does not have stdin: true: nothing can be written to it"
+                )));
+            }
+            Some(
+                handle
+                    .attach_stdin(&container)
+                    .await
+                    .map_err(|e| ApiError::bad_request(e.to_string()))?,
+            )
+        } else {
+            None
         };
-        tracing::debug!(pod = %uid, %container, "attach: session open");
-        let mut stdin = stdin;
-        loop {
-            tokio::select! {
-                line = logs.next() => {
-                    let Some(line) = line else {
-                        tracing::debug!(pod = %uid, %container, "attach: the instance ended");
-                        break;
-                    };
-                    let (channel, wanted) = match line.stream {
-                        Stream::Stdout => (STDOUT, stdout),
-                        Stream::Stderr => (STDERR, stderr),
-                    };
-                    if !wanted {
-                        continue;
-                    }
-                    let mut bytes = line.line.into_bytes();
-                    if !line.partial {
-                        bytes.push(b'\n');
-                    }
-                    if !channels.send(channel, &bytes).await {
-                        return;
-                    }
-                }
-                from = channels.receive() => match from {
-                    FromClient::Stdin(bytes) => {
-                        tracing::debug!(pod = %uid, %container, bytes = bytes.len(), "attach: stdin");
-                        if let Some(pipe) = &stdin
-                            && pipe.write_all(&bytes).await.is_err()
-                        {
-                            stdin = None;
+        let mut logs = handle
+            .logs(&container, LogOptions::default().follow())
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
+        let (stdout, stderr) = (
+            !matches!(call.query.get("stdout"), Some("false" | "0")),
+            !matches!(call.query.get("stderr"), Some("false" | "0")),
+        );
+        let seat = self.sessions.enter(&uid)?;
+        let (answer, socket) = stream::accept("attach", req, stream::CHANNELS)?;
+        tokio::spawn(async move {
+            let _seat = seat;
+            let Some(mut channels) = socket.await.map(stream::Channels::new) else {
+                tracing::debug!(pod = %uid, %container, "attach: the connection was not upgraded");
+                return;
+            };
+            tracing::debug!(pod = %uid, %container, "attach: session open");
+            let mut stdin = stdin;
+            loop {
+                tokio::select! {
+                    line = logs.next() => {
+                        let Some(line) = line else {
+                            tracing::debug!(pod = %uid, %container, "attach: the instance ended");
+                            break;
+                        };
+                        let (channel, wanted) = match line.stream {
+                            Stream::Stdout => (STDOUT, stdout),
+                            Stream::Stderr => (STDERR, stderr),
+                        };
+                        if !wanted {
+                            continue;
+                        }
+                        let mut bytes = line.line.into_bytes();
+                        if !line.partial {
+                            bytes.push(b'\n');
+                        }
+                        if !channels.send(channel, &bytes).await {
+                            return;
                         }
                     }
-                    // Dropping the writer ends a `stdinOnce` container's stdin.
-                    FromClient::StdinClosed => stdin = None,
-                    FromClient::Gone => {
-                        tracing::debug!(pod = %uid, %container, "attach: the client left");
-                        return;
-                    }
-                },
+                    from = channels.receive() => match from {
+                        FromClient::Stdin(bytes) => {
+                            tracing::debug!(pod = %uid, %container, bytes = bytes.len(), "attach: stdin");
+                            if let Some(pipe) = &stdin
+                                && pipe.write_all(&bytes).await.is_err()
+                            {
+                                stdin = None;
+                            }
+                        }
+                        // Dropping the writer ends a `stdinOnce` container's stdin.
+                        FromClient::StdinClosed => stdin = None,
+                        FromClient::Gone => {
+                            tracing::debug!(pod = %uid, %container, "attach: the client left");
+                            return;
+                        }
+                    },
+                }
             }
-        }
-        drop(stdin);
-        channels
-            .finish(&json!({"metadata": {}, "status": "Success"}))
-            .await;
-    });
-    Ok(answer)
+            drop(stdin);
+            channels
+                .finish(&json!({"metadata": {}, "status": "Success"}))
+                .await;
+        });
+        Ok(answer)
+    }
 }

@@ -19,95 +19,98 @@ const OUTPUT_LIMIT: usize = 4 << 20;
 /// What the command's stdin pipe holds before a write from the client waits.
 const STDIN_BUFFER: usize = 64 * 1024;
 
-pub(super) async fn exec(
-    api: &Api,
-    ns: &str,
-    name: &str,
-    call: &Call,
-    req: Request<Incoming>,
-) -> Result<Response<Body>, ApiError> {
-    let pod = stream::running(api, ns, name)?;
-    let command = repeated(call.raw_query.as_deref(), "command");
-    if command.is_empty() {
-        return Err(ApiError::bad_request("you must specify at least 1 command"));
-    }
-    let (container, _) = stream::container(&pod.object, name, call.query.get("container"))?;
-    stream::no_tty(&call.query)?;
-    let interactive = call.query.flag("stdin");
-    let (uid, handle) = (pod.uid, pod.handle);
-    let seat = api.sessions.enter(&uid)?;
-    let (answer, socket) = stream::accept("exec", req, stream::CHANNELS)?;
-    tokio::spawn(async move {
-        let _seat = seat;
-        let Some(mut channels) = socket.await.map(stream::Channels::new) else {
-            return;
-        };
-        let (mut stdin, reader) = tokio::io::duplex(STDIN_BUFFER);
-        if !interactive {
-            drop(stdin.shutdown().await);
+impl Api {
+    /// `pods/{name}/exec`: the command in a fresh instance of the container, over a WebSocket.
+    pub(super) async fn exec(
+        &self,
+        ns: &str,
+        name: &str,
+        call: &Call,
+        req: Request<Incoming>,
+    ) -> Result<Response<Body>, ApiError> {
+        let pod = stream::running(self, ns, name)?;
+        let command = repeated(call.raw_query.as_deref(), "command");
+        if command.is_empty() {
+            return Err(ApiError::bad_request("you must specify at least 1 command"));
         }
-        let mut run = tokio::spawn({
-            let command = command.clone();
-            async move {
-                handle
-                    .exec_with_stdin(&container, &command, reader, OUTPUT_LIMIT)
-                    .await
+        let (container, _) = stream::container(&pod.object, name, call.query.get("container"))?;
+        stream::no_tty(&call.query)?;
+        let interactive = call.query.flag("stdin");
+        let (uid, handle) = (pod.uid, pod.handle);
+        let seat = self.sessions.enter(&uid)?;
+        let (answer, socket) = stream::accept("exec", req, stream::CHANNELS)?;
+        tokio::spawn(async move {
+            let _seat = seat;
+            let Some(mut channels) = socket.await.map(stream::Channels::new) else {
+                return;
+            };
+            let (mut stdin, reader) = tokio::io::duplex(STDIN_BUFFER);
+            if !interactive {
+                drop(stdin.shutdown().await);
             }
-        });
-        let mut stdin = interactive.then_some(stdin);
-        let ran = loop {
-            tokio::select! {
-                ran = &mut run => break ran,
-                from = channels.receive() => match from {
-                    FromClient::Stdin(bytes) => {
-                        if let Some(pipe) = &mut stdin
-                            && pipe.write_all(&bytes).await.is_err()
-                        {
-                            stdin = None;
+            let mut run = tokio::spawn({
+                let command = command.clone();
+                async move {
+                    handle
+                        .exec_with_stdin(&container, &command, reader, OUTPUT_LIMIT)
+                        .await
+                }
+            });
+            let mut stdin = interactive.then_some(stdin);
+            let ran = loop {
+                tokio::select! {
+                    ran = &mut run => break ran,
+                    from = channels.receive() => match from {
+                        FromClient::Stdin(bytes) => {
+                            if let Some(pipe) = &mut stdin
+                                && pipe.write_all(&bytes).await.is_err()
+                            {
+                                stdin = None;
+                            }
                         }
-                    }
-                    FromClient::StdinClosed => stdin = None,
-                    FromClient::Gone => {
-                        run.abort();
+                        FromClient::StdinClosed => stdin = None,
+                        FromClient::Gone => {
+                            run.abort();
+                            return;
+                        }
+                    },
+                }
+            };
+            drop(stdin);
+            let status = match ran {
+                Ok(Ok(out)) => {
+                    if !(channels.send(STDOUT, &out.stdout).await
+                        && channels.send(STDERR, &out.stderr).await)
+                    {
                         return;
                     }
-                },
-            }
-        };
-        drop(stdin);
-        let status = match ran {
-            Ok(Ok(out)) => {
-                if !(channels.send(STDOUT, &out.stdout).await
-                    && channels.send(STDERR, &out.stderr).await)
-                {
-                    return;
+                    if out.exit_code == 0 {
+                        json!({"metadata": {}, "status": "Success"})
+                    } else {
+                        json!({
+                            "metadata": {},
+                            "status": "Failure",
+                            "message": format!("command terminated with non-zero exit code: error executing command {command:?}, exit code {}", out.exit_code),
+                            "reason": "NonZeroExitCode",
+                            "details": {"causes": [{"reason": "ExitCode", "message": out.exit_code.to_string()}]},
+                        })
+                    }
                 }
-                if out.exit_code == 0 {
-                    json!({"metadata": {}, "status": "Success"})
-                } else {
-                    json!({
-                        "metadata": {},
-                        "status": "Failure",
-                        "message": format!("command terminated with non-zero exit code: error executing command {command:?}, exit code {}", out.exit_code),
-                        "reason": "NonZeroExitCode",
-                        "details": {"causes": [{"reason": "ExitCode", "message": out.exit_code.to_string()}]},
-                    })
-                }
-            }
-            Ok(Err(why)) => json!({
-                "metadata": {},
-                "status": "Failure",
-                "message": why.to_string(),
-                "reason": "InternalError",
-            }),
-            Err(e) => json!({
-                "metadata": {},
-                "status": "Failure",
-                "message": format!("the command's task failed: {e}"),
-                "reason": "InternalError",
-            }),
-        };
-        channels.finish(&status).await;
-    });
-    Ok(answer)
+                Ok(Err(why)) => json!({
+                    "metadata": {},
+                    "status": "Failure",
+                    "message": why.to_string(),
+                    "reason": "InternalError",
+                }),
+                Err(e) => json!({
+                    "metadata": {},
+                    "status": "Failure",
+                    "message": format!("the command's task failed: {e}"),
+                    "reason": "InternalError",
+                }),
+            };
+            channels.finish(&status).await;
+        });
+        Ok(answer)
+    }
 }

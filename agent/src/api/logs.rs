@@ -24,130 +24,133 @@ fn names(pod: &Value, list: &str) -> Vec<String> {
         .collect()
 }
 
-pub(super) async fn logs(
-    api: &Api,
-    ns: &str,
-    name: &str,
-    call: &Call,
-) -> Result<Response<Body>, ApiError> {
-    let pod = api
-        .store
-        .get("pods", ns, name)
-        .ok_or_else(|| ApiError::not_found("pods", name))?
-        .to_value();
-    let containers = names(&pod, "containers");
-    let container = match call.query.get("container") {
-        Some(c) if !c.is_empty() => c.to_owned(),
-        _ if containers.len() == 1 => containers[0].clone(),
-        _ => {
-            return Err(ApiError::bad_request(format!(
-                "a container name must be specified for pod {name}, choose one of: [{}] or one of the init containers: [{}]",
-                containers.join(" "),
-                names(&pod, "initContainers").join(" ")
-            )));
-        }
-    };
-    let uid = pod
-        .pointer("/metadata/uid")
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    let source = match api.kubelet.handle(uid) {
-        Some(handle) => Source::Running(handle),
-        None => Source::Ended {
-            status: pod.get("status").cloned().unwrap_or_default(),
-            ns: ns.to_owned(),
-            name: name.to_owned(),
-            uid: uid.to_owned(),
-        },
-    };
-    let mut options = LogOptions::default();
-    let follow = call.query.flag("follow");
-    if follow {
-        options = options.follow();
-    }
-    if call.query.flag("previous") {
-        options = options.previous();
-    }
-    let tail = call.query.number("tailLines")?.map(|n| n.max(0) as usize);
-    let limit = call.query.number("limitBytes")?.map(|n| n.max(0) as usize);
-    let timestamps = call.query.flag("timestamps");
-    let format = move |line: &wasmpod::OutputLine| -> Vec<u8> {
-        let mut out = Vec::with_capacity(line.line.len() + 40);
-        if timestamps {
-            out.extend_from_slice(line.time.as_deref().unwrap_or("").as_bytes());
-            out.push(b' ');
-        }
-        out.extend_from_slice(line.line.as_bytes());
-        if !line.partial {
-            out.push(b'\n');
-        }
-        out
-    };
-    let bad = |e: wasmpod::Error| ApiError::bad_request(e.to_string());
-    // What the log holds now: all of it, or its last `tail` lines.
-    let mut skip = 0;
-    let mut head: VecDeque<Vec<u8>> = VecDeque::new();
-    if !follow || tail.is_some() {
-        let mut what_is_there = LogOptions::default();
-        if options.previous {
-            what_is_there = what_is_there.previous();
-        }
-        let mut now = source.logs(api, &container, what_is_there).map_err(bad)?;
-        let mut size = 0;
-        while let Some(line) = now.next().await {
-            skip += 1;
-            let bytes = format(&line);
-            size += bytes.len();
-            head.push_back(bytes);
-            while tail.is_some_and(|t| head.len() > t) || size > MAX_ANSWER {
-                size -= head.pop_front().map_or(0, |b| b.len());
+impl Api {
+    /// `pods/{name}/log`: a container's log, whole, from a point, or followed.
+    pub(super) async fn logs(
+        &self,
+        ns: &str,
+        name: &str,
+        call: &Call,
+    ) -> Result<Response<Body>, ApiError> {
+        let pod = self
+            .store
+            .get("pods", ns, name)
+            .ok_or_else(|| ApiError::not_found("pods", name))?
+            .to_value();
+        let containers = names(&pod, "containers");
+        let container = match call.query.get("container") {
+            Some(c) if !c.is_empty() => c.to_owned(),
+            _ if containers.len() == 1 => containers[0].clone(),
+            _ => {
+                return Err(ApiError::bad_request(format!(
+                    "a container name must be specified for pod {name}, choose one of: [{}] or one of the init containers: [{}]",
+                    containers.join(" "),
+                    names(&pod, "initContainers").join(" ")
+                )));
             }
+        };
+        let uid = pod
+            .pointer("/metadata/uid")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let source = match self.kubelet.handle(uid) {
+            Some(handle) => Source::Running(handle),
+            None => Source::Ended {
+                status: pod.get("status").cloned().unwrap_or_default(),
+                ns: ns.to_owned(),
+                name: name.to_owned(),
+                uid: uid.to_owned(),
+            },
+        };
+        let mut options = LogOptions::default();
+        let follow = call.query.flag("follow");
+        if follow {
+            options = options.follow();
         }
-    }
-    let mut r = if !follow {
-        let mut all: Vec<u8> = head.into_iter().flatten().collect();
-        if let Some(limit) = limit {
-            all.truncate(limit);
+        if call.query.flag("previous") {
+            options = options.previous();
         }
-        Response::new(Body::full(all))
-    } else {
-        let mut rest = source.logs(api, &container, options).map_err(bad)?;
-        let (tx, body) = Body::channel();
-        let from_start = tail.is_none();
-        tokio::spawn(async move {
-            let mut budget = limit.unwrap_or(usize::MAX);
-            // The line, cut to what `limitBytes` leaves.
-            let cut = |bytes: Vec<u8>, budget: &mut usize| {
-                let n = bytes.len().min(*budget);
-                *budget -= n;
-                Bytes::from(bytes).slice(..n)
-            };
-            for line in head {
-                if tx.send(cut(line, &mut budget)).await.is_err() || budget == 0 {
-                    return;
+        let tail = call.query.number("tailLines")?.map(|n| n.max(0) as usize);
+        let limit = call.query.number("limitBytes")?.map(|n| n.max(0) as usize);
+        let timestamps = call.query.flag("timestamps");
+        let format = move |line: &wasmpod::OutputLine| -> Vec<u8> {
+            let mut out = Vec::with_capacity(line.line.len() + 40);
+            if timestamps {
+                out.extend_from_slice(line.time.as_deref().unwrap_or("").as_bytes());
+                out.push(b' ');
+            }
+            out.extend_from_slice(line.line.as_bytes());
+            if !line.partial {
+                out.push(b'\n');
+            }
+            out
+        };
+        let bad = |e: wasmpod::Error| ApiError::bad_request(e.to_string());
+        // What the log holds now: all of it, or its last `tail` lines.
+        let mut skip = 0;
+        let mut head: VecDeque<Vec<u8>> = VecDeque::new();
+        if !follow || tail.is_some() {
+            let mut what_is_there = LogOptions::default();
+            if options.previous {
+                what_is_there = what_is_there.previous();
+            }
+            let mut now = source.logs(self, &container, what_is_there).map_err(bad)?;
+            let mut size = 0;
+            while let Some(line) = now.next().await {
+                skip += 1;
+                let bytes = format(&line);
+                size += bytes.len();
+                head.push_back(bytes);
+                while tail.is_some_and(|t| head.len() > t) || size > MAX_ANSWER {
+                    size -= head.pop_front().map_or(0, |b| b.len());
                 }
             }
-            let mut seen = 0;
-            loop {
-                let line = tokio::select! {
-                    l = rest.next() => l,
-                    _ = tx.closed() => return,
+        }
+        let mut r = if !follow {
+            let mut all: Vec<u8> = head.into_iter().flatten().collect();
+            if let Some(limit) = limit {
+                all.truncate(limit);
+            }
+            Response::new(Body::full(all))
+        } else {
+            let mut rest = source.logs(self, &container, options).map_err(bad)?;
+            let (tx, body) = Body::channel();
+            let from_start = tail.is_none();
+            tokio::spawn(async move {
+                let mut budget = limit.unwrap_or(usize::MAX);
+                // The line, cut to what `limitBytes` leaves.
+                let cut = |bytes: Vec<u8>, budget: &mut usize| {
+                    let n = bytes.len().min(*budget);
+                    *budget -= n;
+                    Bytes::from(bytes).slice(..n)
                 };
-                let Some(line) = line else { return };
-                seen += 1;
-                if !from_start && seen <= skip {
-                    continue;
+                for line in head {
+                    if tx.send(cut(line, &mut budget)).await.is_err() || budget == 0 {
+                        return;
+                    }
                 }
-                if tx.send(cut(format(&line), &mut budget)).await.is_err() || budget == 0 {
-                    return;
+                let mut seen = 0;
+                loop {
+                    let line = tokio::select! {
+                        l = rest.next() => l,
+                        _ = tx.closed() => return,
+                    };
+                    let Some(line) = line else { return };
+                    seen += 1;
+                    if !from_start && seen <= skip {
+                        continue;
+                    }
+                    if tx.send(cut(format(&line), &mut budget)).await.is_err() || budget == 0 {
+                        return;
+                    }
                 }
-            }
-        });
-        Response::new(body)
-    };
-    r.headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
-    Ok(r)
+            });
+            Response::new(body)
+        };
+        r.headers_mut()
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+        Ok(r)
+    }
 }
 
 /// Where a pod's logs are read from: its running pod, or, for a pod that ended before the agent

@@ -374,13 +374,13 @@ impl Api {
                 let ns = namespace.as_deref();
                 match (sub.as_deref(), &call.method) {
                     (Some("log"), &Method::GET) if resource.is("pods") => {
-                        logs::logs(self, ns.unwrap_or_default(), &name, &call).await
+                        self.logs(ns.unwrap_or_default(), &name, &call).await
                     }
                     (Some("exec"), &Method::GET | &Method::POST) if resource.is("pods") => {
-                        exec::exec(self, ns.unwrap_or_default(), &name, &call, req).await
+                        self.exec(ns.unwrap_or_default(), &name, &call, req).await
                     }
                     (Some("attach"), &Method::GET | &Method::POST) if resource.is("pods") => {
-                        attach::attach(self, ns.unwrap_or_default(), &name, &call, req).await
+                        self.attach(ns.unwrap_or_default(), &name, &call, req).await
                     }
                     (Some("token"), &Method::POST) if resource.is("serviceaccounts") => {
                         let body = read_body(req).await?;
@@ -394,7 +394,7 @@ impl Api {
                     }
                     (Some("portforward"), &Method::GET | &Method::POST) if resource.is("pods") => {
                         let ns = ns.unwrap_or_default();
-                        portforward::portforward(self, ns, &name, &call, req).await
+                        self.portforward(ns, &name, &call, req).await
                     }
                     (None | Some("status"), &Method::GET) => self.get(resource, ns, &name, &call),
                     (None, &Method::DELETE) => {

@@ -44,65 +44,68 @@ const CHUNK: usize = 32 * 1024;
 /// Chunks buffered each way per connection, and frames waiting to be written to the client.
 const QUEUE: usize = 8;
 
-pub(super) async fn portforward(
-    api: &Api,
-    ns: &str,
-    name: &str,
-    _call: &Call,
-    req: Request<Incoming>,
-) -> Result<Response<Body>, ApiError> {
-    let pod = stream::running(api, ns, name)?;
-    let seat = api.sessions.enter(&pod.uid)?;
-    let target = Target {
-        pod: pod.handle,
-        name: name.to_owned(),
-        uid: pod.uid,
-    };
-    if stream::wants(&req, &[TUNNEL]) {
-        let (answer, socket) = stream::accept("port-forward", req, &[TUNNEL])?;
+impl Api {
+    /// `pods/{name}/portforward`: connections into the pod's network, over WebSocket or SPDY.
+    pub(super) async fn portforward(
+        &self,
+        ns: &str,
+        name: &str,
+        _call: &Call,
+        req: Request<Incoming>,
+    ) -> Result<Response<Body>, ApiError> {
+        let pod = stream::running(self, ns, name)?;
+        let seat = self.sessions.enter(&pod.uid)?;
+        let target = Target {
+            pod: pod.handle,
+            name: name.to_owned(),
+            uid: pod.uid,
+        };
+        if stream::wants(&req, &[TUNNEL]) {
+            let (answer, socket) = stream::accept("port-forward", req, &[TUNNEL])?;
+            tokio::spawn(async move {
+                let _seat = seat;
+                if let Some(socket) = socket.await {
+                    session(tunnel(socket), target).await;
+                }
+            });
+            return Ok(answer);
+        }
+        let spdy = req
+            .headers()
+            .get(header::UPGRADE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.eq_ignore_ascii_case("SPDY/3.1"));
+        let protocol = req
+            .headers()
+            .get_all("x-stream-protocol-version")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|p| p.trim() == PROTOCOL);
+        if !(spdy && protocol) {
+            return Err(ApiError::bad_request(format!(
+                "port-forward is served over WebSocket with the {TUNNEL} protocol, or an upgrade to \
+                 SPDY/3.1 with {PROTOCOL}"
+            )));
+        }
         tokio::spawn(async move {
             let _seat = seat;
-            if let Some(socket) = socket.await {
-                session(tunnel(socket), target).await;
+            match hyper::upgrade::on(req).await {
+                Ok(upgraded) => session(TokioIo::new(upgraded), target).await,
+                Err(e) => tracing::debug!("port-forward upgrade: {e}"),
             }
         });
-        return Ok(answer);
+        let mut r = Response::new(Body::full(Vec::new()));
+        *r.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+        let h = r.headers_mut();
+        h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+        h.insert(header::UPGRADE, HeaderValue::from_static("SPDY/3.1"));
+        h.insert(
+            "x-stream-protocol-version",
+            HeaderValue::from_static(PROTOCOL),
+        );
+        Ok(r)
     }
-    let spdy = req
-        .headers()
-        .get(header::UPGRADE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.eq_ignore_ascii_case("SPDY/3.1"));
-    let protocol = req
-        .headers()
-        .get_all("x-stream-protocol-version")
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|p| p.trim() == PROTOCOL);
-    if !(spdy && protocol) {
-        return Err(ApiError::bad_request(format!(
-            "port-forward is served over WebSocket with the {TUNNEL} protocol, or an upgrade to \
-             SPDY/3.1 with {PROTOCOL}"
-        )));
-    }
-    tokio::spawn(async move {
-        let _seat = seat;
-        match hyper::upgrade::on(req).await {
-            Ok(upgraded) => session(TokioIo::new(upgraded), target).await,
-            Err(e) => tracing::debug!("port-forward upgrade: {e}"),
-        }
-    });
-    let mut r = Response::new(Body::full(Vec::new()));
-    *r.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
-    let h = r.headers_mut();
-    h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
-    h.insert(header::UPGRADE, HeaderValue::from_static("SPDY/3.1"));
-    h.insert(
-        "x-stream-protocol-version",
-        HeaderValue::from_static(PROTOCOL),
-    );
-    Ok(r)
 }
 
 /// The SPDY byte stream inside a WebSocket's binary messages, as a byte stream.
