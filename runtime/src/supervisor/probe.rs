@@ -133,6 +133,7 @@ impl Thresholds {
     }
 }
 
+/// Probes a running instance until its verdict ends the probing or the supervisor is gone.
 pub(crate) async fn worker(
     kind: ProbeKind,
     probe: Probe,
@@ -140,13 +141,25 @@ pub(crate) async fn worker(
     started: Instant,
     to: Target,
 ) {
+    let attempt = || run_handler(&probe.handler, &sandbox, probe.timeout);
+    probe_loop(kind, &probe, started, to, attempt).await;
+}
+
+/// The prober's timing, whatever an attempt runs: the first after the initial delay, then one
+/// every period counted from the start of the last, each counted against the thresholds and
+/// reported.
+async fn probe_loop<F: Future<Output = Result<(), String>>>(
+    kind: ProbeKind,
+    probe: &Probe,
+    started: Instant,
+    to: Target,
+    mut attempt: impl FnMut() -> F,
+) {
     tokio::time::sleep_until(super::after(started, probe.initial_delay)).await;
-    let mut count = Thresholds::new(&probe, kind.initial());
+    let mut count = Thresholds::new(probe, kind.initial());
     loop {
         let tick = Instant::now();
-        let failure = run_handler(&probe.handler, &sandbox, probe.timeout)
-            .await
-            .err();
+        let failure = attempt().await.err();
         let changed = count.observe(failure.is_none());
         let msg = Msg::Probe {
             index: to.index,
@@ -172,6 +185,107 @@ pub(crate) async fn worker(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::spec::Handler;
+
+    fn probe(initial_delay: u64, period: u64, timeout: u64, success: u32, failure: u32) -> Probe {
+        Probe {
+            handler: Handler::TcpSocket(80),
+            initial_delay: Duration::from_secs(initial_delay),
+            period: Duration::from_secs(period),
+            timeout: Duration::from_secs(timeout),
+            success_threshold: success,
+            failure_threshold: failure,
+            grace: None,
+        }
+    }
+
+    /// What a probe did in 60 s: when each attempt began (seconds after the container started),
+    /// what the supervisor was told of each (failed, new verdict), and whether the worker ended.
+    #[derive(Debug)]
+    struct Probed {
+        starts: Vec<u64>,
+        reports: Vec<(bool, Option<bool>)>,
+        ended: bool,
+    }
+
+    /// Runs a probe whose attempts take `takes` seconds each and give `results` in turn ('+'
+    /// success, '-' failure, repeated), bounded by its timeout as the real handlers are.
+    async fn probed(kind: ProbeKind, probe: Probe, takes: u64, results: &str) -> Probed {
+        let (tx, mut rx) = super::super::Mailbox::new();
+        let started = Instant::now();
+        let starts = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let results: Vec<bool> = results.chars().map(|c| c == '+').collect();
+        let mut next = results.into_iter().cycle();
+        let (timeout, seen) = (probe.timeout, starts.clone());
+        let attempt = move || {
+            seen.lock().unwrap().push(started.elapsed().as_secs());
+            let ok = next.next().unwrap_or(true);
+            bounded(timeout, async move {
+                tokio::time::sleep(Duration::from_secs(takes)).await;
+                if ok {
+                    Ok(())
+                } else {
+                    Err("refused".to_owned())
+                }
+            })
+        };
+        let to = Target {
+            index: 0,
+            id: 1,
+            tx,
+        };
+        let worker =
+            tokio::spawn(async move { probe_loop(kind, &probe, started, to, attempt).await });
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        let ended = worker.is_finished();
+        worker.abort();
+        let mut reports = Vec::new();
+        while let Ok(msg) = rx.try_recv() {
+            if let Msg::Probe {
+                failure, verdict, ..
+            } = *msg
+            {
+                reports.push((failure.is_some(), verdict));
+            }
+        }
+        let starts = starts.lock().unwrap().clone();
+        Probed {
+            starts,
+            reports,
+            ended,
+        }
+    }
+
+    /// The prober's timing on a paused clock: when attempts begin, what each reports, when the
+    /// worker ends.
+    #[tokio::test(start_paused = true)]
+    async fn probes_run_after_the_initial_delay_once_a_period_and_stop_on_their_verdict() {
+        // Readiness every 5 s from 10 s, 1 s attempts: the first success makes it ready, a
+        // failure in between changes nothing (threshold 3), and the worker goes on.
+        let p = probed(ProbeKind::Readiness, probe(10, 5, 2, 1, 3), 1, "+-+").await;
+        assert_eq!(p.starts, [10, 15, 20, 25, 30, 35, 40, 45, 50, 55]);
+        assert_eq!(
+            &p.reports[..3],
+            [(false, Some(true)), (true, None), (false, None)]
+        );
+        assert!(!p.ended);
+        // Startup: the first success is its verdict, and it probes no more.
+        let p = probed(ProbeKind::Startup, probe(0, 10, 1, 1, 3), 0, "--+").await;
+        assert_eq!(p.starts, [0, 10, 20]);
+        assert_eq!(p.reports, [(true, None), (true, None), (false, Some(true))]);
+        assert!(p.ended);
+        // Liveness: three failures in a row are its verdict; the worker then leaves the
+        // container to be replaced.
+        let p = probed(ProbeKind::Liveness, probe(0, 1, 1, 1, 3), 0, "-").await;
+        assert_eq!(p.starts, [0, 1, 2]);
+        assert_eq!(p.reports.last(), Some(&(true, Some(false))));
+        assert!(p.ended);
+        // An attempt longer than the timeout fails at the timeout; the next begins a period
+        // after the last began.
+        let p = probed(ProbeKind::Readiness, probe(0, 10, 2, 1, 1), 30, "+").await;
+        assert_eq!(p.starts, [0, 10, 20, 30, 40, 50]);
+        assert!(p.reports.iter().all(|(failed, _)| *failed), "{p:?}");
+    }
 
     fn counting(success: u32, failure: u32, initial: Option<bool>) -> Thresholds {
         Thresholds {
