@@ -203,15 +203,7 @@ impl Sandbox {
             term: self.term.clone(),
             limiter: self.limiter(self.budget.clone()),
         };
-        let mut store = Store::new(engine, state);
-        prepare(
-            &mut store,
-            |s| &mut s.limiter,
-            self.cpu.clone(),
-            self.kill.clone(),
-            self.activity.clone(),
-        );
-        store
+        self.store(engine, state, |s| &mut s.limiter)
     }
 
     /// A fresh store for one instance of a component, its memory counted against `budget`.
@@ -235,10 +227,22 @@ impl Sandbox {
                 Outgoing::Pod(self.net.clone())
             },
         };
+        self.store(engine, state, |s| &mut s.limiter)
+    }
+
+    /// A fresh store holding `state` (a module's or a component's): its memory counted by the
+    /// limiter `limiter` finds in it, its wasm time by the container's CPU limit and the node's
+    /// activity count, its end by the kill clock.
+    fn store<T: 'static>(
+        &self,
+        engine: &wasmtime::Engine,
+        state: T,
+        limiter: fn(&mut T) -> &mut MemoryLimiter,
+    ) -> Store<T> {
         let mut store = Store::new(engine, state);
         prepare(
             &mut store,
-            |s| &mut s.limiter,
+            limiter,
             self.cpu.clone(),
             self.kill.clone(),
             self.activity.clone(),
