@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use wasmpod::k8s_openapi::api::core::v1::PodStatus;
+use wasmpod::k8s_openapi::api::core::v1::{Pod, PodStatus};
 use wasmpod::k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use wasmpod::{Node, PodHandle, PodOptions, PodSpec};
 
@@ -511,7 +511,8 @@ impl Kubelet {
                 pod.name().to_owned(),
                 pod.uid().to_owned(),
             );
-            let status: PodStatus = pod.typed("status").unwrap_or_default();
+            let Pod { spec, status, .. } = pod.pod();
+            let status = status.unwrap_or_default();
             if matches!(status.phase.as_deref(), Some("Succeeded" | "Failed")) {
                 continue;
             }
@@ -529,9 +530,7 @@ impl Kubelet {
                             .is_some_and(|s| s.terminated.is_some())
                 });
             let deleting = pod.metadata.deletion_grace_period_seconds;
-            let never = pod
-                .field("spec")
-                .is_some_and(|s| s.get("restartPolicy").and_then(Value::as_str) == Some("Never"));
+            let never = spec.and_then(|s| s.restart_policy).as_deref() == Some("Never");
             if never && started {
                 if deleting.is_some() {
                     // Nothing is left to stop: the object goes.

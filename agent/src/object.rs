@@ -13,6 +13,7 @@ use serde::ser::SerializeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
+use wasmpod::k8s_openapi::api::core::v1::Pod;
 use wasmpod::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::status::ApiError;
@@ -128,10 +129,17 @@ impl Object {
         self.fields().remove(name)
     }
 
-    /// One top-level field read as `T`; `None` when it is absent or of another shape.
-    pub(crate) fn typed<T: serde::de::DeserializeOwned>(&self, name: &str) -> Option<T> {
-        self.field(name)
-            .and_then(|v| serde_json::from_value(v).ok())
+    /// The object read as a pod, typed: its spec and status as k8s-openapi has them (what
+    /// admission and the kubelet wrote; a field that does not read as its type is left out).
+    pub(crate) fn pod(&self) -> Pod {
+        let mut fields = self.fields();
+        let spec = fields.remove("spec");
+        let status = fields.remove("status");
+        Pod {
+            metadata: self.metadata.clone(),
+            spec: spec.and_then(|v| serde_json::from_value(v).ok()),
+            status: status.and_then(|v| serde_json::from_value(v).ok()),
+        }
     }
 
     /// Sets (or, with `None`, removes) one top-level field beside the type and metadata: a value

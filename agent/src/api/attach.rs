@@ -26,11 +26,12 @@ impl Api {
         req: Request<Incoming>,
     ) -> Result<Response<Body>, ApiError> {
         let pod = stream::running(self, ns, name)?;
-        let (container, spec) = stream::container(&pod.object, name, call.query.get("container"))?;
+        let spec = stream::container(&pod.pod, name, call.query.get("container"))?;
+        let (container, has_stdin) = (spec.name.clone(), spec.stdin == Some(true));
         stream::no_tty(&call.query)?;
         let (uid, handle) = (pod.uid, pod.handle);
         let stdin = if call.query.flag("stdin") {
-            if spec["stdin"] != json!(true) {
+            if !has_stdin {
                 return Err(ApiError::bad_request(format!(
                     "container {container} does not have stdin: true: nothing can be written to it"
                 )));

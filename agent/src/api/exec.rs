@@ -33,7 +33,9 @@ impl Api {
         if command.is_empty() {
             return Err(ApiError::bad_request("you must specify at least 1 command"));
         }
-        let (container, _) = stream::container(&pod.object, name, call.query.get("container"))?;
+        let container = stream::container(&pod.pod, name, call.query.get("container"))?
+            .name
+            .clone();
         stream::no_tty(&call.query)?;
         let interactive = call.query.flag("stdin");
         let (uid, handle) = (pod.uid, pod.handle);

@@ -5,8 +5,8 @@ use std::collections::VecDeque;
 
 use bytes::Bytes;
 use http::{HeaderValue, Response, header};
-use serde_json::Value;
 use wasmpod::LogOptions;
+use wasmpod::k8s_openapi::api::core::v1::{Container, Pod};
 
 use super::{Api, Call};
 use crate::body::Body;
@@ -15,13 +15,8 @@ use crate::status::ApiError;
 /// The most a log answer that is not followed holds; past it the oldest lines are left out.
 const MAX_ANSWER: usize = 16 << 20;
 
-fn names(pod: &Value, list: &str) -> Vec<String> {
-    pod.pointer(&format!("/spec/{list}"))
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(|c| c["name"].as_str().map(str::to_owned))
-        .collect()
+fn names<'a>(containers: impl IntoIterator<Item = &'a Container>) -> Vec<String> {
+    containers.into_iter().map(|c| c.name.clone()).collect()
 }
 
 impl Api {
@@ -35,9 +30,11 @@ impl Api {
         let pod = self
             .store
             .get("pods", ns, name)
-            .ok_or_else(|| ApiError::not_found("pods", name))?
-            .to_value();
-        let containers = names(&pod, "containers");
+            .ok_or_else(|| ApiError::not_found("pods", name))?;
+        let uid = pod.uid().to_owned();
+        let Pod { spec, status, .. } = pod.pod();
+        let spec = spec.unwrap_or_default();
+        let containers = names(&spec.containers);
         let container = match call.query.get("container") {
             Some(c) if !c.is_empty() => c.to_owned(),
             _ if containers.len() == 1 => containers[0].clone(),
@@ -45,21 +42,27 @@ impl Api {
                 return Err(ApiError::bad_request(format!(
                     "a container name must be specified for pod {name}, choose one of: [{}] or one of the init containers: [{}]",
                     containers.join(" "),
-                    names(&pod, "initContainers").join(" ")
+                    names(spec.init_containers.iter().flatten()).join(" ")
                 )));
             }
         };
-        let uid = pod
-            .pointer("/metadata/uid")
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        let source = match self.kubelet.handle(uid) {
+        let source = match self.kubelet.handle(&uid) {
             Some(handle) => Source::Running(handle),
             None => Source::Ended {
-                status: pod.get("status").cloned().unwrap_or_default(),
+                // Which instance is the last: from the status the pod ended with.
+                restarts: status
+                    .iter()
+                    .flat_map(|s| {
+                        s.init_container_statuses
+                            .iter()
+                            .chain(&s.container_statuses)
+                    })
+                    .flatten()
+                    .find(|c| c.name == container)
+                    .map_or(0, |c| c.restart_count),
                 ns: ns.to_owned(),
                 name: name.to_owned(),
-                uid: uid.to_owned(),
+                uid,
             },
         };
         let mut options = LogOptions::default();
@@ -158,7 +161,8 @@ impl Api {
 enum Source {
     Running(wasmpod::PodHandle),
     Ended {
-        status: Value,
+        /// The container's restart count in the pod's last status.
+        restarts: i32,
         ns: String,
         name: String,
         uid: String,
@@ -175,22 +179,12 @@ impl Source {
         match self {
             Source::Running(handle) => handle.logs(container, options),
             Source::Ended {
-                status,
+                restarts,
                 ns,
                 name,
                 uid,
             } => {
-                let c = ["initContainerStatuses", "containerStatuses"]
-                    .iter()
-                    .flat_map(|l| {
-                        status
-                            .get(*l)
-                            .and_then(Value::as_array)
-                            .into_iter()
-                            .flatten()
-                    })
-                    .find(|c| c["name"] == container);
-                let restarts = c.and_then(|c| c["restartCount"].as_i64()).unwrap_or(0) as i32;
+                let restarts = *restarts;
                 let instance = if options.previous {
                     restarts - 1
                 } else {

@@ -403,17 +403,13 @@ impl Api {
 /// The pod's containers that have windows, in the pod's order (init containers first).
 fn container_order<'a>(pod: &Object, windows: &'a HashMap<String, Window>) -> Vec<&'a String> {
     let mut names: Vec<&String> = windows.keys().collect();
-    let pod = pod.to_value();
+    let spec = pod.pod().spec.unwrap_or_default();
     let position = |name: &str| {
-        ["/spec/initContainers", "/spec/containers"]
+        spec.init_containers
             .iter()
-            .flat_map(|p| {
-                pod.pointer(p)
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-            })
-            .position(|c| c["name"].as_str() == Some(name))
+            .flatten()
+            .chain(&spec.containers)
+            .position(|c| c.name == name)
             .unwrap_or(usize::MAX)
     };
     names.sort_by_key(|n| position(n));

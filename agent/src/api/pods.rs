@@ -13,6 +13,7 @@ use wasmpod::FieldErrorKind;
 
 use crate::status::{ApiError, Cause};
 use crate::store::Durable;
+use wasmpod::k8s_openapi::api::core::v1::Pod;
 use wasmpod::k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 /// The longest grace period taken (the runtime bounds durations the same way).
@@ -332,14 +333,11 @@ impl Api {
             return Err(mirror_refused(name, "deleted"));
         }
         let uid = pod.uid().to_owned();
-        let whole = pod.to_value();
-        let own = whole
-            .pointer("/spec/terminationGracePeriodSeconds")
-            .and_then(Value::as_i64)
-            .unwrap_or(30);
-        let mut grace = grace.unwrap_or(own).clamp(0, MAX_GRACE);
-        let phase = whole.pointer("/status/phase").and_then(Value::as_str);
-        if matches!(phase, Some("Succeeded" | "Failed")) || !self.kubelet.runs(&uid) {
+        let Pod { spec, status, .. } = pod.pod();
+        let own = spec.and_then(|s| s.termination_grace_period_seconds);
+        let mut grace = grace.or(own).unwrap_or(30).clamp(0, MAX_GRACE);
+        let phase = status.and_then(|s| s.phase);
+        if matches!(phase.as_deref(), Some("Succeeded" | "Failed")) || !self.kubelet.runs(&uid) {
             grace = 0;
         }
         if grace == 0 {

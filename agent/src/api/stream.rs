@@ -21,6 +21,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
+use wasmpod::k8s_openapi::api::core::v1::{Container, Pod};
 
 use crate::body::Body;
 use crate::status::ApiError;
@@ -237,8 +238,8 @@ pub(crate) fn accept(
 
 /// A pod the node runs, as a session finds it.
 pub(crate) struct Running {
-    /// The pod's object as it was when the session started.
-    pub(crate) object: Value,
+    /// The pod as it was when the session started.
+    pub(crate) pod: Pod,
     pub(crate) uid: String,
     pub(crate) handle: wasmpod::PodHandle,
 }
@@ -250,15 +251,11 @@ pub(crate) fn running(api: &super::Api, ns: &str, name: &str) -> Result<Running,
         .get("pods", ns, name)
         .ok_or_else(|| ApiError::not_found("pods", name))?;
     let uid = object.uid().to_owned();
-    let object = object.to_value();
+    let pod = object.pod();
     let handle = api.kubelet.handle(&uid).ok_or_else(|| {
         ApiError::bad_request(format!("pod {name} does not run on this node any more"))
     })?;
-    Ok(Running {
-        object,
-        uid,
-        handle,
-    })
+    Ok(Running { pod, uid, handle })
 }
 
 /// 400 for a session that asks for a terminal (`-t`), which no guest has.
@@ -273,30 +270,26 @@ pub(crate) fn no_tty(query: &super::Query) -> Result<(), ApiError> {
 
 /// The pod's container named by the request's `container` parameter (its first container
 /// when not given), or a 400 naming the choices.
-pub(crate) fn container(
-    pod: &Value,
+pub(crate) fn container<'a>(
+    pod: &'a Pod,
     name: &str,
     asked: Option<&str>,
-) -> Result<(String, Value), ApiError> {
-    let all: Vec<&Value> = ["/spec/containers", "/spec/initContainers"]
-        .iter()
-        .flat_map(|p| {
-            pod.pointer(p)
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-        })
-        .collect();
+) -> Result<&'a Container, ApiError> {
+    let spec = pod.spec.as_ref();
+    let mut all = spec.into_iter().flat_map(|s| {
+        s.containers
+            .iter()
+            .chain(s.init_containers.iter().flatten())
+    });
     let wanted = match asked {
         Some(c) if !c.is_empty() => c.to_owned(),
-        _ => all
-            .first()
-            .and_then(|c| c["name"].as_str())
-            .unwrap_or_default()
-            .to_owned(),
+        _ => spec
+            .and_then(|s| s.containers.first())
+            .map(|c| c.name.clone())
+            .unwrap_or_default(),
     };
-    match all.iter().find(|c| c["name"].as_str() == Some(&wanted)) {
-        Some(c) => Ok((wanted, (*c).clone())),
+    match all.find(|c| c.name == wanted) {
+        Some(c) => Ok(c),
         None => Err(ApiError::bad_request(format!(
             "container {wanted} is not valid for pod {name}"
         ))),
