@@ -69,6 +69,8 @@ fn main() {
     let home = tmp.path();
     kubectl(&agent, home, &["get", "pods"]);
     let rss_empty = wasmpod_tests::rss_bytes();
+    let pss = || wasmpod_tests::proc_kib("/proc/self/smaps_rollup", "Pss:").unwrap_or(0);
+    let pss_empty = pss();
 
     let items: Vec<_> = (0..n)
         .map(|i| {
@@ -112,6 +114,7 @@ fn main() {
     let all_running = start.elapsed();
     std::thread::sleep(Duration::from_millis(500));
     let rss = wasmpod_tests::rss_bytes();
+    let pss_per_pod_kib = pss().saturating_sub(pss_empty) as f64 / n as f64;
     let (get_p50, get_max) = latency(&agent, home, &["get", "pods"], 10);
     let (version_p50, _) = latency(&agent, home, &["version"], 10);
 
@@ -143,7 +146,9 @@ fn main() {
         "agent: {n} pods created by one kubectl create -f: {created:.2?} ({per_second:.0} pods/s), all Running after {all_running:.2?}"
     );
     println!(
-        "agent: resident memory {:.1} MiB with {n} pods, {:.1} MiB with none: {per_pod_kib:.1} KiB a pod",
+        "agent: resident memory {:.1} MiB with {n} pods, {:.1} MiB with none: {per_pod_kib:.1} KiB a pod \
+         (proportional: {pss_per_pod_kib:.1} KiB, the module's memory image that every instance \
+         maps counted once)",
         rss as f64 / 1048576.0,
         rss_empty as f64 / 1048576.0
     );
@@ -167,6 +172,7 @@ fn main() {
         "rss_bytes": rss,
         "rss_empty_bytes": rss_empty,
         "rss_per_pod_kib": per_pod_kib,
+        "pss_per_pod_kib": pss_per_pod_kib,
         "get_pods_p50_ms": get_p50.as_secs_f64() * 1e3,
         "get_pods_max_ms": get_max.as_secs_f64() * 1e3,
         "kubectl_version_p50_ms": version_p50.as_secs_f64() * 1e3,
