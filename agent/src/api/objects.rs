@@ -159,14 +159,23 @@ impl Api {
                 &table::table(resource, &items, rv, true),
             ));
         }
+        // Written as they are stored: each item's JSON text goes out without being parsed.
+        #[derive(serde::Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct List<'a> {
+            kind: String,
+            api_version: &'static str,
+            metadata: Value,
+            items: Vec<&'a Object>,
+        }
         Ok(json(
             StatusCode::OK,
-            &json!({
-                "kind": format!("{}List", resource.kind),
-                "apiVersion": resource.api_version(),
-                "metadata": {"resourceVersion": rv.to_string()},
-                "items": items,
-            }),
+            &List {
+                kind: format!("{}List", resource.kind),
+                api_version: resource.api_version(),
+                metadata: json!({"resourceVersion": rv.to_string()}),
+                items,
+            },
         ))
     }
 
@@ -206,13 +215,19 @@ impl Api {
         };
         let mut first = true;
         let mut line = move |kind: ChangeKind, object: &Object, rv: u64| -> Bytes {
+            #[derive(serde::Serialize)]
+            struct Event<'a, T> {
+                #[serde(rename = "type")]
+                kind: &'static str,
+                object: &'a T,
+            }
             let kind = kind.as_str();
             let mut bytes = if table {
                 let t = table::table(resource, &[object], rv, first);
                 first = false;
-                serde_json::to_vec(&json!({"type": kind, "object": t}))
+                serde_json::to_vec(&Event { kind, object: &t })
             } else {
-                serde_json::to_vec(&json!({"type": kind, "object": object}))
+                serde_json::to_vec(&Event { kind, object })
             }
             .unwrap_or_default();
             bytes.push(b'\n');
