@@ -2,7 +2,7 @@
 //! store, deletes their objects once every container has stopped, and after a restart of the
 //! agent brings each pod back as the kubelet does after a node restart.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -23,7 +23,7 @@ use crate::tokens::{Claims, Tokens};
 /// containers before they are told to stop.
 const STARTING: Duration = Duration::from_secs(30);
 /// Events kept per pod (the oldest go first), as the API server keeps events for a while.
-const EVENTS_PER_POD: usize = 256;
+const EVENTS_PER_POD: u64 = 256;
 
 /// How a pod comes to run on the node.
 enum Start {
@@ -51,8 +51,8 @@ pub(crate) struct Kubelet {
     images: PathBuf,
     /// The node's pods by uid.
     pods: Mutex<HashMap<String, PodHandle>>,
-    /// The names of each pod's stored events, oldest first, by pod uid.
-    events: Mutex<HashMap<String, VecDeque<String>>>,
+    /// Each pod's stored events, by pod uid.
+    events: Mutex<HashMap<String, Recorded>>,
 }
 
 impl std::fmt::Debug for Kubelet {
@@ -329,6 +329,7 @@ impl Kubelet {
             ns.clone(),
             name.clone(),
             uid.clone(),
+            resumed,
         ));
         // What was written last, as a digest: the store has the status itself, and the pod
         // its own copy (one more per pod would be a few KiB of the node's memory each).
@@ -355,7 +356,7 @@ impl Kubelet {
 
     /// Forgets a pod whose object is gone: its events, and its files (logs, volumes).
     pub(crate) fn forget(&self, ns: &str, name: &str, uid: &str) {
-        self.forget_events(ns, uid);
+        self.forget_events(ns, name, uid);
         if let Err(e) = self.node.remove_pod_files(ns, name, uid) {
             tracing::warn!(pod = name, "cannot remove the pod's files: {e}");
         }
@@ -405,12 +406,23 @@ impl Kubelet {
     }
 
     /// Stores the pod's events as `v1 Event`s, the last [`EVENTS_PER_POD`] of them.
-    async fn record_events(self: Arc<Self>, pod: PodHandle, ns: String, name: String, uid: String) {
+    /// Their names are the pod's name and a number counted from the time the agent began
+    /// recording them (as the kubelet names events after the time), so the events of a pod
+    /// run again after the agent's restart do not take the names of those from before.
+    async fn record_events(
+        self: Arc<Self>,
+        pod: PodHandle,
+        ns: String,
+        name: String,
+        uid: String,
+        resumed: bool,
+    ) {
         let mut events = pod.events();
-        let mut n: u64 = 0;
+        let first = u64::try_from(jiff::Timestamp::now().as_microsecond()).unwrap_or(0);
+        let mut n = first;
         while let Some(e) = events.next().await {
             n += 1;
-            let event_name = format!("{name}.{:x}{n:08x}", uid_prefix(&uid));
+            let this = event_name(&name, n);
             let field_path = e.container.as_ref().map(|c| {
                 let list = if e.role == Some(wasmpod::ContainerRole::Regular) {
                     "containers"
@@ -424,7 +436,7 @@ impl Kubelet {
                 "kind": "Event",
                 "apiVersion": "v1",
                 "metadata": {
-                    "name": event_name,
+                    "name": this,
                     "namespace": ns,
                     "uid": uuid::Uuid::new_v4().to_string(),
                     "creationTimestamp": e.time,
@@ -452,34 +464,43 @@ impl Kubelet {
             };
             if self
                 .store
-                .create_as("events", &ns, &event_name, object, Durable::Later)
+                .create_as("events", &ns, &this, object, Durable::Later)
                 .is_err()
             {
                 continue;
             }
             let oldest = {
                 let mut all = lock(&self.events);
-                let names = all.entry(uid.clone()).or_default();
-                names.push_back(event_name);
-                (names.len() > EVENTS_PER_POD)
-                    .then(|| names.pop_front())
-                    .flatten()
+                let kept = all.entry(uid.clone()).or_insert(Recorded {
+                    numbers: n..n,
+                    resumed,
+                });
+                kept.numbers.end = n + 1;
+                (kept.numbers.end - kept.numbers.start > EVENTS_PER_POD).then(|| {
+                    kept.numbers.start += 1;
+                    kept.numbers.start - 1
+                })
             };
             if let Some(old) = oldest {
-                let _ = self
-                    .store
-                    .delete_if("events", &ns, &old, Durable::Later, |_| true);
+                let _ = self.store.delete_if(
+                    "events",
+                    &ns,
+                    &event_name(&name, old),
+                    Durable::Later,
+                    |_| true,
+                );
             }
         }
     }
 
     /// Removes a pod's stored events (its object is gone).
-    fn forget_events(&self, ns: &str, uid: &str) {
-        let names = lock(&self.events).remove(uid);
-        let stored: Vec<String> = match names {
-            Some(names) => names.into_iter().collect(),
-            // After a restart the agent has no list: find them by the involved object.
-            None => self
+    fn forget_events(&self, ns: &str, name: &str, uid: &str) {
+        let recorded = lock(&self.events).remove(uid);
+        let stored: Vec<String> = match recorded {
+            Some(r) if !r.resumed => r.numbers.map(|n| event_name(name, n)).collect(),
+            // A pod the node ran before the agent's restart may have events from then: find
+            // them all by the involved object.
+            _ => self
                 .store
                 .list("events", Some(ns))
                 .1
@@ -610,6 +631,14 @@ fn digest(status: &PodStatus) -> [u8; 32] {
     sha2::Sha256::digest(json).into()
 }
 
-fn uid_prefix(uid: &str) -> u32 {
-    u32::from_str_radix(uid.get(..8).unwrap_or("0"), 16).unwrap_or(0)
+/// The name of a pod's event number `n`.
+fn event_name(pod: &str, n: u64) -> String {
+    format!("{pod}.{n:x}")
+}
+
+/// The events of one pod the agent stored: their numbers, oldest to next.
+struct Recorded {
+    numbers: std::ops::Range<u64>,
+    /// The pod ran before the agent's restart: it may have stored events of another range.
+    resumed: bool,
 }

@@ -988,6 +988,19 @@ fn a_killed_agent_comes_back_with_nothing_lost() {
     assert_eq!(last["exitCode"], 137);
     assert_eq!(agent.ok(&["logs", "always", "--previous"]), "always ran\n");
     assert_eq!(agent.ok(&["logs", "always"]), "always ran\n");
+    // Its events from before the restart are kept, and those of its run after it are stored
+    // beside them (not refused as names already taken), until the pod goes.
+    let events = [
+        "get",
+        "events",
+        "--field-selector",
+        "involvedObject.name=always,reason=Started",
+        "-o",
+        "name",
+    ];
+    agent.until(&events, LIMIT, |t| t.lines().count() == 2);
+    agent.ok(&["delete", "pod", "always", "--grace-period=0"]);
+    agent.until(&events, LIMIT, |t| t.trim().is_empty());
     // A Never pod cannot run again: it failed, and says why.
     let never = agent.pod("never");
     assert_eq!(never["status"]["phase"], "Failed");
