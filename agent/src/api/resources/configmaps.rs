@@ -1,8 +1,8 @@
 //! ConfigMaps: their keys checked as the API server checks them.
 
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
-use super::{Column, RW, Resource, Strategy, check_keys, count, created, name};
+use super::{Column, Fields, RW, Resource, Strategy, check_keys, count, created, name};
 use crate::object::Object;
 use crate::status::ApiError;
 use crate::store::Store;
@@ -22,12 +22,7 @@ pub(crate) static CONFIG_MAPS: Resource = Resource {
 struct ConfigMaps;
 
 impl Strategy for ConfigMaps {
-    fn prepare(
-        &self,
-        _store: &Store,
-        name: &str,
-        body: &mut Map<String, Value>,
-    ) -> Result<(), ApiError> {
+    fn prepare(&self, _store: &Store, name: &str, body: &mut Fields) -> Result<(), ApiError> {
         let bad = |field: &str, message: String| {
             ApiError::field_invalid(CONFIG_MAPS.kind, name, field, message)
         };

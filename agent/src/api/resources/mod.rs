@@ -30,6 +30,9 @@ pub(crate) use runtimeclasses::RUNTIME_CLASSES;
 pub(crate) use secrets::SECRETS;
 pub(crate) use serviceaccounts::SERVICE_ACCOUNTS;
 
+/// An object's fields beside its type and metadata, as a strategy prepares them.
+pub(crate) type Fields = Map<String, Value>;
+
 /// One API resource.
 pub(crate) struct Resource {
     /// The plural name in paths (`pods`).
@@ -129,12 +132,7 @@ pub(crate) trait Strategy {
     /// Checks and completes the fields (beside its type and metadata) of an object named `name`
     /// about to be created or replaced, as the API server's `PrepareForCreate`/
     /// `PrepareForUpdate` and `Validate` do (pods are checked by the node instead).
-    fn prepare(
-        &self,
-        _store: &Store,
-        _name: &str,
-        _fields: &mut Map<String, Value>,
-    ) -> Result<(), ApiError> {
+    fn prepare(&self, _store: &Store, _name: &str, _fields: &mut Fields) -> Result<(), ApiError> {
         Ok(())
     }
 

@@ -1,8 +1,8 @@
 //! Namespaces: created (never deleted) with their phase; each gets its `default` service account.
 
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
-use super::{Column, Resource, Storage, Strategy, created, dns_name, name};
+use super::{Column, Fields, Resource, Storage, Strategy, created, dns_name, name};
 use crate::object::Object;
 use crate::status::ApiError;
 use crate::store::Store;
@@ -26,12 +26,7 @@ impl Strategy for Namespaces {
         Storage::Stored { deletable: false }
     }
 
-    fn prepare(
-        &self,
-        _store: &Store,
-        _name: &str,
-        body: &mut Map<String, Value>,
-    ) -> Result<(), ApiError> {
+    fn prepare(&self, _store: &Store, _name: &str, body: &mut Fields) -> Result<(), ApiError> {
         body.insert("status".into(), json!({"phase": "Active"}));
         Ok(())
     }

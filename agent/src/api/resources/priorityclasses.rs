@@ -1,9 +1,9 @@
 //! PriorityClasses: value, reserved names, one global default; the node resolves pods'
 //! `priorityClassName` with them.
 
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
-use super::{Column, RW, Resource, Strategy, created, name};
+use super::{Column, Fields, RW, Resource, Strategy, created, name};
 use crate::kubelet::Kubelet;
 use crate::object::Object;
 use crate::status::ApiError;
@@ -24,12 +24,7 @@ pub(crate) static PRIORITY_CLASSES: Resource = Resource {
 struct PriorityClasses;
 
 impl Strategy for PriorityClasses {
-    fn prepare(
-        &self,
-        store: &Store,
-        name: &str,
-        body: &mut Map<String, Value>,
-    ) -> Result<(), ApiError> {
+    fn prepare(&self, store: &Store, name: &str, body: &mut Fields) -> Result<(), ApiError> {
         let bad = |field: &str, message: String| {
             ApiError::field_invalid(PRIORITY_CLASSES.kind, name, field, message)
         };

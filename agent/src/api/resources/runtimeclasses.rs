@@ -1,9 +1,9 @@
 //! RuntimeClasses: a handler that is a DNS label, no overhead; the node admits pods of a class
 //! whose handler it serves.
 
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
-use super::{Column, RW, Resource, Strategy, created, dns_name, name};
+use super::{Column, Fields, RW, Resource, Strategy, created, dns_name, name};
 use crate::kubelet::Kubelet;
 use crate::object::Object;
 use crate::status::ApiError;
@@ -24,12 +24,7 @@ pub(crate) static RUNTIME_CLASSES: Resource = Resource {
 struct RuntimeClasses;
 
 impl Strategy for RuntimeClasses {
-    fn prepare(
-        &self,
-        _store: &Store,
-        name: &str,
-        body: &mut Map<String, Value>,
-    ) -> Result<(), ApiError> {
+    fn prepare(&self, _store: &Store, name: &str, body: &mut Fields) -> Result<(), ApiError> {
         let bad = |field: &str, message: String| {
             ApiError::field_invalid(RUNTIME_CLASSES.kind, name, field, message)
         };

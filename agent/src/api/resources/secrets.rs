@@ -1,8 +1,8 @@
 //! Secrets: `stringData` written into `data`, the type defaulted to `Opaque`, keys checked.
 
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
-use super::{Column, RW, Resource, Strategy, check_keys, count, created, name};
+use super::{Column, Fields, RW, Resource, Strategy, check_keys, count, created, name};
 use crate::object::Object;
 use crate::status::ApiError;
 use crate::store::Store;
@@ -22,12 +22,7 @@ pub(crate) static SECRETS: Resource = Resource {
 struct Secrets;
 
 impl Strategy for Secrets {
-    fn prepare(
-        &self,
-        _store: &Store,
-        name: &str,
-        body: &mut Map<String, Value>,
-    ) -> Result<(), ApiError> {
+    fn prepare(&self, _store: &Store, name: &str, body: &mut Fields) -> Result<(), ApiError> {
         let bad = |field: &str, message: String| {
             ApiError::field_invalid(SECRETS.kind, name, field, message)
         };

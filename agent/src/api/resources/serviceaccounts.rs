@@ -1,8 +1,8 @@
 //! ServiceAccounts (their tokens are issued by `serviceaccounts/{name}/token`).
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
-use super::{RW, Resource, Strategy};
+use super::{Fields, RW, Resource, Strategy};
 use crate::status::ApiError;
 use crate::store::Store;
 
@@ -21,12 +21,7 @@ pub(crate) static SERVICE_ACCOUNTS: Resource = Resource {
 struct ServiceAccounts;
 
 impl Strategy for ServiceAccounts {
-    fn prepare(
-        &self,
-        _store: &Store,
-        name: &str,
-        body: &mut Map<String, Value>,
-    ) -> Result<(), ApiError> {
+    fn prepare(&self, _store: &Store, name: &str, body: &mut Fields) -> Result<(), ApiError> {
         let bad = |field: &str, message: String| {
             ApiError::field_invalid(SERVICE_ACCOUNTS.kind, name, field, message)
         };
