@@ -7,10 +7,11 @@
 //! several times their JSON's size that way, for every pod the node has. The text is also what
 //! lists and watches write out, as it is.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
+use serde::Serialize;
 use serde::ser::SerializeMap;
-use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use wasmpod::k8s_openapi::api::core::v1::Pod;
@@ -18,12 +19,35 @@ use wasmpod::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::status::ApiError;
 
-/// An object's `apiVersion` and `kind`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+/// An object's `apiVersion` and `kind`: the served resources' own, held without an allocation.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct TypeMeta {
-    pub(crate) api_version: String,
-    pub(crate) kind: String,
+    pub(crate) api_version: Cow<'static, str>,
+    pub(crate) kind: Cow<'static, str>,
+}
+
+/// The `apiVersion`s and `kind`s of the served resources.
+pub(crate) const KNOWN_TYPES: &[&str] = &[
+    "v1",
+    "scheduling.k8s.io/v1",
+    "node.k8s.io/v1",
+    "Pod",
+    "ConfigMap",
+    "Secret",
+    "ServiceAccount",
+    "Event",
+    "Namespace",
+    "Node",
+    "PriorityClass",
+    "RuntimeClass",
+];
+
+/// `text` as one of [`KNOWN_TYPES`] when it is one.
+fn interned(text: String) -> Cow<'static, str> {
+    match KNOWN_TYPES.iter().find(|k| **k == text) {
+        Some(known) => Cow::Borrowed(known),
+        None => Cow::Owned(text),
+    }
 }
 
 /// One API object: type, metadata, and the rest of its fields.
@@ -71,8 +95,8 @@ impl Object {
             Some(_) => Err(ApiError::bad_request(format!("{key}: must be a string"))),
         };
         let types = TypeMeta {
-            api_version: text("apiVersion")?,
-            kind: text("kind")?,
+            api_version: interned(text("apiVersion")?),
+            kind: interned(text("kind")?),
         };
         let metadata = match fields.remove("metadata") {
             None | Some(Value::Null) => ObjectMeta::default(),
@@ -109,7 +133,7 @@ impl Object {
             ("kind", &self.types.kind),
         ] {
             if !text.is_empty() {
-                out.insert(key.into(), Value::String(text.clone()));
+                out.insert(key.into(), Value::String(text.to_string()));
             }
         }
         out.insert(

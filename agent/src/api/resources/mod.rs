@@ -304,6 +304,16 @@ pub(crate) fn human_duration(secs: u64) -> String {
 mod tests {
     use super::*;
 
+    /// Objects of every served resource hold their type without an allocation.
+    #[test]
+    fn every_resource_type_is_known_to_objects() {
+        for r in ALL {
+            for text in [r.kind, r.api_version()] {
+                assert!(crate::object::KNOWN_TYPES.contains(&text), "{text}");
+            }
+        }
+    }
+
     #[test]
     fn durations_read_as_kubectl_prints_them() {
         let cases = [
