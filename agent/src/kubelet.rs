@@ -389,12 +389,14 @@ impl Kubelet {
     fn set_status(&self, ns: &str, name: &str, uid: &str, change: impl FnOnce(&mut Value)) {
         let result = self.store.update("pods", ns, name, Durable::Later, |p| {
             if p.uid() == uid {
-                let mut status = p
-                    .field("status")
-                    .filter(Value::is_object)
-                    .unwrap_or_else(|| json!({}));
-                change(&mut status);
-                p.set_field("status", Some(status));
+                // The object's fields read and written once.
+                let mut fields = p.fields();
+                let status = fields.entry("status").or_insert_with(|| json!({}));
+                if !status.is_object() {
+                    *status = json!({});
+                }
+                change(status);
+                p.set_fields(fields);
             }
             Ok(())
         });
