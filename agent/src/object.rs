@@ -3,9 +3,9 @@
 //! other field (`spec`, `status`, `data`, an event's fields) as one compact JSON text that is
 //! parsed only where a resource's own fields are read.
 //!
-//! A JSON value keeps a map node and a heap string per field: a pod's object and its events took
-//! several times their JSON's size that way, for every pod the node has. The text is also what
-//! lists and watches write out, as it is.
+//! A JSON value keeps a map node and a heap string per field, several times the size of its
+//! text, for every pod and event the node has. The text is also what gets, lists and watches
+//! write out, as it is.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
