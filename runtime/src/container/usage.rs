@@ -83,6 +83,15 @@ impl PodMeters {
         all[index] = (name.to_owned(), Arc::downgrade(sandbox));
     }
 
+    /// Container `index`'s instance ended: it is no longer listed, even while a task that
+    /// ran it still holds its sandbox for a moment.
+    pub(crate) fn ended(&self, index: usize) {
+        let mut all = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(entry) = all.get_mut(index) {
+            entry.1 = Weak::new();
+        }
+    }
+
     /// The usage of every container that runs now, in the pod's order.
     pub(crate) fn usage(&self) -> Vec<ContainerUsage> {
         let all = self.0.lock().unwrap_or_else(|e| e.into_inner());

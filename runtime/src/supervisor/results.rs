@@ -19,6 +19,7 @@ impl PodTask {
         if self.instance(index, id).is_none() {
             return;
         }
+        self.meters.ended(index);
         let c = &mut self.containers[index];
         c.instance = None;
         let started_at = match c.state {

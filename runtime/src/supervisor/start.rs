@@ -260,6 +260,7 @@ impl PodTask {
                 exit = main.run(stdout, stderr) => exit,
                 code = kill_rx => Exit::code(code.unwrap_or(EXIT_KILLED)),
             };
+            drop(main);
             // When it stopped, not when the supervisor gets to it (busy with other pods).
             let at = jiff::Timestamp::now();
             // Reported once what it printed is in its log file.

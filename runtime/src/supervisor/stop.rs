@@ -193,10 +193,11 @@ impl PodTask {
     }
 
     pub(super) fn cleanup(&mut self) {
-        for c in &mut self.containers {
+        for (index, c) in self.containers.iter_mut().enumerate() {
             if let Some(i) = &mut c.instance {
                 i.kill(EXIT_KILLED);
             }
+            self.meters.ended(index);
         }
         self.seat.release();
         self.volumes

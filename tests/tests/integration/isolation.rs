@@ -459,6 +459,39 @@ spec:
     }
 }
 
+/// What a pod uses lists its running containers only: an ended container drops out as its
+/// exit reaches the status, and a deleted pod lists none (what `kubectl top` shows).
+#[tokio::test]
+async fn usage_lists_running_containers_only() {
+    let node = TestNode::new();
+    let pod = node
+        .start(
+            &PodYaml::new("usage")
+                .never()
+                .container(&container_yaml("spin", "{p1}", "[loop]"))
+                .container(&container_yaml(
+                    "brief",
+                    "{p1}",
+                    "[alloc, \"4\", exit, \"3\"]",
+                ))
+                .build(),
+        )
+        .await;
+    wait_for(&pod, LIMIT, |s| {
+        is_running(s, "spin")
+            && container(s, "brief")
+                .state
+                .as_ref()
+                .is_some_and(|s| s.terminated.is_some())
+    })
+    .await;
+    let names: Vec<String> = pod.usage().into_iter().map(|u| u.name).collect();
+    assert_eq!(names, ["spin"]);
+    pod.delete(Some(Duration::ZERO));
+    pod.deleted().await;
+    assert_eq!(pod.usage(), []);
+}
+
 /// Resource errors name their field.
 #[test]
 fn invalid_resources_are_rejected() {
