@@ -2,7 +2,8 @@
 # The small-device path end to end: a full wasmpod compiles the example pods' guests ahead of
 # time, and a runtime-only wasmpod (built without a compiler) runs them: the hello pod, and the
 # HTTP service answering on its published port. A plain .wasm is refused by the runtime-only
-# build with the command that makes an artefact.
+# build with the command that makes an artefact, and a registry image's pull fails naming the
+# feature it lacks.
 #
 #   tools/small-device.sh            # for this machine (CI runs this)
 #   tools/small-device.sh --arm64    # cross-built for aarch64-unknown-linux-gnu, run under
@@ -70,6 +71,25 @@ if "${minimal[@]}" examples/hello/pod.yaml 2>"$work/err"; then
 fi
 grep -q "has no compiler" "$work/err"
 grep -q "wasmpod compile --target" "$work/err"
+
+# A registry image: the build has no registry client, and its pull fails saying so.
+cat >"$work/registry.yaml" <<'YAML'
+apiVersion: v1
+kind: Pod
+metadata: { name: from-a-registry }
+spec:
+  containers:
+  - { name: app, image: "registry.example/app:1.0" }
+YAML
+"${minimal[@]}" --events "$work/events" "$work/registry.yaml" 2>/dev/null &
+pulling=$!
+for _ in $(seq 100); do
+    grep -q 'built without registry images' "$work/events" 2>/dev/null && break
+    sleep 0.1
+done
+kill -INT "$pulling"
+wait "$pulling" || true
+grep -q 'Failed to pull image .*built without registry images (its `registry` feature)' "$work/events"
 
 "${minimal[@]}" "$work/http-service/pod.yaml" &
 service=$!

@@ -3,8 +3,12 @@
 //! policies, shared by all pods: concurrent pulls of one image share one download, and unused
 //! images are garbage-collected past a size threshold.
 
+#[cfg(not(feature = "registry"))]
+mod offline;
+#[cfg(feature = "registry")]
 mod pull;
 mod reference;
+#[cfg(feature = "registry")]
 mod registry;
 mod store;
 
@@ -13,10 +17,14 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use oci_client::Reference;
+use oci_spec::distribution::Reference;
 use serde_json::Value;
 use tokio::sync::OnceCell;
 
+#[cfg(not(feature = "registry"))]
+use offline::Puller;
+#[cfg(feature = "registry")]
+use pull::Puller;
 pub(crate) use reference::{PullPolicy, is_path, parse, shown};
 use store::{Record, Store, now_secs};
 
@@ -54,6 +62,18 @@ pub(crate) struct Resolved {
     /// Keeps the image from garbage collection while the container has it.
     pub _lease: Arc<Lease>,
     /// The blob is machine code, from a precompiled layer of a registry the node trusts.
+    pub precompiled: bool,
+}
+
+/// What a pull found.
+pub(crate) struct Fetched {
+    pub manifest_digest: String,
+    /// The `.wasm`, and the digest the manifest gave it (a wasm artifact's layer).
+    pub wasm: Vec<u8>,
+    pub wasm_digest: Option<String>,
+    pub entrypoint: Option<Vec<String>>,
+    pub cmd: Option<Vec<String>>,
+    /// The `.wasm` is machine code from a precompiled layer.
     pub precompiled: bool,
 }
 
@@ -115,7 +135,7 @@ pub(crate) struct Images {
     /// Opened (made) when the first registry image is asked for: a node that runs only `.wasm`
     /// files has no image store.
     store: std::sync::OnceLock<Result<Store, String>>,
-    puller: pull::Puller,
+    puller: Puller,
     gc: ImageGc,
     inflight: Mutex<HashMap<String, Flight>>,
     progress: Mutex<HashMap<String, Arc<Counters>>>,
@@ -148,8 +168,7 @@ impl Images {
         Ok(Images {
             root: root.to_owned(),
             store: std::sync::OnceLock::new(),
-            puller: pull::Puller::new(insecure, precompiled, node_auth)
-                .map_err(std::io::Error::other)?,
+            puller: Puller::new(insecure, precompiled, node_auth).map_err(std::io::Error::other)?,
             gc,
             inflight: Mutex::default(),
             progress: Mutex::default(),

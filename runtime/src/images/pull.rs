@@ -8,8 +8,8 @@ use oci_client::Reference;
 use serde_json::Value;
 use std::sync::atomic::Ordering::Relaxed;
 
-use super::Counters;
 use super::registry::Repository;
+use super::{Counters, Fetched};
 
 /// The most bytes of one layer or `.wasm` wasmpod takes from a registry.
 pub(crate) const MAX_BLOB: u64 = 512 << 20;
@@ -34,18 +34,6 @@ const WASM_LAYERS: &[&str] = &[
     "application/vnd.wasm.content.layer.v1+wasm",
     "application/vnd.module.wasm.content.layer.v1+wasm",
 ];
-
-/// What a pull found.
-pub(crate) struct Fetched {
-    pub manifest_digest: String,
-    /// The `.wasm`, and the digest the manifest gave it (a wasm artifact's layer).
-    pub wasm: Vec<u8>,
-    pub wasm_digest: Option<String>,
-    pub entrypoint: Option<Vec<String>>,
-    pub cmd: Option<Vec<String>>,
-    /// The `.wasm` is machine code from a precompiled layer.
-    pub precompiled: bool,
-}
 
 pub(crate) struct Puller {
     http: reqwest::Client,

@@ -2,7 +2,7 @@
 //! (`[registry[:port]/]repo[:tag][@sha256:...]`, with Docker Hub's defaults as Kubernetes has
 //! them), and the pull policy that goes with it.
 
-use oci_client::Reference;
+use oci_spec::distribution::Reference;
 
 /// Whether `image` is a file on the node rather than a registry reference: an absolute or
 /// `./`/`../` path, a `file://` URL, or a name ending in `.wasm`.

@@ -81,7 +81,7 @@ pub(crate) struct StdinMode {
 /// A container's registry image and how it is pulled.
 #[derive(Debug, Clone)]
 pub(crate) struct ImagePull {
-    pub reference: oci_client::Reference,
+    pub reference: oci_spec::distribution::Reference,
     /// The reference as `status.containerStatuses[].image` shows it.
     pub shown: String,
     pub policy: crate::images::PullPolicy,
