@@ -414,3 +414,79 @@ fn pod_annotations_set_the_port_an_http_handler_serves_and_bad_ones_are_refused(
     node.remove_pod(&pod);
     node.remove_pod(&bad_pod);
 }
+
+/// A kubelet with the systemd cgroup driver names the pod's cgroup as a slice
+/// (`kubepods-besteffort-pod<uid>.slice`), and containerd's CRI gives the shim systemd's
+/// `slice:cri-containerd:<id>`: the shim runs in that scope's cgroup, under the slice's parents
+/// as systemd lays them out, and the scope goes with the pod.
+#[test]
+fn a_systemd_cgroup_parent_puts_the_pod_in_its_scope_under_the_slice() {
+    let mut node = Node::start(SHIM);
+    let image = node.ctd.import("p1", guests::AGNHOST_P1.as_ref());
+    let top = format!("wasmpodcri{}", std::process::id());
+    let _slices = Slices(top.clone());
+    let mut config = node.sandbox_config("sliced", &[]);
+    if let Some(linux) = &mut config.linux {
+        linux.cgroup_parent = format!("{top}-podsliced.slice");
+    }
+    let pod = node.run_pod(&config);
+    node.start_container(
+        &pod,
+        &config,
+        &Spec {
+            name: "app",
+            image: &image,
+            args: &["print", "up", "sleep", "600000"],
+            ..Default::default()
+        },
+    );
+    node.wait_for_line("sliced", "app", "up");
+    let [shim] = shims_of(&[&pod])[..] else {
+        panic!("one shim for the pod")
+    };
+    let scope = format!("/{top}.slice/{top}-podsliced.slice/cri-containerd-{pod}.scope");
+    let cgroups = std::fs::read_to_string(format!("/proc/{shim}/cgroup")).unwrap();
+    let memory = cgroups
+        .lines()
+        .find_map(|l| {
+            let (_, rest) = l.split_once(':')?;
+            let (controllers, path) = rest.split_once(':')?;
+            (controllers.split(',').any(|c| c == "memory") || controllers.is_empty())
+                .then(|| path.to_owned())
+        })
+        .unwrap();
+    assert_eq!(memory, scope, "{cgroups}");
+    let dir = ["/sys/fs/cgroup/memory", "/sys/fs/cgroup"]
+        .iter()
+        .map(|root| format!("{root}{scope}"))
+        .find(|d| std::path::Path::new(d).is_dir())
+        .unwrap();
+    node.remove_pod(&pod);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::path::Path::new(&dir).exists() {
+        assert!(Instant::now() < deadline, "{dir} is still there");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The test's slices (`{0}.slice` and the pod's inside it), removed from every hierarchy at the
+/// end as a kubelet would remove them.
+struct Slices(String);
+
+impl Drop for Slices {
+    fn drop(&mut self) {
+        let hierarchies = std::fs::read_dir("/sys/fs/cgroup")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|h| h.path())
+            .chain(["/sys/fs/cgroup".into()]);
+        for hierarchy in hierarchies {
+            let top = hierarchy.join(format!("{}.slice", self.0));
+            for slice in std::fs::read_dir(&top).into_iter().flatten().flatten() {
+                let _ = std::fs::remove_dir(slice.path());
+            }
+            let _ = std::fs::remove_dir(&top);
+        }
+    }
+}
