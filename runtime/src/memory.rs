@@ -147,6 +147,12 @@ impl Budget {
         Ok(())
     }
 
+    /// Sets the limit even below what is in use (nothing is taken back; growth fails until
+    /// enough is freed).
+    pub(crate) fn cap(&self, limit: u64) {
+        self.limit.store(limit, Ordering::Release);
+    }
+
     /// Bytes in use.
     pub(crate) fn used(&self) -> u64 {
         self.used.load(Ordering::Acquire)

@@ -417,6 +417,8 @@ pub struct TaskEngine {
     /// Images by the SHA-256 of their bytes: a pod's containers, and a container's restarts,
     /// share one compiled image.
     images: Mutex<HashMap<[u8; 32], Arc<Image>>>,
+    /// What its tasks hold together, within [`TaskEngine::limit_memory`].
+    memory: Arc<Budget>,
 }
 
 impl std::fmt::Debug for TaskEngine {
@@ -444,7 +446,22 @@ impl TaskEngine {
         Ok(TaskEngine {
             engine: Arc::new(engine),
             images: Mutex::new(HashMap::new()),
+            memory: Budget::new(u64::MAX),
         })
+    }
+
+    /// Caps the memory all of this engine's tasks hold together (their linear memories,
+    /// tables and socket buffers), beside each task's own limit: a task whose growth does not
+    /// fit ends as by its own limit ([`TaskExit::oom`]). A containerd shim sets it to what the
+    /// pod's cgroup leaves beside the process's own memory. A cap below what is in use takes
+    /// nothing back: growth fails until enough is freed.
+    pub fn limit_memory(&self, bytes: u64) {
+        self.memory.cap(bytes);
+    }
+
+    /// Bytes this engine's tasks hold now.
+    pub fn memory_used(&self) -> u64 {
+        self.memory.used()
     }
 
     /// A task of `wasm` (a module or component; `name` names it in errors), compiled unless
@@ -468,7 +485,12 @@ impl TaskEngine {
                 image
             }
         };
-        Ok(Task::with(self.engine.clone(), image, options))
+        Ok(Task::with(
+            self.engine.clone(),
+            image,
+            options,
+            self.memory.clone(),
+        ))
     }
 }
 
@@ -491,7 +513,12 @@ impl std::fmt::Debug for Task {
 }
 
 impl Task {
-    fn with(engine: Arc<Engine>, image: Arc<Image>, options: TaskOptions) -> Task {
+    fn with(
+        engine: Arc<Engine>,
+        image: Arc<Image>,
+        options: TaskOptions,
+        together: Arc<Budget>,
+    ) -> Task {
         let (term, term_rx) = watch::channel(false);
         let node_memory = Arc::new(NodeMemory::new(u64::MAX));
         let names = PodNames {
@@ -525,7 +552,7 @@ impl Task {
                 })
                 .collect(),
             working_dir: options.working_dir,
-            budget: Budget::new(options.memory_limit.unwrap_or(u64::MAX)),
+            budget: Budget::within(options.memory_limit.unwrap_or(u64::MAX), Some(together)),
             cpu: Some(cpu.clone()),
             term: TermSignal(term_rx),
             kill: Default::default(),

@@ -52,6 +52,72 @@ impl Drop for Joined {
     }
 }
 
+/// The memory limit over this process, and what it uses against it: of the process's memory
+/// cgroup and its ancestors (the kubelet's pod cgroup is one), the one with the smallest limit,
+/// and its working set (usage less inactive file pages, as the kubelet counts it). `None`
+/// where no limit applies.
+pub(crate) fn memory() -> Option<(u64, u64)> {
+    let cgroups = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    // cgroup v1's memory hierarchy, else the unified one.
+    let (root, path, v1) = cgroups
+        .lines()
+        .find_map(|l| {
+            let (_, rest) = l.split_once(':')?;
+            let (controllers, path) = rest.split_once(':')?;
+            controllers.split(',').any(|c| c == "memory").then_some((
+                "/sys/fs/cgroup/memory",
+                path,
+                true,
+            ))
+        })
+        .or_else(|| {
+            let path = cgroups.lines().find_map(|l| l.strip_prefix("0::"))?;
+            Some(("/sys/fs/cgroup", path, false))
+        })?;
+    let (limit_file, usage_file, inactive) = if v1 {
+        (
+            "memory.limit_in_bytes",
+            "memory.usage_in_bytes",
+            "total_inactive_file",
+        )
+    } else {
+        ("memory.max", "memory.current", "inactive_file")
+    };
+    let read = |dir: &Path, file: &str| -> Option<u64> {
+        std::fs::read_to_string(dir.join(file))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    };
+    let mut dir = Path::new(root).join(path.trim_start_matches('/'));
+    let mut tightest: Option<(u64, std::path::PathBuf)> = None;
+    loop {
+        // v1 writes no limit as a number near 2^63, v2 as `max`.
+        if let Some(limit) = read(&dir, limit_file).filter(|&l| l < 1 << 62)
+            && tightest.as_ref().is_none_or(|(t, _)| limit < *t)
+        {
+            tightest = Some((limit, dir.clone()));
+        }
+        if dir == Path::new(root) || !dir.pop() {
+            break;
+        }
+    }
+    let (limit, dir) = tightest?;
+    let usage = read(&dir, usage_file)?;
+    let stat = std::fs::read_to_string(dir.join("memory.stat")).unwrap_or_default();
+    let inactive = stat
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(inactive)?
+                .strip_prefix(' ')?
+                .parse::<u64>()
+                .ok()
+        })
+        .unwrap_or(0);
+    Some((limit, usage.saturating_sub(inactive)))
+}
+
 /// The cgroup (relative to the hierarchy's root) systemd gives the unit that `spec`, in
 /// systemd's `slice:prefix:name` form, names: runc's and containerd's reading of it.
 fn systemd_path(spec: &str) -> anyhow::Result<String> {

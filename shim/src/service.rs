@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::SystemTime;
@@ -31,6 +32,10 @@ use crate::failure::Failure;
 use crate::process::{Exited, Outcome};
 use crate::stdio::Stdio;
 
+/// What the process's own memory may grow by between two looks at its cgroup (instances'
+/// host state, stacks, buffers), kept from its guests.
+const OWN_GROWTH: u64 = 8 << 20;
+
 /// Where compiled guests are kept between shim processes, unless `WASMPOD_SHIM_CACHE` names
 /// another directory (only root may write it, else the cache is off).
 const CACHE_DIR: &str = "/var/cache/wasmpod-shim";
@@ -43,6 +48,8 @@ pub(crate) struct Service {
     events: Events,
     exit: Arc<ExitSignal>,
     cgroup: Mutex<Option<cgroup::Joined>>,
+    /// What the process itself needs of its cgroup's memory, beside its guests': the most seen.
+    overhead: AtomicU64,
     pid: u32,
 }
 
@@ -60,6 +67,7 @@ impl Service {
             events: Events::start(publisher, namespace.to_owned()),
             exit,
             cgroup: Mutex::default(),
+            overhead: AtomicU64::new(0),
             pid: std::process::id(),
         }
     }
@@ -112,6 +120,7 @@ impl Service {
         let container = Container::create(&req.id, bundle, &req.rootfs, stdio, &engine)
             .with_context(|| format!("cannot create {}", req.id))?;
         self.join_cgroup(&container);
+        self.fit_memory(&engine);
         let container = Arc::new(container);
         let mut containers = self.containers();
         if containers.contains_key(&req.id) {
@@ -155,8 +164,28 @@ impl Service {
         }
     }
 
+    /// Caps what the guests hold together at what the process's cgroup leaves them (the
+    /// kubelet's pod cgroup holds the shim with its containers): a guest that would outgrow it
+    /// ends `OOMKilled` alone, instead of the kernel killing the process and every container
+    /// in it. Done as a guest is created or started, when the process's own memory grows.
+    fn fit_memory(&self, engine: &TaskEngine) {
+        let Some((limit, working_set)) = cgroup::memory() else {
+            return;
+        };
+        // The process's own part: its working set less its guests' memory (an underestimate
+        // while guests hold memory they have not touched, so the largest seen is kept; the
+        // first, before any guest, is exact).
+        let own = working_set.saturating_sub(engine.memory_used());
+        let own = self.overhead.fetch_max(own, Ordering::AcqRel).max(own);
+        let room = limit.saturating_sub(own).saturating_sub(OWN_GROWTH);
+        engine.limit_memory(room);
+    }
+
     fn start_task(&self, req: StartRequest) -> Result<StartResponse, Failure> {
         let container = self.container(&req.id)?;
+        if let Ok(engine) = self.engine() {
+            self.fit_memory(&engine);
+        }
         let events = self.events.clone();
         let (pid, id) = (self.pid, req.id.clone());
         if req.exec_id.is_empty() {

@@ -490,3 +490,59 @@ impl Drop for Slices {
         }
     }
 }
+
+/// The kubelet limits a pod's cgroup to its containers' limits (plus the RuntimeClass's
+/// overhead): the shim's own memory is in that cgroup too. A container that grows into what the
+/// shim needs ends `OOMKilled` alone, as the pod's cgroup would end it, instead of the kernel
+/// killing the shim and every container of the pod with it.
+#[test]
+fn a_container_that_outgrows_the_pods_cgroup_ends_oom_killed_and_the_pod_runs_on() {
+    let mut node = Node::start(SHIM);
+    let image = node.ctd.import("p1", guests::AGNHOST_P1.as_ref());
+    let config = node.sandbox_config("tight", &[]);
+    let parent = config.linux.as_ref().unwrap().cgroup_parent.clone();
+    support::limit_memory(&parent, 64 << 20);
+    let pod = node.run_pod(&config);
+    let holder = node.start_container(
+        &pod,
+        &config,
+        &Spec {
+            name: "holder",
+            image: &image,
+            args: &["alloc", "8", "print", "held", "sleep", "600000"],
+            memory_limit: 64 << 20,
+            ..Default::default()
+        },
+    );
+    node.wait_for_line("tight", "holder", "held");
+    let hog = node.start_container(
+        &pod,
+        &config,
+        &Spec {
+            name: "hog",
+            image: &image,
+            args: &["alloc", "60", "print", "unreachable"],
+            memory_limit: 64 << 20,
+            ..Default::default()
+        },
+    );
+    let status = node.exited_with(&hog, "OOMKilled");
+    assert_eq!(
+        (status.exit_code, status.reason.as_str()),
+        (137, "OOMKilled"),
+        "{status:?}\n{}",
+        node.ctd.log()
+    );
+    assert_eq!(
+        node.status(&holder).state,
+        cri::ContainerState::ContainerRunning as i32
+    );
+    let out = node
+        .exec_sync(&holder, &["/app.wasm", "print", "alive"], 10)
+        .unwrap();
+    assert_eq!(
+        (out.exit_code, String::from_utf8_lossy(&out.stdout).trim()),
+        (0, "alive")
+    );
+    node.remove_pod(&pod);
+}

@@ -238,6 +238,37 @@ async fn usage_counts_the_tasks_cpu_and_memory_and_resize_changes_its_limits() {
     assert_eq!(run.await.unwrap().code, 143);
 }
 
+/// An engine's cap on what its tasks hold together (what a shim's pod cgroup leaves them): a
+/// task that grows past it ends as by its own limit, and what a task frees is room again.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_engines_memory_cap_holds_its_tasks_together() {
+    let engine = TaskEngine::new(None).unwrap();
+    engine.limit_memory(24 << 20);
+    let bytes = std::fs::read(guests::AGNHOST_P1).unwrap();
+    let make = |args: &[&str]| {
+        let options = TaskOptions::new(std::iter::once("app.wasm").chain(args.iter().copied()))
+            .memory_limit(64 << 20);
+        Arc::new(engine.task("app.wasm".as_ref(), &bytes, options).unwrap())
+    };
+    let holder = make(&["alloc", "12", "print", "held", "sleep", "600000"]);
+    let (io, out, _) = captured();
+    let main = holder.clone();
+    let held = tokio::spawn(async move { main.run(io).await });
+    while out.text().is_empty() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(engine.memory_used() >= 12 << 20, "{}", engine.memory_used());
+    // 16 MiB fit in the task's own 64, not beside the other's 12 in the engine's 24.
+    let exit = make(&["alloc", "16", "print", "unreachable"])
+        .run(TaskIo::new())
+        .await;
+    assert!((exit.code, exit.oom) == (137, true), "{exit:?}");
+    holder.terminator().terminate();
+    assert_eq!(held.await.unwrap().code, 143);
+    let exit = make(&["alloc", "16"]).run(TaskIo::new()).await;
+    assert_eq!((exit.code, exit.oom), (0, false), "{exit:?}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn tasks_of_the_same_guest_share_its_compiled_code() {
     let engine = TaskEngine::new(None).unwrap();
