@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The small-device path end to end: a full wasmpod compiles the example pods' guests ahead of
-# time, and a runtime-only wasmpod (built without a compiler) runs them: the hello pod, and the
-# HTTP service answering on its published port. A plain .wasm is refused by the runtime-only
-# build with the command that makes an artefact, and a registry image's pull fails naming the
-# feature it lacks.
+# time, and runtime-only wasmpods (built without a compiler) run them: the hello pod on the
+# minimal build (no features), the HTTP service answering on its published port on one with
+# `--features http`. The minimal build refuses a plain .wasm with the command that makes an
+# artefact, a registry image's pull and an HTTP handler, each naming the feature it lacks.
 #
 #   tools/small-device.sh            # for this machine (CI runs this)
 #   tools/small-device.sh --arm64    # cross-built for aarch64-unknown-linux-gnu, run under
@@ -36,8 +36,10 @@ if $arm64; then
     # The compiler needs every code generator to compile for another architecture.
     cargo build -q --profile "$profile" -p wasmpod-cli --features cross
     cp "$CARGO_TARGET_DIR/$(dir_of)/wasmpod" "$work/wasmpod-full"
-    cargo build -q --profile "$profile" -p wasmpod-cli --no-default-features --target "$triple"
+    cargo build -q --profile "$profile" -p wasmpod-cli --no-default-features --features http \
+        --target "$triple"
     minimal=("qemu-aarch64" "-L" "/usr/aarch64-linux-gnu" "$CARGO_TARGET_DIR/$triple/$(dir_of)/wasmpod")
+    serving=("${minimal[@]}")
 else
     triple=$(rustc -vV | sed -n 's/^host: //p')
     cargo build -q --profile "$profile" -p wasmpod-cli
@@ -45,6 +47,9 @@ else
     cargo build -q --profile "$profile" -p wasmpod-cli --no-default-features
     cp "$CARGO_TARGET_DIR/$(dir_of)/wasmpod" "$work/wasmpod-minimal"
     minimal=("$work/wasmpod-minimal")
+    cargo build -q --profile "$profile" -p wasmpod-cli --no-default-features --features http
+    cp "$CARGO_TARGET_DIR/$(dir_of)/wasmpod" "$work/wasmpod-http"
+    serving=("$work/wasmpod-http")
 fi
 
 # Precompiled images, beside copies of the pod files that name them: for a compact node (what a
@@ -60,6 +65,7 @@ for example in hello http-service; do
 done
 
 minimal+=(run --address-space compact --state-dir "$work/state")
+serving+=(run --address-space compact --state-dir "$work/state")
 out=$("${minimal[@]}" "$work/hello/pod.yaml")
 echo "$out"
 grep -qx '\[hello\] Hello, wasmpod! I am "hello".' <<<"$out"
@@ -91,7 +97,16 @@ kill -INT "$pulling"
 wait "$pulling" || true
 grep -q 'Failed to pull image .*built without registry images (its `registry` feature)' "$work/events"
 
-"${minimal[@]}" "$work/http-service/pod.yaml" &
+# An HTTP handler on a build without `wasi:http` (the arm64 form builds only the one with it).
+if ! $arm64; then
+    if "${minimal[@]}" "$work/http-service/pod.yaml" 2>"$work/err"; then
+        echo "the build without wasi:http served" >&2
+        exit 1
+    fi
+    grep -q 'built without `wasi:http` (its `http` feature)' "$work/err"
+fi
+
+"${serving[@]}" "$work/http-service/pod.yaml" &
 service=$!
 body=$(python3 - <<'PY'
 import time, urllib.request

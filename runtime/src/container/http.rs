@@ -5,16 +5,16 @@
 //! The container runs while it serves. Each instance has the container's env and volumes, draws
 //! its memory from the container's one budget (a request that does not fit in what the requests
 //! in flight leave traps and is answered 500) and from the container's one CPU limit; at most
-//! [`Serving::concurrency`] requests run at once, the rest wait. A request that traps, runs past
-//! [`Serving::timeout`] or never answers is answered 500 (504 for the timeout), counted and
+//! [`Serving::concurrency`](crate::spec::Serving::concurrency) requests run at once, the rest wait. A request that traps, runs past
+//! [`Serving::timeout`](crate::spec::Serving::timeout) or never answers is answered 500 (504 for the timeout), counted and
 //! logged on the container's stderr; the container keeps serving. TERM closes the ports (new
 //! connections are refused), lets the requests in flight finish and exits 0 when they have: the
 //! grace period's KILL cuts what is left.
 
 use std::convert::Infallible;
 use std::fmt::Write as _;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -25,22 +25,17 @@ use tokio::task::JoinSet;
 use tokio_util::either::Either;
 use tokio_util::sync::CancellationToken;
 use wasmtime::Store;
-use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
-use wasmtime_wasi::p2::OutputStream;
+use wasmtime_wasi::cli::StdoutStream;
 use wasmtime_wasi_http::WasiHttpView;
 use wasmtime_wasi_http::io::TokioIo;
 use wasmtime_wasi_http::p2::bindings::http::types::Scheme;
 use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
 use wasmtime_wasi_http::p3;
 
-use super::{Exit, Sandbox, exit_of, not_started};
+use super::{Exit, Sandbox, Shared, exit_of, not_started};
 use crate::engine::{Entry, HttpPre, Image};
 use crate::host::P2State;
 use crate::network::HostStream;
-use crate::spec::Serving;
-
-/// The port served when the container declares no TCP port (`wasmtime serve`'s).
-pub(crate) const DEFAULT_PORT: u16 = 8080;
 
 /// The most connections one handler container keeps open (`wasmtime serve`'s default is 1,000):
 /// each holds a task and its buffers, so a client opening connections cannot grow them without
@@ -48,13 +43,6 @@ pub(crate) const DEFAULT_PORT: u16 = 8080;
 const MAX_CONNECTIONS: usize = 1024;
 /// How long a client has to send each request head.
 const HEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// Where and how a handler container serves.
-pub(crate) struct HttpServe {
-    /// The container's TCP `containerPort`s, or [`DEFAULT_PORT`].
-    pub(crate) ports: Vec<u16>,
-    pub(crate) serving: Serving,
-}
 
 /// A connection to a handler: from the pod network, or from the host's (a task's).
 type Connection = Either<HostStream, tokio::net::TcpStream>;
@@ -460,40 +448,4 @@ fn plain(status: u16, body: &str) -> hyper::Response<HyperOutgoingBody> {
     *response.status_mut() =
         http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
     response
-}
-
-/// One stdout or stderr shared by every instance of a handler container (or by a task and
-/// the line that says why it ended).
-pub(crate) struct Shared<S>(Arc<Mutex<S>>);
-
-impl<S> Shared<S> {
-    pub(crate) fn new(stream: S) -> Shared<S> {
-        Shared(Arc::new(Mutex::new(stream)))
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, S> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-impl<S> Clone for Shared<S> {
-    fn clone(&self) -> Self {
-        Shared(self.0.clone())
-    }
-}
-
-impl<S: StdoutStream> IsTerminal for Shared<S> {
-    fn is_terminal(&self) -> bool {
-        self.lock().is_terminal()
-    }
-}
-
-impl<S: StdoutStream + 'static> StdoutStream for Shared<S> {
-    fn async_stream(&self) -> Box<dyn tokio::io::AsyncWrite + Send + Sync> {
-        self.lock().async_stream()
-    }
-
-    fn p2_stream(&self) -> Box<dyn OutputStream> {
-        self.lock().p2_stream()
-    }
 }

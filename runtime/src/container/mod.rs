@@ -14,24 +14,40 @@ use wasmtime_wasi::cli::{AsyncStdinStream, StdoutStream};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{FsPerms, I32Exit, WasiCtxBuilder};
 
+#[cfg(feature = "http")]
 mod http;
+mod shared;
 mod stdin;
 mod trap;
 mod usage;
 
-pub(crate) use http::{DEFAULT_PORT, HttpServe, Shared};
+pub(crate) use shared::Shared;
 pub use stdin::ContainerStdin;
 pub(crate) use stdin::StdinPipe;
 pub use usage::ContainerUsage;
 pub(crate) use usage::{Meter, PodMeters};
 
 use crate::engine::{Activity, Entry, Image};
-use crate::host::{
-    KillClock, Killed, MemoryLimiter, Outgoing, P1State, P2State, PodExport, TermSignal,
-};
+#[cfg(feature = "http")]
+use crate::host::Outgoing;
+use crate::host::{KillClock, Killed, MemoryLimiter, P1State, P2State, PodExport, TermSignal};
 use crate::memory::{Budget, Charge, PodMemory};
 use crate::network::PodNetwork;
 use crate::volumes::MountDir;
+
+/// The port an HTTP handler serves when its container declares no TCP port (`wasmtime serve`'s).
+pub(crate) const DEFAULT_PORT: u16 = 8080;
+
+/// Where and how a handler container serves.
+#[cfg_attr(
+    not(feature = "http"),
+    expect(dead_code, reason = "read by HTTP handlers, which this build has not")
+)]
+pub(crate) struct HttpServe {
+    /// The container's TCP `containerPort`s, or [`DEFAULT_PORT`].
+    pub(crate) ports: Vec<u16>,
+    pub(crate) serving: crate::spec::Serving,
+}
 
 /// Exit code of a container that could not be started (its sandbox could not be made).
 pub(crate) const EXIT_START_ERROR: i32 = 128;
@@ -72,6 +88,10 @@ pub(crate) struct Sandbox {
     /// was made with [`crate::host::GuestSockets::Host`]), not `net`.
     pub(crate) host_sockets: bool,
     /// Where and how an HTTP handler component is served.
+    #[cfg_attr(
+        not(feature = "http"),
+        expect(dead_code, reason = "read by HTTP handlers, which this build has not")
+    )]
     pub(crate) http: HttpServe,
     /// The engine's count of stores executing wasm (its epoch ticker runs fast while any does).
     pub(crate) activity: Arc<Activity>,
@@ -220,7 +240,9 @@ impl Sandbox {
             term: self.term.clone(),
             limiter: self.limiter(budget.clone()),
             budget,
+            #[cfg(feature = "http")]
             http: wasmtime_wasi_http::WasiHttpCtx::new(),
+            #[cfg(feature = "http")]
             outgoing: if self.host_sockets {
                 Outgoing::Host
             } else {
@@ -269,6 +291,7 @@ impl Sandbox {
         stderr: impl StdoutStream + 'static,
         stdin: Option<AsyncStdinStream>,
     ) -> Exit {
+        #[cfg(feature = "http")]
         if let Image::Component {
             entry: Entry::Http(pre),
             ..
@@ -340,6 +363,7 @@ impl Sandbox {
                 )
             }
             // An exec in a handler container names an export or nothing: there is no `main`.
+            #[cfg(feature = "http")]
             Image::Component {
                 entry: Entry::Http(_),
                 ..

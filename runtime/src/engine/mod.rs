@@ -18,6 +18,7 @@ use std::time::{Duration, SystemTime};
 use wasmtime::component::Component;
 use wasmtime::{Config, InstancePre, Module};
 use wasmtime_wasi::p2::bindings::CommandPre;
+#[cfg(feature = "http")]
 use wasmtime_wasi_http::p2::bindings::ProxyPre;
 
 use crate::host::{GuestSockets, Linkers, P1State, P2State};
@@ -61,16 +62,30 @@ pub(crate) enum Entry {
     CommandP3(wasmtime_wasi::p3::bindings::CommandPre<P2State>),
     /// An HTTP handler (`wasi:http/incoming-handler`, the `wasi:http/proxy` world, or 0.3's
     /// `wasi:http/handler`): a fresh instance for each request on the container's ports.
+    #[cfg(feature = "http")]
     Http(HttpPre),
 }
 
 /// A pre-instantiated HTTP handler of either WASI version.
+#[cfg(feature = "http")]
 #[derive(Clone)]
 pub(crate) enum HttpPre {
     P2(ProxyPre<P2State>),
     P3(wasmtime_wasi_http::p3::bindings::ServicePre<P2State>),
 }
 
+impl Entry {
+    /// Whether it is an HTTP handler's.
+    fn serves(&self) -> bool {
+        #[cfg(feature = "http")]
+        if let Entry::Http(_) = self {
+            return true;
+        }
+        false
+    }
+}
+
+#[cfg(feature = "http")]
 impl HttpPre {
     /// Makes an instance (the first, which tells whether the handler can run at all).
     pub(crate) async fn instantiate(
@@ -478,6 +493,21 @@ unsafe fn link(
             let imports_term = ty
                 .imports(wasmtime)
                 .any(|(name, _)| name.starts_with(crate::host::TERM_INTERFACE));
+            #[cfg(not(feature = "http"))]
+            if let Some(name) = ty
+                .imports(wasmtime)
+                .chain(ty.exports(wasmtime))
+                .map(|(name, _)| name)
+                .find(|name| name.starts_with("wasi:http/"))
+            {
+                return Err(LoadError::Link {
+                    path: path.to_owned(),
+                    message: format!(
+                        "the component uses `{name}`, and this wasmpod is built without \
+                         `wasi:http` (its `http` feature)"
+                    ),
+                });
+            }
             let instance = linkers
                 .p2()
                 .and_then(|linker| linker.instantiate_pre(&component))
@@ -486,24 +516,34 @@ unsafe fn link(
             // whether or not it also has a `main`.
             // A WASI 0.3 `run` is preferred to a 0.2 one, as `wasmtime run` does.
             let p3 = || wasmtime_wasi::p3::bindings::CommandPre::new(instance.clone());
-            let p3_handler = || wasmtime_wasi_http::p3::bindings::ServicePre::new(instance.clone());
-            let entry = match ProxyPre::new(instance.clone()) {
-                Ok(proxy) => Entry::Http(HttpPre::P2(proxy)),
-                Err(_) if let Ok(service) = p3_handler() => Entry::Http(HttpPre::P3(service)),
-                Err(_) if let Ok(command) = p3() => Entry::CommandP3(command),
-                Err(_) => Entry::Command(CommandPre::new(instance.clone()).map_err(|e| {
-                    LoadError::Link {
-                        path: path.to_owned(),
-                        message: format!(
-                            "the component exports neither `wasi:cli/run` nor \
-                             `wasi:http/incoming-handler`: {e:#}"
-                        ),
-                    }
-                })?),
+            let command = || {
+                CommandPre::new(instance.clone()).map_err(|e| LoadError::Link {
+                    path: path.to_owned(),
+                    message: format!(
+                        "the component exports neither `wasi:cli/run` nor \
+                         `wasi:http/incoming-handler`: {e:#}"
+                    ),
+                })
+            };
+            #[cfg(feature = "http")]
+            let entry = {
+                let p3_handler =
+                    || wasmtime_wasi_http::p3::bindings::ServicePre::new(instance.clone());
+                match ProxyPre::new(instance.clone()) {
+                    Ok(proxy) => Entry::Http(HttpPre::P2(proxy)),
+                    Err(_) if let Ok(service) = p3_handler() => Entry::Http(HttpPre::P3(service)),
+                    Err(_) if let Ok(command) = p3() => Entry::CommandP3(command),
+                    Err(_) => Entry::Command(command()?),
+                }
+            };
+            #[cfg(not(feature = "http"))]
+            let entry = match p3() {
+                Ok(command) => Entry::CommandP3(command),
+                Err(_) => Entry::Command(command()?),
             };
             Image::Component {
                 // A server stops taking requests at TERM and finishes those it has.
-                handles_term: imports_term || matches!(entry, Entry::Http(_)),
+                handles_term: imports_term || entry.serves(),
                 entry,
                 instance,
                 twin,

@@ -2,6 +2,7 @@
 //! signal, memory limiter) and the linkers that give guests their imports. The engine builds the
 //! linkers once; a container fills a fresh state for each instance.
 
+#[cfg(feature = "http")]
 mod http;
 mod sockets;
 mod term;
@@ -12,10 +13,12 @@ use wasmtime::component::{Linker as ComponentLinker, ResourceTable};
 use wasmtime::{Linker, ResourceLimiter};
 use wasmtime_wasi::p1::WasiP1Ctx;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+#[cfg(feature = "http")]
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use crate::memory::{Budget, Charge};
 use crate::network::PodNetwork;
+#[cfg(feature = "http")]
 pub(crate) use http::Outgoing;
 use sockets::{Sockets, SocketsView};
 pub(crate) use term::{KillClock, Killed, PodExport, TERM_INTERFACE, TERM_MODULE, TermSignal};
@@ -65,8 +68,11 @@ impl Linkers {
             sockets::p2::add_to_linker(&mut p2)?;
             sockets::p3::add_to_linker(&mut p2)?;
         }
-        wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut p2)?;
-        wasmtime_wasi_http::p3::add_to_linker(&mut p2)?;
+        #[cfg(feature = "http")]
+        {
+            wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut p2)?;
+            wasmtime_wasi_http::p3::add_to_linker(&mut p2)?;
+        }
         term::add_p2_termination(&mut p2)?;
         Ok(self.p2.get_or_init(|| p2))
     }
@@ -95,10 +101,13 @@ pub(crate) struct P2State {
     pub(crate) budget: Arc<Budget>,
     pub(crate) term: TermSignal,
     pub(crate) limiter: MemoryLimiter,
+    #[cfg(feature = "http")]
     pub(crate) http: WasiHttpCtx,
+    #[cfg(feature = "http")]
     pub(crate) outgoing: Outgoing,
 }
 
+#[cfg(feature = "http")]
 impl WasiHttpView for P2State {
     fn http(&mut self) -> WasiHttpCtxView<'_> {
         WasiHttpCtxView {

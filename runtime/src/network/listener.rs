@@ -154,11 +154,13 @@ impl Listener {
 /// A pod port the host listens on (the server of an HTTP handler container): connections to it
 /// from the pod, the node's pods and published ports queue here, and it stops listening when
 /// dropped.
+#[cfg(feature = "http")]
 pub(crate) struct HostListener {
     pub(super) listener: Arc<Listener>,
     pub(super) _port: super::PortGuard,
 }
 
+#[cfg(feature = "http")]
 impl HostListener {
     /// The next connection and where it comes from; `None` once the listener is closed.
     pub(crate) async fn accept(&self) -> Option<(HostStream, SocketAddr)> {
@@ -185,6 +187,7 @@ impl HostListener {
     }
 }
 
+#[cfg(feature = "http")]
 impl Drop for HostListener {
     fn drop(&mut self) {
         self.listener.close();

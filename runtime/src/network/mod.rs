@@ -12,6 +12,7 @@
 
 pub(crate) mod client;
 pub(crate) mod error;
+#[cfg(feature = "http")]
 pub(crate) mod http;
 pub(crate) mod listener;
 pub(crate) mod names;
@@ -27,7 +28,9 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use error::ErrorCode;
-pub(crate) use listener::{HostListener, Listener};
+#[cfg(feature = "http")]
+pub(crate) use listener::HostListener;
+pub(crate) use listener::Listener;
 pub(crate) use pipe::HostStream;
 pub use pipe::PodConnection;
 use udp::Inbox;
@@ -324,6 +327,7 @@ impl PodNetwork {
 impl PodNetwork {
     /// Listens on `port` of every address of the pod for the host (an HTTP handler container's
     /// server), as a guest binding `0.0.0.0:port` would.
+    #[cfg(feature = "http")]
     pub(crate) fn listen_host(self: &Arc<Self>, port: u16) -> Result<HostListener, ErrorCode> {
         let port = self.bind_tcp(SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), port))?;
         let listener = Listener::new(listener::DEFAULT_BACKLOG);
@@ -338,6 +342,7 @@ impl PodNetwork {
 
     /// Connects from this pod to `to` in this pod or another of the node (outgoing `wasi:http`
     /// requests): `None` when `to` is outside the pod network.
+    #[cfg(feature = "http")]
     pub(crate) async fn connect_within(
         self: &Arc<Self>,
         to: SocketAddr,
