@@ -3,9 +3,8 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::SystemTime;
 
 use anyhow::Context;
@@ -48,8 +47,8 @@ pub(crate) struct Service {
     events: Events,
     exit: Arc<ExitSignal>,
     cgroup: Mutex<Option<cgroup::Joined>>,
-    /// What the process itself needs of its cgroup's memory, beside its guests': the most seen.
-    overhead: AtomicU64,
+    /// What the process itself needed of its cgroup's memory before its first guest.
+    base: OnceLock<u64>,
     pid: u32,
 }
 
@@ -67,7 +66,7 @@ impl Service {
             events: Events::start(publisher, namespace.to_owned()),
             exit,
             cgroup: Mutex::default(),
-            overhead: AtomicU64::new(0),
+            base: OnceLock::new(),
             pid: std::process::id(),
         }
     }
@@ -167,16 +166,17 @@ impl Service {
     /// Caps what the guests hold together at what the process's cgroup leaves them (the
     /// kubelet's pod cgroup holds the shim with its containers): a guest that would outgrow it
     /// ends `OOMKilled` alone, instead of the kernel killing the process and every container
-    /// in it. Done as a guest is created or started, when the process's own memory grows.
+    /// in it. Done as a guest is created or started (when the process's own memory grows), at
+    /// an update and at each `Stats` (the kubelet's resize changes the pod cgroup's limit).
     fn fit_memory(&self, engine: &TaskEngine) {
         let Some((limit, working_set)) = cgroup::memory() else {
             return;
         };
-        // The process's own part: its working set less its guests' memory (an underestimate
-        // while guests hold memory they have not touched, so the largest seen is kept; the
-        // first, before any guest, is exact).
+        // The process's own part: its working set less its guests' memory, never less than it
+        // was before the first guest (while guests hold memory they have not touched, the
+        // difference underestimates it).
         let own = working_set.saturating_sub(engine.memory_used());
-        let own = self.overhead.fetch_max(own, Ordering::AcqRel).max(own);
+        let own = own.max(*self.base.get_or_init(|| own));
         let room = limit.saturating_sub(own).saturating_sub(OWN_GROWTH);
         engine.limit_memory(room);
     }
@@ -322,6 +322,9 @@ impl Service {
 
     fn update_task(&self, req: UpdateTaskRequest) -> Result<(), Failure> {
         let container = self.container(&req.id)?;
+        if let Ok(engine) = self.engine() {
+            self.fit_memory(&engine);
+        }
         let Guest::Wasm(task) = &container.guest else {
             return Ok(());
         };
@@ -378,6 +381,9 @@ impl Service {
 
     fn stats_of(&self, req: StatsRequest) -> Result<StatsResponse, Failure> {
         let container = self.container(&req.id)?;
+        if let Ok(engine) = self.engine() {
+            self.fit_memory(&engine);
+        }
         let stats = match container.usage() {
             Some(usage) => crate::stats::of_task(usage)?,
             None => crate::stats::of_process()?,

@@ -544,5 +544,12 @@ fn a_container_that_outgrows_the_pods_cgroup_ends_oom_killed_and_the_pod_runs_on
         (out.exit_code, String::from_utf8_lossy(&out.stdout).trim()),
         (0, "alive")
     );
+    // 48 MiB more fit in the holder's 64 beside its 8, not in the pod's cgroup beside the shim
+    // and its 8 MiB to grow; once the kubelet resizes the pod (its cgroup's limit raised), the
+    // next exec fits.
+    let alloc = ["/app.wasm", "alloc", "48"];
+    assert_eq!(node.exec_sync(&holder, &alloc, 10).unwrap().exit_code, 137);
+    support::limit_memory(&parent, 256 << 20);
+    assert_eq!(node.exec_sync(&holder, &alloc, 10).unwrap().exit_code, 0);
     node.remove_pod(&pod);
 }
