@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use wasmpod_tests::containerd::{Containerd, Run};
+use wasmpod_tests::containerd::{Containerd, Run, memory_cgroup, wait_removed};
 use wasmpod_tests::guests;
 
 const SHIM: &str = env!("CARGO_BIN_EXE_containerd-shim-wasmpod-v1");
@@ -289,35 +289,17 @@ fn the_shim_runs_in_the_containers_cgroup_under_its_memory_limit() {
     );
     task.wait_for_line("up");
     let pid = ctd.task_pid("limited").unwrap();
-    let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
-    let memory = cgroups
-        .lines()
-        .find_map(|l| {
-            let (_, rest) = l.split_once(':')?;
-            let (controllers, path) = rest.split_once(':')?;
-            (controllers.split(',').any(|c| c == "memory") || controllers.is_empty())
-                .then(|| path.to_owned())
-        })
-        .unwrap();
-    assert!(memory.ends_with("/limited"), "{cgroups}");
-    let dir = ["/sys/fs/cgroup/memory", "/sys/fs/cgroup"]
-        .iter()
-        .map(|root| format!("{root}{memory}"))
-        .find(|d| std::path::Path::new(d).is_dir())
-        .unwrap();
+    let (memory, dir) = memory_cgroup(pid);
+    assert!(memory.ends_with("/limited"), "{memory}");
     let limit = ["memory.limit_in_bytes", "memory.max"]
         .iter()
-        .find_map(|f| std::fs::read_to_string(format!("{dir}/{f}")).ok())
+        .find_map(|f| std::fs::read_to_string(dir.join(f)).ok())
         .unwrap();
     assert_eq!(limit.trim(), "67108864");
     ctd.kill("limited", "SIGKILL");
     assert_run(&task.finish(), 137);
     // The cgroup goes with the shim.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::path::Path::new(&dir).exists() {
-        assert!(Instant::now() < deadline, "{dir} is still there");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_removed(&dir);
 }
 
 #[test]

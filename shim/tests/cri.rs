@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use k8s_cri::v1 as cri;
 use support::{Node, Spec, mounts_under, shims_of};
+use wasmpod_tests::containerd::{memory_cgroup, wait_removed};
 use wasmpod_tests::guests;
 
 const SHIM: &str = env!("CARGO_BIN_EXE_containerd-shim-wasmpod-v1");
@@ -255,29 +256,7 @@ fn a_memory_limit_ends_a_container_as_oom_killed_and_stats_are_the_containers_ow
     let containers = &ours.linux.as_ref().unwrap().containers;
     assert_eq!(containers.len(), 2, "{ours:?}");
 
-    let hog = node.start_container(
-        &pod,
-        &config,
-        &Spec {
-            name: "hog",
-            image: &image,
-            args: &["alloc", "256", "print", "unreachable"],
-            memory_limit: 64 << 20,
-            ..Default::default()
-        },
-    );
-    let status = node.exited_with(&hog, "OOMKilled");
-    assert_eq!(
-        (status.exit_code, status.reason.as_str()),
-        (137, "OOMKilled"),
-        "{status:?}"
-    );
-    assert!(
-        !node
-            .log("limits", "hog")
-            .iter()
-            .any(|(_, l)| l == "unreachable")
-    );
+    node.oom_killed(&pod, &config, &image, 256);
     // The others run on.
     assert_eq!(
         node.status(&holder).state,
@@ -445,28 +424,10 @@ fn a_systemd_cgroup_parent_puts_the_pod_in_its_scope_under_the_slice() {
         panic!("one shim for the pod")
     };
     let scope = format!("/{top}.slice/{top}-podsliced.slice/cri-containerd-{pod}.scope");
-    let cgroups = std::fs::read_to_string(format!("/proc/{shim}/cgroup")).unwrap();
-    let memory = cgroups
-        .lines()
-        .find_map(|l| {
-            let (_, rest) = l.split_once(':')?;
-            let (controllers, path) = rest.split_once(':')?;
-            (controllers.split(',').any(|c| c == "memory") || controllers.is_empty())
-                .then(|| path.to_owned())
-        })
-        .unwrap();
-    assert_eq!(memory, scope, "{cgroups}");
-    let dir = ["/sys/fs/cgroup/memory", "/sys/fs/cgroup"]
-        .iter()
-        .map(|root| format!("{root}{scope}"))
-        .find(|d| std::path::Path::new(d).is_dir())
-        .unwrap();
+    let (memory, dir) = memory_cgroup(shim);
+    assert_eq!(memory, scope);
     node.remove_pod(&pod);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::path::Path::new(&dir).exists() {
-        assert!(Instant::now() < deadline, "{dir} is still there");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_removed(&dir);
 }
 
 /// The test's slices (`{0}.slice` and the pod's inside it), removed from every hierarchy at the
@@ -515,24 +476,7 @@ fn a_container_that_outgrows_the_pods_cgroup_ends_oom_killed_and_the_pod_runs_on
         },
     );
     node.wait_for_line("tight", "holder", "held");
-    let hog = node.start_container(
-        &pod,
-        &config,
-        &Spec {
-            name: "hog",
-            image: &image,
-            args: &["alloc", "60", "print", "unreachable"],
-            memory_limit: 64 << 20,
-            ..Default::default()
-        },
-    );
-    let status = node.exited_with(&hog, "OOMKilled");
-    assert_eq!(
-        (status.exit_code, status.reason.as_str()),
-        (137, "OOMKilled"),
-        "{status:?}\n{}",
-        node.ctd.log()
-    );
+    node.oom_killed(&pod, &config, &image, 60);
     assert_eq!(
         node.status(&holder).state,
         cri::ContainerState::ContainerRunning as i32

@@ -460,3 +460,37 @@ pub fn rss_kib(pid: u32) -> Option<u64> {
 pub fn pss_kib(pid: u32) -> Option<u64> {
     crate::proc_kib(&format!("/proc/{pid}/smaps_rollup"), "Pss:")
 }
+
+/// The memory cgroup process `pid` is in (its path in cgroup v1's memory hierarchy, or in the
+/// unified one), and that cgroup's directory.
+pub fn memory_cgroup(pid: u32) -> (String, PathBuf) {
+    let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    let path = cgroups
+        .lines()
+        .find_map(|l| {
+            let (_, rest) = l.split_once(':')?;
+            let (controllers, path) = rest.split_once(':')?;
+            (controllers.split(',').any(|c| c == "memory") || controllers.is_empty())
+                .then(|| path.to_owned())
+        })
+        .unwrap_or_else(|| panic!("no memory cgroup in {cgroups}"));
+    let dir = ["/sys/fs/cgroup/memory", "/sys/fs/cgroup"]
+        .iter()
+        .map(|root| PathBuf::from(format!("{root}{path}")))
+        .find(|d| d.is_dir())
+        .unwrap_or_else(|| panic!("no directory for the cgroup {path}"));
+    (path, dir)
+}
+
+/// Waits until the cgroup directory `dir` is gone (its shim ended); panics after 10 s.
+pub fn wait_removed(dir: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while dir.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "{} is still there",
+            dir.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

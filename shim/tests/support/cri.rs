@@ -246,6 +246,42 @@ impl Node {
         Ok(created.into_inner().container_id)
     }
 
+    /// Starts a container `hog` in `pod` with a 64 MiB limit that allocates `mib` MiB, and
+    /// checks that it ends `OOMKilled` before printing anything.
+    pub(crate) fn oom_killed(
+        &mut self,
+        pod: &str,
+        config: &cri::PodSandboxConfig,
+        image: &str,
+        mib: u32,
+    ) {
+        let mib = mib.to_string();
+        let hog = self.start_container(
+            pod,
+            config,
+            &Spec {
+                name: "hog",
+                image,
+                args: &["alloc", &mib, "print", "unreachable"],
+                memory_limit: 64 << 20,
+                ..Default::default()
+            },
+        );
+        let status = self.exited_with(&hog, "OOMKilled");
+        assert_eq!(
+            (status.exit_code, status.reason.as_str()),
+            (137, "OOMKilled"),
+            "{status:?}\n{}",
+            self.ctd.log()
+        );
+        let pod_name = &config.metadata.as_ref().unwrap().name;
+        let printed = self.log(pod_name, "hog");
+        assert!(
+            !printed.iter().any(|(_, l)| l == "unreachable"),
+            "{printed:?}"
+        );
+    }
+
     pub(crate) fn status(&mut self, id: &str) -> cri::ContainerStatus {
         let request = cri::ContainerStatusRequest {
             container_id: id.to_owned(),
