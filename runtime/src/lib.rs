@@ -33,6 +33,7 @@
 //! # Ok(()) }
 //! ```
 
+mod cgroup;
 mod container;
 mod engine;
 mod events;

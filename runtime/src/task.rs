@@ -44,7 +44,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -419,7 +419,13 @@ pub struct TaskEngine {
     images: Mutex<HashMap<[u8; 32], Arc<Image>>>,
     /// What its tasks hold together, within [`TaskEngine::limit_memory`].
     memory: Arc<Budget>,
+    /// What the process needed of its cgroup's memory before its first task ran.
+    base: OnceLock<u64>,
 }
+
+/// What the process's own memory may grow by between two [`TaskEngine::fit_memory_to_cgroup`]s
+/// (instances' host state, stacks, buffers), kept from its tasks.
+const OWN_GROWTH: u64 = 8 << 20;
 
 impl std::fmt::Debug for TaskEngine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -447,7 +453,28 @@ impl TaskEngine {
             engine: Arc::new(engine),
             images: Mutex::new(HashMap::new()),
             memory: Budget::new(u64::MAX),
+            base: OnceLock::new(),
         })
+    }
+
+    /// Caps what the tasks hold together ([`TaskEngine::limit_memory`]) at what the process's
+    /// memory cgroup leaves them: the smallest limit over the process (a containerd shim's is
+    /// its pod's cgroup, which the kubelet limits to the pod's containers and overhead), less
+    /// the process's own memory and 8 MiB for it to grow. A task that would outgrow it then
+    /// ends as by its own limit, instead of the kernel ending the process and every task in
+    /// it. Call it as tasks are made and started and when the limit may have changed; without a
+    /// limit it changes nothing.
+    pub fn fit_memory_to_cgroup(&self) {
+        let Some(cgroup) = crate::cgroup::memory() else {
+            return;
+        };
+        // The process's own part: its working set less its tasks' memory, never less than it
+        // was before the first task (while tasks hold memory they have not touched, the
+        // difference underestimates it).
+        let own = cgroup.working_set.saturating_sub(self.memory_used());
+        let own = own.max(*self.base.get_or_init(|| own));
+        let room = cgroup.limit.saturating_sub(own).saturating_sub(OWN_GROWTH);
+        self.limit_memory(room);
     }
 
     /// Caps the memory all of this engine's tasks hold together (their linear memories,

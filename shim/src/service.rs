@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::SystemTime;
 
 use anyhow::Context;
@@ -31,10 +31,6 @@ use crate::failure::Failure;
 use crate::process::{Exited, Outcome};
 use crate::stdio::Stdio;
 
-/// What the process's own memory may grow by between two looks at its cgroup (instances'
-/// host state, stacks, buffers), kept from its guests.
-const OWN_GROWTH: u64 = 8 << 20;
-
 /// Where compiled guests are kept between shim processes, unless `WASMPOD_SHIM_CACHE` names
 /// another directory (only root may write it, else the cache is off).
 const CACHE_DIR: &str = "/var/cache/wasmpod-shim";
@@ -47,8 +43,6 @@ pub(crate) struct Service {
     events: Events,
     exit: Arc<ExitSignal>,
     cgroup: Mutex<Option<cgroup::Joined>>,
-    /// What the process itself needed of its cgroup's memory before its first guest.
-    base: OnceLock<u64>,
     pid: u32,
 }
 
@@ -66,7 +60,6 @@ impl Service {
             events: Events::start(publisher, namespace.to_owned()),
             exit,
             cgroup: Mutex::default(),
-            base: OnceLock::new(),
             pid: std::process::id(),
         }
     }
@@ -119,7 +112,10 @@ impl Service {
         let container = Container::create(&req.id, bundle, &req.rootfs, stdio, &engine)
             .with_context(|| format!("cannot create {}", req.id))?;
         self.join_cgroup(&container);
-        self.fit_memory(&engine);
+        // The guests' room in the pod's cgroup, beside this process: fitted again at each
+        // create, start, update and stats, as the process's memory and the kubelet's resizes
+        // change it.
+        engine.fit_memory_to_cgroup();
         let container = Arc::new(container);
         let mut containers = self.containers();
         if containers.contains_key(&req.id) {
@@ -163,28 +159,10 @@ impl Service {
         }
     }
 
-    /// Caps what the guests hold together at what the process's cgroup leaves them (the
-    /// kubelet's pod cgroup holds the shim with its containers): a guest that would outgrow it
-    /// ends `OOMKilled` alone, instead of the kernel killing the process and every container
-    /// in it. Done as a guest is created or started (when the process's own memory grows), at
-    /// an update and at each `Stats` (the kubelet's resize changes the pod cgroup's limit).
-    fn fit_memory(&self, engine: &TaskEngine) {
-        let Some((limit, working_set)) = cgroup::memory() else {
-            return;
-        };
-        // The process's own part: its working set less its guests' memory, never less than it
-        // was before the first guest (while guests hold memory they have not touched, the
-        // difference underestimates it).
-        let own = working_set.saturating_sub(engine.memory_used());
-        let own = own.max(*self.base.get_or_init(|| own));
-        let room = limit.saturating_sub(own).saturating_sub(OWN_GROWTH);
-        engine.limit_memory(room);
-    }
-
     fn start_task(&self, req: StartRequest) -> Result<StartResponse, Failure> {
         let container = self.container(&req.id)?;
         if let Ok(engine) = self.engine() {
-            self.fit_memory(&engine);
+            engine.fit_memory_to_cgroup();
         }
         let events = self.events.clone();
         let (pid, id) = (self.pid, req.id.clone());
@@ -323,7 +301,7 @@ impl Service {
     fn update_task(&self, req: UpdateTaskRequest) -> Result<(), Failure> {
         let container = self.container(&req.id)?;
         if let Ok(engine) = self.engine() {
-            self.fit_memory(&engine);
+            engine.fit_memory_to_cgroup();
         }
         let Guest::Wasm(task) = &container.guest else {
             return Ok(());
@@ -382,7 +360,7 @@ impl Service {
     fn stats_of(&self, req: StatsRequest) -> Result<StatsResponse, Failure> {
         let container = self.container(&req.id)?;
         if let Ok(engine) = self.engine() {
-            self.fit_memory(&engine);
+            engine.fit_memory_to_cgroup();
         }
         let stats = match container.usage() {
             Some(usage) => crate::stats::of_task(usage)?,

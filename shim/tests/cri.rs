@@ -462,7 +462,7 @@ fn a_container_that_outgrows_the_pods_cgroup_ends_oom_killed_and_the_pod_runs_on
     let image = node.ctd.import("p1", guests::AGNHOST_P1.as_ref());
     let config = node.sandbox_config("tight", &[]);
     let parent = config.linux.as_ref().unwrap().cgroup_parent.clone();
-    support::limit_memory(&parent, 64 << 20);
+    wasmpod_tests::limit_memory(&parent, 64 << 20);
     let pod = node.run_pod(&config);
     let holder = node.start_container(
         &pod,
@@ -493,7 +493,7 @@ fn a_container_that_outgrows_the_pods_cgroup_ends_oom_killed_and_the_pod_runs_on
     // next exec fits.
     let alloc = ["/app.wasm", "alloc", "48"];
     assert_eq!(node.exec_sync(&holder, &alloc, 10).unwrap().exit_code, 137);
-    support::limit_memory(&parent, 256 << 20);
+    wasmpod_tests::limit_memory(&parent, 256 << 20);
     assert_eq!(node.exec_sync(&holder, &alloc, 10).unwrap().exit_code, 0);
     node.remove_pod(&pod);
 }

@@ -606,3 +606,27 @@ pub fn proc_kib(file: &str, key: &str) -> Option<u64> {
         .parse()
         .ok()
 }
+
+/// Limits the memory of the cgroup at `path` (made if needed, relative to the hierarchy's root)
+/// to `bytes`, as the kubelet limits a pod's or systemd a unit's, in cgroup v1's memory
+/// hierarchy or in the unified one: its directory.
+pub fn limit_memory(path: &str, bytes: u64) -> std::path::PathBuf {
+    let relative = path.trim_start_matches('/');
+    let v1 = std::path::Path::new("/sys/fs/cgroup/memory");
+    if v1.is_dir() {
+        let dir = v1.join(relative);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("memory.limit_in_bytes"), bytes.to_string()).unwrap();
+        return dir;
+    }
+    let root = std::path::Path::new("/sys/fs/cgroup");
+    let mut dir = root.to_path_buf();
+    for part in std::path::Path::new(relative).components() {
+        // Each level hands the memory controller down to the next.
+        let _ = std::fs::write(dir.join("cgroup.subtree_control"), "+memory");
+        dir.push(part);
+        std::fs::create_dir_all(&dir).unwrap();
+    }
+    std::fs::write(dir.join("memory.max"), bytes.to_string()).unwrap();
+    dir
+}

@@ -690,3 +690,60 @@ fn run_connects_its_stdin_to_the_stdin_container() {
         text(&out.stderr)
     );
 }
+
+/// Guests live in the `wasmpod` process, so a memory cgroup's limit over it (a systemd unit's
+/// `MemoryMax`, a container's limit) is all the node has: its allocatable memory. Under a
+/// 256 MiB limit the hello pod runs, and a pod requesting 512 MiB is refused as one that can
+/// never be scheduled, naming the 256 MiB.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_memory_cgroup_limit_is_the_nodes_allocatable_memory() {
+    let dir = Dir::new();
+    let cgroup =
+        wasmpod_tests::limit_memory(&format!("wasmpod-cli-{}", std::process::id()), 256 << 20);
+    let run = |pod: &Path| {
+        // The shell joins the cgroup, then becomes `wasmpod run`.
+        Command::new("sh")
+            .arg("-c")
+            .arg("echo $$ > \"$0/cgroup.procs\" && shift && exec \"$@\"")
+            .arg(&cgroup)
+            .arg("--")
+            .arg(env!("CARGO_BIN_EXE_wasmpod"))
+            .arg("run")
+            .arg("--state-dir")
+            .arg(dir.path("state"))
+            .arg("--cache-dir")
+            .arg(wasmpod_tests::shared_cache())
+            .arg(pod)
+            .output()
+            .unwrap()
+    };
+    let pod = |name: &str, memory: &str| {
+        let yaml = PodYaml::new(name)
+            .never()
+            .container(&format!(
+                r#"{{ name: c, image: "{{p1}}", args: [print, hello], resources: {{ requests: {{ memory: {memory} }} }} }}"#
+            ))
+            .build();
+        dir.write(&format!("{name}.yaml"), &yaml)
+    };
+    let out = run(&pod("fits", "64Mi"));
+    let fits = (out.status.code(), text(&out.stdout), text(&out.stderr));
+    let out = run(&pod("too-big", "512Mi"));
+    let refused = (out.status.code(), text(&out.stderr));
+    let _ = std::fs::remove_dir(&cgroup);
+    assert_eq!(
+        (fits.0, fits.1.as_str()),
+        (Some(0), "[c] hello\n"),
+        "{}",
+        fits.2
+    );
+    assert_ne!(refused.0, Some(0));
+    assert!(
+        refused
+            .1
+            .contains("requests 536870912 bytes and the node has 268435456 allocatable"),
+        "{}",
+        refused.1
+    );
+}

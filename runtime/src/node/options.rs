@@ -82,7 +82,9 @@ pub struct NodeOptions {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Allocatable {
-    /// Bytes of memory; default the machine's memory.
+    /// Bytes of memory; default the machine's memory, or the limit of the memory cgroup over the
+    /// process when that is smaller (a systemd unit's `MemoryMax`, a container's limit): the
+    /// guests live in the process, so that limit is all they and the runtime have.
     pub memory: u64,
     /// Thousandths of a core; default 1000 per core the process may use.
     pub cpu_milli: u64,
@@ -99,7 +101,7 @@ pub struct Allocatable {
 }
 
 impl Allocatable {
-    /// Memory, CPU and pod count as the machine allows.
+    /// Memory, CPU and pod count as the machine, and the cgroups over the process, allow.
     pub fn from_machine() -> Allocatable {
         let memory = std::fs::read_to_string("/proc/meminfo")
             .ok()
@@ -109,6 +111,7 @@ impl Allocatable {
                 Some(kib * 1024)
             })
             .unwrap_or(4 << 30);
+        let memory = crate::cgroup::memory().map_or(memory, |cgroup| memory.min(cgroup.limit));
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
         let max_map_count = std::fs::read_to_string("/proc/sys/vm/max_map_count")
             .ok()

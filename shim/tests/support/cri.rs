@@ -530,25 +530,3 @@ pub(crate) fn mounts_under(dir: &Path) -> Vec<String> {
         .map(str::to_owned)
         .collect()
 }
-
-/// Limits the memory of the cgroup at `path` (made if needed) as the kubelet limits a pod's, in
-/// the memory hierarchy of cgroup v1 or in the unified one.
-pub(crate) fn limit_memory(path: &str, bytes: u64) {
-    let relative = path.trim_start_matches('/');
-    let v1 = Path::new("/sys/fs/cgroup/memory");
-    if v1.is_dir() {
-        let dir = v1.join(relative);
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("memory.limit_in_bytes"), bytes.to_string()).unwrap();
-        return;
-    }
-    let root = Path::new("/sys/fs/cgroup");
-    let mut dir = root.to_path_buf();
-    for part in Path::new(relative).components() {
-        // Each level hands the memory controller down to the next.
-        let _ = std::fs::write(dir.join("cgroup.subtree_control"), "+memory");
-        dir.push(part);
-        std::fs::create_dir_all(&dir).unwrap();
-    }
-    std::fs::write(dir.join("memory.max"), bytes.to_string()).unwrap();
-}
