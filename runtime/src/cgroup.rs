@@ -4,6 +4,16 @@
 //! runtime's together may reach before the kernel ends the process.
 
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// What the process's own memory may grow by between two fittings of its guests' room
+/// (instances' host state, stacks, buffers, pods' bookkeeping), kept from the guests.
+const OWN_GROWTH: u64 = 8 << 20;
+
+/// How old a [`Cap`] may be when the guests grow.
+const REFIT: Duration = Duration::from_secs(1);
 
 /// The limit over the process and its use against it, in bytes.
 #[derive(Debug, Clone, Copy)]
@@ -80,4 +90,63 @@ pub(crate) fn memory() -> Option<Memory> {
         limit,
         working_set: usage.saturating_sub(inactive),
     })
+}
+
+/// What the process's memory cgroup leaves its guests when they hold `guests` bytes: the limit
+/// less the process's own memory and [`OWN_GROWTH`]. The process's own part is its working set
+/// less the guests' memory, never less than `base`, which the first call records (while guests
+/// hold memory they have not touched, the difference underestimates it). `None` without a
+/// limit.
+pub(crate) fn room(guests: u64, base: &OnceLock<u64>) -> Option<u64> {
+    let cgroup = memory()?;
+    let own = cgroup.working_set.saturating_sub(guests);
+    let own = own.max(*base.get_or_init(|| own));
+    Some(cgroup.limit.saturating_sub(own).saturating_sub(OWN_GROWTH))
+}
+
+/// A cap on what the guests of a process hold together that follows its memory cgroup:
+/// fitted when made, and again as guests grow when it is over a second old or the growth
+/// would pass it. A growth past it is refused (the guest ends out of memory) instead of
+/// the kernel ending the process.
+#[derive(Debug)]
+pub(crate) struct Cap {
+    cap: AtomicU64,
+    base: OnceLock<u64>,
+    made: Instant,
+    /// When it was last fitted, in nanoseconds since `made`.
+    fitted: AtomicU64,
+}
+
+impl Cap {
+    /// A cap fitted now, the guests holding `guests` bytes.
+    pub(crate) fn new(guests: u64) -> Cap {
+        let cap = Cap {
+            cap: AtomicU64::new(u64::MAX),
+            base: OnceLock::new(),
+            made: Instant::now(),
+            fitted: AtomicU64::new(0),
+        };
+        cap.fit(guests);
+        cap
+    }
+
+    fn fit(&self, guests: u64) {
+        let cap = room(guests, &self.base).unwrap_or(u64::MAX);
+        self.cap.store(cap, Ordering::Relaxed);
+        let now = u64::try_from(self.made.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.fitted.store(now, Ordering::Relaxed);
+    }
+
+    /// Whether the guests, holding `guests` bytes, may take `bytes` more.
+    pub(crate) fn allows(&self, guests: u64, bytes: u64) -> bool {
+        let total = guests.saturating_add(bytes);
+        let age = self
+            .made
+            .elapsed()
+            .saturating_sub(Duration::from_nanos(self.fitted.load(Ordering::Relaxed)));
+        if total > self.cap.load(Ordering::Relaxed) || age >= REFIT {
+            self.fit(guests);
+        }
+        total <= self.cap.load(Ordering::Relaxed)
+    }
 }

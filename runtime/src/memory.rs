@@ -1,24 +1,41 @@
 //! Memory accounting: each container's budget (its limit, shared by its instances' memories and
 //! tables and its sockets' buffers), and the memory each pod's instances hold and the node's
 //! total, kept by the instances' resource limiters as memories grow and stores drop. Crossing
-//! the node's threshold raises its alarm (the node starts evicting, see `node::scheduler`).
+//! the node's threshold raises its alarm (the node starts evicting, see `node::scheduler`); a
+//! node in a memory cgroup also refuses a growth past what the cgroup leaves its guests
+//! ([`crate::cgroup::Cap`]): that guest ends out of memory, as the kernel would end one
+//! container, rather than the kernel ending the process with every pod.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
+
+use crate::cgroup::Cap;
 
 /// The guests' memory on a node.
 pub(crate) struct NodeMemory {
     used: AtomicU64,
     threshold: u64,
     alarm: OnceLock<Box<dyn Fn() + Send + Sync>>,
+    /// What the process's memory cgroup leaves the guests, for a node's; `None`: unbounded.
+    cap: Option<Cap>,
 }
 
 impl NodeMemory {
+    /// The guests' memory, alarmed past `threshold`, with no cap.
     pub(crate) fn new(threshold: u64) -> NodeMemory {
         NodeMemory {
             used: AtomicU64::new(0),
             threshold,
             alarm: OnceLock::new(),
+            cap: None,
+        }
+    }
+
+    /// A node's: also capped at what the process's memory cgroup leaves its guests.
+    pub(crate) fn in_cgroup(threshold: u64) -> NodeMemory {
+        NodeMemory {
+            cap: Some(Cap::new(0)),
+            ..NodeMemory::new(threshold)
         }
     }
 
@@ -60,14 +77,23 @@ impl PodMemory {
         self.used.load(Ordering::Relaxed)
     }
 
-    fn grow(&self, bytes: u64) {
+    /// Counts `bytes` more for the pod and the node: false (nothing counted) past the node's
+    /// cap.
+    fn grow(&self, bytes: u64) -> bool {
+        let before = self.node.used.fetch_add(bytes, Ordering::Relaxed);
+        if let Some(cap) = &self.node.cap
+            && !cap.allows(before, bytes)
+        {
+            self.node.used.fetch_sub(bytes, Ordering::Relaxed);
+            return false;
+        }
         self.used.fetch_add(bytes, Ordering::Relaxed);
-        let total = self.node.used.fetch_add(bytes, Ordering::Relaxed) + bytes;
-        if total > self.node.threshold
+        if before.saturating_add(bytes) > self.node.threshold
             && let Some(alarm) = self.node.alarm.get()
         {
             alarm();
         }
+        true
     }
 
     fn release(&self, bytes: u64) {
@@ -202,8 +228,11 @@ impl Charge {
         if !self.budget.take(bytes) {
             return false;
         }
+        if !self.pod.grow(bytes) {
+            self.budget.give_back(bytes);
+            return false;
+        }
         self.bytes += bytes;
-        self.pod.grow(bytes);
         true
     }
 }

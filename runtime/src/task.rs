@@ -423,10 +423,6 @@ pub struct TaskEngine {
     base: OnceLock<u64>,
 }
 
-/// What the process's own memory may grow by between two [`TaskEngine::fit_memory_to_cgroup`]s
-/// (instances' host state, stacks, buffers), kept from its tasks.
-const OWN_GROWTH: u64 = 8 << 20;
-
 impl std::fmt::Debug for TaskEngine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let images = self.images.lock().map(|i| i.len()).unwrap_or(0);
@@ -465,16 +461,9 @@ impl TaskEngine {
     /// it. Call it as tasks are made and started and when the limit may have changed; without a
     /// limit it changes nothing.
     pub fn fit_memory_to_cgroup(&self) {
-        let Some(cgroup) = crate::cgroup::memory() else {
-            return;
-        };
-        // The process's own part: its working set less its tasks' memory, never less than it
-        // was before the first task (while tasks hold memory they have not touched, the
-        // difference underestimates it).
-        let own = cgroup.working_set.saturating_sub(self.memory_used());
-        let own = own.max(*self.base.get_or_init(|| own));
-        let room = cgroup.limit.saturating_sub(own).saturating_sub(OWN_GROWTH);
-        self.limit_memory(room);
+        if let Some(room) = crate::cgroup::room(self.memory_used(), &self.base) {
+            self.limit_memory(room);
+        }
     }
 
     /// Caps the memory all of this engine's tasks hold together (their linear memories,

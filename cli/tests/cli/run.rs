@@ -692,9 +692,13 @@ fn run_connects_its_stdin_to_the_stdin_container() {
 }
 
 /// Guests live in the `wasmpod` process, so a memory cgroup's limit over it (a systemd unit's
-/// `MemoryMax`, a container's limit) is all the node has: its allocatable memory. Under a
-/// 256 MiB limit the hello pod runs, and a pod requesting 512 MiB is refused as one that can
-/// never be scheduled, naming the 256 MiB.
+/// `MemoryMax`, a container's limit) is all the node has: its allocatable memory, and the most
+/// its guests may hold. Under a 256 MiB limit the hello pod runs; a pod requesting 512 MiB is
+/// refused as one that can never be scheduled, naming the 256 MiB; a container allowed 1 GiB
+/// that grows to 400 MiB a megabyte at a time is evicted as the guests cross the node's
+/// threshold, and one that grows its memory by 300 MiB at once (to touch it all) ends
+/// `OOMKilled`, its growth refused: past the cgroup's limit, the kernel would end the process
+/// with every pod in it.
 #[cfg(target_os = "linux")]
 #[test]
 fn a_memory_cgroup_limit_is_the_nodes_allocatable_memory() {
@@ -718,20 +722,73 @@ fn a_memory_cgroup_limit_is_the_nodes_allocatable_memory() {
             .output()
             .unwrap()
     };
-    let pod = |name: &str, memory: &str| {
+    let pod = |name: &str, args: &str, resources: &str| {
         let yaml = PodYaml::new(name)
             .never()
             .container(&format!(
-                r#"{{ name: c, image: "{{p1}}", args: [print, hello], resources: {{ requests: {{ memory: {memory} }} }} }}"#
+                r#"{{ name: c, image: "{{p1}}", args: {args}, resources: {resources} }}"#
             ))
             .build();
         dir.write(&format!("{name}.yaml"), &yaml)
     };
-    let out = run(&pod("fits", "64Mi"));
+    let out = run(&pod(
+        "fits",
+        "[print, hello]",
+        "{ requests: { memory: 64Mi } }",
+    ));
     let fits = (out.status.code(), text(&out.stdout), text(&out.stderr));
-    let out = run(&pod("too-big", "512Mi"));
+    let out = run(&pod(
+        "too-big",
+        "[print, hello]",
+        "{ requests: { memory: 512Mi } }",
+    ));
     let refused = (out.status.code(), text(&out.stderr));
+    let out = run(&pod(
+        "hog",
+        r#"[alloc, "400", print, unreachable]"#,
+        "{ requests: { memory: 64Mi }, limits: { memory: 1Gi } }",
+    ));
+    let hog = (out.status, text(&out.stdout), text(&out.stderr));
+    std::fs::write(
+        dir.path("leap.wasm"),
+        wat::parse_str(
+            r#"(module (memory 1)
+                 (func (export "_start") (local $p i32)
+                   (if (i32.lt_s (memory.grow (i32.const 4800)) (i32.const 0)) (then unreachable))
+                   (block $done (loop $touch
+                     (br_if $done (i32.ge_u (local.get $p) (i32.const 314572800)))
+                     (i32.store8 (local.get $p) (i32.const 1))
+                     (local.set $p (i32.add (local.get $p) (i32.const 4096)))
+                     (br $touch)))))"#,
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let leap = dir.write(
+        "leap.yaml",
+        &PodYaml::new("leap")
+            .never()
+            .container(
+                "{ name: c, image: leap.wasm, resources: { requests: { memory: 64Mi }, limits: { memory: 1Gi } } }",
+            )
+            .build(),
+    );
+    let out = run(&leap);
+    let leap = (out.status, text(&out.stderr));
     let _ = std::fs::remove_dir(&cgroup);
+    assert_eq!(hog.0.code(), Some(1), "{:?} {}", hog.0, hog.2);
+    assert!(!hog.1.contains("unreachable"), "{}", hog.1);
+    assert!(
+        hog.2.contains("The node was low on resource: memory"),
+        "{}",
+        hog.2
+    );
+    assert_eq!(leap.0.code(), Some(1), "{:?} {}", leap.0, leap.1);
+    assert!(
+        leap.1.contains("ended OOMKilled (exit code 137)"),
+        "{}",
+        leap.1
+    );
     assert_eq!(
         (fits.0, fits.1.as_str()),
         (Some(0), "[c] hello\n"),

@@ -92,7 +92,7 @@ impl Node {
             let margin = (100 << 20u64).min(allocatable.memory / 10);
             allocatable.memory - margin
         });
-        let memory = Arc::new(NodeMemory::new(threshold));
+        let memory = Arc::new(NodeMemory::in_cgroup(threshold));
         let scheduler = scheduler::Scheduler::new(
             allocatable,
             options.node_name.clone(),
