@@ -178,17 +178,7 @@ fn a_memory_limit_ends_a_container_as_oom_killed_and_stats_are_the_containers_ow
     let image = node.ctd.import("p1", guests::AGNHOST_P1.as_ref());
     let config = node.sandbox_config("limits", &[]);
     let pod = node.run_pod(&config);
-    let holder = node.start_container(
-        &pod,
-        &config,
-        &Spec {
-            name: "holder",
-            image: &image,
-            args: &["alloc", "8", "print", "held", "sleep", "600000"],
-            memory_limit: 64 << 20,
-            ..Default::default()
-        },
-    );
+    let holder = node.start_container(&pod, &config, &Spec::holder(&image));
     let spinner = node.start_container(
         &pod,
         &config,
@@ -464,17 +454,7 @@ fn a_container_that_outgrows_the_pods_cgroup_ends_oom_killed_and_the_pod_runs_on
     let parent = config.linux.as_ref().unwrap().cgroup_parent.clone();
     wasmpod_tests::limit_memory(&parent, 64 << 20);
     let pod = node.run_pod(&config);
-    let holder = node.start_container(
-        &pod,
-        &config,
-        &Spec {
-            name: "holder",
-            image: &image,
-            args: &["alloc", "8", "print", "held", "sleep", "600000"],
-            memory_limit: 64 << 20,
-            ..Default::default()
-        },
-    );
+    let holder = node.start_container(&pod, &config, &Spec::holder(&image));
     node.wait_for_line("tight", "holder", "held");
     node.oom_killed(&pod, &config, &image, 60);
     assert_eq!(

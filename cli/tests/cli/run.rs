@@ -708,18 +708,15 @@ fn a_memory_cgroup_limit_is_the_nodes_allocatable_memory() {
         wasmpod_tests::limit_memory(&format!("wasmpod-cli-{}", std::process::id()), 256 << 20);
     let run = |pod: &Path| {
         // The shell joins the cgroup, then becomes `wasmpod run`.
+        let run = dir.run_command(pod, &[]);
         Command::new("sh")
             .arg("-c")
             .arg("echo $$ > \"$0/cgroup.procs\" && shift && exec \"$@\"")
             .arg(&cgroup)
             .arg("--")
-            .arg(env!("CARGO_BIN_EXE_wasmpod"))
-            .arg("run")
-            .arg("--state-dir")
-            .arg(dir.path("state"))
-            .arg("--cache-dir")
-            .arg(wasmpod_tests::shared_cache())
-            .arg(pod)
+            .arg(run.get_program())
+            .args(run.get_args())
+            .envs(run.get_envs().filter_map(|(k, v)| Some((k, v?))))
             .output()
             .unwrap()
     };

@@ -95,6 +95,19 @@ pub(crate) struct Spec<'a> {
     pub(crate) memory_limit: i64,
 }
 
+impl<'a> Spec<'a> {
+    /// `holder`: takes 8 MiB of its 64 MiB limit, prints `held` and sleeps.
+    pub(crate) fn holder(image: &'a str) -> Spec<'a> {
+        Spec {
+            name: "holder",
+            image,
+            args: &["alloc", "8", "print", "held", "sleep", "600000"],
+            memory_limit: 64 << 20,
+            ..Default::default()
+        }
+    }
+}
+
 impl Node {
     /// Starts containerd (with the CRI) with `shim`, and a client.
     pub(crate) fn start(shim: &str) -> Node {
