@@ -92,25 +92,33 @@ pub(crate) fn memory() -> Option<Memory> {
     })
 }
 
-/// What the process's memory cgroup leaves its guests when they hold `guests` bytes: the limit
-/// less the process's own memory and [`OWN_GROWTH`]. The process's own part is its working set
-/// less the guests' memory, never less than `base`, which the first call records (while guests
-/// hold memory they have not touched, the difference underestimates it). `None` without a
-/// limit.
-pub(crate) fn room(guests: u64, base: &OnceLock<u64>) -> Option<u64> {
+/// The limit over the process and the process's own part of it when its guests hold `guests`
+/// bytes: its working set less the guests' memory, never less than `base`, which the first call
+/// records (while guests hold memory they have not touched, the difference underestimates it).
+/// `None` without a limit.
+fn limit_and_own(guests: u64, base: &OnceLock<u64>) -> Option<(u64, u64)> {
     let cgroup = memory()?;
     let own = cgroup.working_set.saturating_sub(guests);
-    let own = own.max(*base.get_or_init(|| own));
-    Some(cgroup.limit.saturating_sub(own).saturating_sub(OWN_GROWTH))
+    Some((cgroup.limit, own.max(*base.get_or_init(|| own))))
+}
+
+/// What the process's memory cgroup leaves its guests when they hold `guests` bytes: the limit
+/// less the process's own memory and [`OWN_GROWTH`]. `None` without a limit.
+pub(crate) fn room(guests: u64, base: &OnceLock<u64>) -> Option<u64> {
+    let (limit, own) = limit_and_own(guests, base)?;
+    Some(limit.saturating_sub(own).saturating_sub(OWN_GROWTH))
 }
 
 /// A cap on what the guests of a process hold together that follows its memory cgroup:
 /// fitted when made, and again as guests grow when it is over a second old or the growth
 /// would pass it. A growth past it is refused (the guest ends out of memory) instead of
-/// the kernel ending the process.
+/// the kernel ending the process. Below it, the point where the node starts evicting: where the
+/// memory left in the cgroup falls under the kubelet's `memory.available` default, 100 MiB or a
+/// tenth of the limit if that is less.
 #[derive(Debug)]
 pub(crate) struct Cap {
     cap: AtomicU64,
+    evict_at: AtomicU64,
     base: OnceLock<u64>,
     made: Instant,
     /// When it was last fitted, in nanoseconds since `made`.
@@ -122,6 +130,7 @@ impl Cap {
     pub(crate) fn new(guests: u64) -> Cap {
         let cap = Cap {
             cap: AtomicU64::new(u64::MAX),
+            evict_at: AtomicU64::new(u64::MAX),
             base: OnceLock::new(),
             made: Instant::now(),
             fitted: AtomicU64::new(0),
@@ -131,10 +140,26 @@ impl Cap {
     }
 
     fn fit(&self, guests: u64) {
-        let cap = room(guests, &self.base).unwrap_or(u64::MAX);
+        let (cap, evict_at) = match limit_and_own(guests, &self.base) {
+            Some((limit, own)) => {
+                let left = limit.saturating_sub(own);
+                let available = (100 << 20u64).min(limit / 10);
+                (
+                    left.saturating_sub(OWN_GROWTH),
+                    left.saturating_sub(available),
+                )
+            }
+            None => (u64::MAX, u64::MAX),
+        };
         self.cap.store(cap, Ordering::Relaxed);
+        self.evict_at.store(evict_at, Ordering::Relaxed);
         let now = u64::try_from(self.made.elapsed().as_nanos()).unwrap_or(u64::MAX);
         self.fitted.store(now, Ordering::Relaxed);
+    }
+
+    /// Past how many bytes of guests' memory the node evicts, as last fitted.
+    pub(crate) fn evict_at(&self) -> u64 {
+        self.evict_at.load(Ordering::Relaxed)
     }
 
     /// Whether the guests, holding `guests` bytes, may take `bytes` more.

@@ -49,12 +49,16 @@ impl NodeMemory {
         self.used.load(Ordering::Relaxed)
     }
 
+    /// Past how many bytes of guests' memory the node evicts: its threshold, or in a memory
+    /// cgroup where the memory left in it runs short, whichever comes first.
     pub(crate) fn threshold(&self) -> u64 {
-        self.threshold
+        self.cap
+            .as_ref()
+            .map_or(self.threshold, |cap| self.threshold.min(cap.evict_at()))
     }
 
     pub(crate) fn under_pressure(&self) -> bool {
-        self.used() > self.threshold
+        self.used() > self.threshold()
     }
 }
 
@@ -88,7 +92,7 @@ impl PodMemory {
             return false;
         }
         self.used.fetch_add(bytes, Ordering::Relaxed);
-        if before.saturating_add(bytes) > self.node.threshold
+        if before.saturating_add(bytes) > self.node.threshold()
             && let Some(alarm) = self.node.alarm.get()
         {
             alarm();
