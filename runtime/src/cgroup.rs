@@ -102,16 +102,9 @@ fn limit_and_own(guests: u64, base: &OnceLock<u64>) -> Option<(u64, u64)> {
     Some((cgroup.limit, own.max(*base.get_or_init(|| own))))
 }
 
-/// What the process's memory cgroup leaves its guests when they hold `guests` bytes: the limit
-/// less the process's own memory and [`OWN_GROWTH`]. `None` without a limit.
-pub(crate) fn room(guests: u64, base: &OnceLock<u64>) -> Option<u64> {
-    let (limit, own) = limit_and_own(guests, base)?;
-    Some(limit.saturating_sub(own).saturating_sub(OWN_GROWTH))
-}
-
 /// A cap on what the guests of a process hold together that follows its memory cgroup:
-/// fitted when made, and again as guests grow when it is over a second old or the growth
-/// would pass it. A growth past it is refused (the guest ends out of memory) instead of
+/// fitted at the guests' first growth, and again as they grow when it is over a second old or
+/// the growth would pass it (so a raised limit, the kubelet resizing a pod, lets them in). A growth past it is refused (the guest ends out of memory) instead of
 /// the kernel ending the process. Below it, the point where the node starts evicting: where the
 /// memory left in the cgroup falls under the kubelet's `memory.available` default, 100 MiB or a
 /// tenth of the limit if that is less.
@@ -126,17 +119,16 @@ pub(crate) struct Cap {
 }
 
 impl Cap {
-    /// A cap fitted now, the guests holding `guests` bytes.
-    pub(crate) fn new(guests: u64) -> Cap {
-        let cap = Cap {
-            cap: AtomicU64::new(u64::MAX),
+    /// A cap not fitted yet (0, so that the first growth fits it: by then a shim has joined
+    /// its pod's cgroup).
+    pub(crate) fn new() -> Cap {
+        Cap {
+            cap: AtomicU64::new(0),
             evict_at: AtomicU64::new(u64::MAX),
             base: OnceLock::new(),
             made: Instant::now(),
             fitted: AtomicU64::new(0),
-        };
-        cap.fit(guests);
-        cap
+        }
     }
 
     fn fit(&self, guests: u64) {

@@ -16,7 +16,7 @@ pub(crate) struct NodeMemory {
     used: AtomicU64,
     threshold: u64,
     alarm: OnceLock<Box<dyn Fn() + Send + Sync>>,
-    /// What the process's memory cgroup leaves the guests, for a node's; `None`: unbounded.
+    /// What the process's memory cgroup leaves the guests; `None`: unbounded.
     cap: Option<Cap>,
 }
 
@@ -31,10 +31,11 @@ impl NodeMemory {
         }
     }
 
-    /// A node's: also capped at what the process's memory cgroup leaves its guests.
+    /// A node's, or a task engine's: also capped at what the process's memory cgroup leaves
+    /// its guests.
     pub(crate) fn in_cgroup(threshold: u64) -> NodeMemory {
         NodeMemory {
-            cap: Some(Cap::new(0)),
+            cap: Some(Cap::new()),
             ..NodeMemory::new(threshold)
         }
     }

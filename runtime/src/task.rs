@@ -44,7 +44,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -419,8 +419,11 @@ pub struct TaskEngine {
     images: Mutex<HashMap<[u8; 32], Arc<Image>>>,
     /// What its tasks hold together, within [`TaskEngine::limit_memory`].
     memory: Arc<Budget>,
-    /// What the process needed of its cgroup's memory before its first task ran.
-    base: OnceLock<u64>,
+    /// Their memory counted together against what the process's memory cgroup leaves them (a
+    /// shim's is its pod's cgroup, which the kubelet limits to the pod's containers and
+    /// overhead): a task whose growth would pass it ends as by its own limit, instead of the
+    /// kernel ending the process and every task in it.
+    in_cgroup: Arc<NodeMemory>,
 }
 
 impl std::fmt::Debug for TaskEngine {
@@ -449,28 +452,15 @@ impl TaskEngine {
             engine: Arc::new(engine),
             images: Mutex::new(HashMap::new()),
             memory: Budget::new(u64::MAX),
-            base: OnceLock::new(),
+            in_cgroup: Arc::new(NodeMemory::in_cgroup(u64::MAX)),
         })
-    }
-
-    /// Caps what the tasks hold together ([`TaskEngine::limit_memory`]) at what the process's
-    /// memory cgroup leaves them: the smallest limit over the process (a containerd shim's is
-    /// its pod's cgroup, which the kubelet limits to the pod's containers and overhead), less
-    /// the process's own memory and 8 MiB for it to grow. A task that would outgrow it then
-    /// ends as by its own limit, instead of the kernel ending the process and every task in
-    /// it. Call it as tasks are made and started and when the limit may have changed; without a
-    /// limit it changes nothing.
-    pub fn fit_memory_to_cgroup(&self) {
-        if let Some(room) = crate::cgroup::room(self.memory_used(), &self.base) {
-            self.limit_memory(room);
-        }
     }
 
     /// Caps the memory all of this engine's tasks hold together (their linear memories,
     /// tables and socket buffers), beside each task's own limit: a task whose growth does not
-    /// fit ends as by its own limit ([`TaskExit::oom`]). A containerd shim sets it to what the
-    /// pod's cgroup leaves beside the process's own memory. A cap below what is in use takes
-    /// nothing back: growth fails until enough is freed.
+    /// fit ends as by its own limit ([`TaskExit::oom`]). The process's memory cgroup caps them
+    /// too, without this. A cap below what is in use takes nothing back: growth fails until
+    /// enough is freed.
     pub fn limit_memory(&self, bytes: u64) {
         self.memory.cap(bytes);
     }
@@ -506,6 +496,7 @@ impl TaskEngine {
             image,
             options,
             self.memory.clone(),
+            self.in_cgroup.clone(),
         ))
     }
 }
@@ -534,9 +525,9 @@ impl Task {
         image: Arc<Image>,
         options: TaskOptions,
         together: Arc<Budget>,
+        in_cgroup: Arc<NodeMemory>,
     ) -> Task {
         let (term, term_rx) = watch::channel(false);
-        let node_memory = Arc::new(NodeMemory::new(u64::MAX));
         let names = PodNames {
             hostname: String::new(),
             dns: crate::spec::Dns {
@@ -579,7 +570,7 @@ impl Task {
                 serving: options.serving,
             },
             activity: engine.activity().clone(),
-            memory: PodMemory::new(node_memory),
+            memory: PodMemory::new(in_cgroup),
             meter: Meter::new(),
             stdin: None,
         });

@@ -112,10 +112,6 @@ impl Service {
         let container = Container::create(&req.id, bundle, &req.rootfs, stdio, &engine)
             .with_context(|| format!("cannot create {}", req.id))?;
         self.join_cgroup(&container);
-        // The guests' room in the pod's cgroup, beside this process: fitted again at each
-        // create, start, update and stats, as the process's memory and the kubelet's resizes
-        // change it.
-        engine.fit_memory_to_cgroup();
         let container = Arc::new(container);
         let mut containers = self.containers();
         if containers.contains_key(&req.id) {
@@ -161,9 +157,6 @@ impl Service {
 
     fn start_task(&self, req: StartRequest) -> Result<StartResponse, Failure> {
         let container = self.container(&req.id)?;
-        if let Ok(engine) = self.engine() {
-            engine.fit_memory_to_cgroup();
-        }
         let events = self.events.clone();
         let (pid, id) = (self.pid, req.id.clone());
         if req.exec_id.is_empty() {
@@ -300,9 +293,6 @@ impl Service {
 
     fn update_task(&self, req: UpdateTaskRequest) -> Result<(), Failure> {
         let container = self.container(&req.id)?;
-        if let Ok(engine) = self.engine() {
-            engine.fit_memory_to_cgroup();
-        }
         let Guest::Wasm(task) = &container.guest else {
             return Ok(());
         };
@@ -359,9 +349,6 @@ impl Service {
 
     fn stats_of(&self, req: StatsRequest) -> Result<StatsResponse, Failure> {
         let container = self.container(&req.id)?;
-        if let Ok(engine) = self.engine() {
-            engine.fit_memory_to_cgroup();
-        }
         let stats = match container.usage() {
             Some(usage) => crate::stats::of_task(usage)?,
             None => crate::stats::of_process()?,
