@@ -104,10 +104,11 @@ fn limit_and_own(guests: u64, base: &OnceLock<u64>) -> Option<(u64, u64)> {
 
 /// A cap on what the guests of a process hold together that follows its memory cgroup:
 /// fitted at the guests' first growth, and again as they grow when it is over a second old or
-/// the growth would pass it (so a raised limit, the kubelet resizing a pod, lets them in). A growth past it is refused (the guest ends out of memory) instead of
-/// the kernel ending the process. Below it, the point where the node starts evicting: where the
-/// memory left in the cgroup falls under the kubelet's `memory.available` default, 100 MiB or a
-/// tenth of the limit if that is less.
+/// the growth would pass it (so a raised limit, the kubelet resizing a pod, lets them in). A
+/// growth past it is refused (the guest ends out of memory) instead of the kernel ending the
+/// process. Below it, the point where the node starts evicting: where the memory left in the
+/// cgroup falls under the kubelet's `memory.available` default, 100 MiB or a tenth of the
+/// limit if that is less.
 #[derive(Debug)]
 pub(crate) struct Cap {
     cap: AtomicU64,
