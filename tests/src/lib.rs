@@ -487,6 +487,23 @@ pub async fn wait_for(
     }
 }
 
+/// How long [`running`] waits for a pod's containers to run.
+pub const RUNNING_LIMIT: Duration = Duration::from_secs(30);
+
+/// Waits (at most [`RUNNING_LIMIT`]) until each of `containers` runs, and returns the status.
+pub async fn running(pod: &PodHandle, containers: &[&str]) -> PodStatus {
+    wait_for(pod, RUNNING_LIMIT, |s| {
+        containers.iter().all(|c| is_running(s, c))
+    })
+    .await
+}
+
+/// Deletes `pod` with a zero grace period (KILL, no hooks) and waits until it is gone.
+pub async fn remove(pod: &PodHandle) {
+    pod.delete(Some(Duration::ZERO));
+    pod.deleted().await;
+}
+
 /// Waits until the scheduler's verdict on a pod it cannot place (Pending,
 /// `PodScheduled=False`, `Unschedulable`) and returns its message.
 pub async fn unschedulable(pod: &PodHandle, limit: Duration) -> String {

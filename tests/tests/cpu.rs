@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use wasmpod_tests::{TestNode, is_running, wait_for};
+use wasmpod_tests::{TestNode, is_running, remove, wait_for};
 
 /// The share of a core a spinning container uses, by the process's CPU time, and by the CPU
 /// time the runtime counted for the container.
@@ -29,8 +29,7 @@ async fn share_of(node: &TestNode, limit: &str) -> (f64, f64) {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let (cpu, metered) = (wasmpod_tests::cpu_time() - cpu, counted() - metered);
     let wall = wall.elapsed().as_secs_f64();
-    pod.delete(Some(Duration::ZERO));
-    pod.deleted().await;
+    remove(&pod).await;
     assert!(pod.usage().is_empty(), "an ended container has no usage");
     (cpu.as_secs_f64() / wall, metered.as_secs_f64() / wall)
 }
@@ -104,7 +103,6 @@ async fn handler_share(node: &TestNode) -> f64 {
     for t in spinning {
         t.join().unwrap();
     }
-    pod.delete(Some(Duration::ZERO));
-    pod.deleted().await;
+    remove(&pod).await;
     share
 }

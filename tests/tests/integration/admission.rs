@@ -5,10 +5,10 @@ use std::time::{Duration, SystemTime};
 
 use wasmpod::Reason::*;
 use wasmpod::k8s_openapi::api::core::v1::PodStatus;
-use wasmpod::{Allocatable, Error, NodeOptions, PodHandle, PodOptions};
+use wasmpod::{Allocatable, Error, NodeOptions, PodOptions};
 use wasmpod_tests::{
-    PodYaml, TestNode, Timeline, condition, is_running, priority_class, read_classes,
-    unschedulable, wait_for,
+    PodYaml, TestNode, Timeline, condition, is_running, priority_class, read_classes, remove,
+    running, unschedulable, wait_for,
 };
 
 const LIMIT: Duration = Duration::from_secs(20);
@@ -55,10 +55,6 @@ fn pod(name: &str, class: &str, memory: &str, args: &str) -> String {
 
 const SLEEPS: &str = r#"[on-term, "0", "300", print, up, sleep, "600000"]"#;
 
-async fn running(pod: &PodHandle) -> PodStatus {
-    wait_for(pod, LIMIT, |s| is_running(s, "c")).await
-}
-
 fn scheduled(status: &PodStatus) -> (String, Option<String>, Option<String>) {
     condition(status, "PodScheduled")
 }
@@ -79,7 +75,7 @@ fn time_of(timeline: &Timeline, reason: wasmpod::Reason) -> SystemTime {
 async fn pods_that_do_not_fit_wait_pending() {
     let node = node(256, 2, "");
     let big = node.start(&pod("big", "", "200Mi", SLEEPS)).await;
-    running(&big).await;
+    running(&big, &["c"]).await;
     assert_eq!(scheduled(&big.status()).0, "True");
 
     let waiting = node.start(&pod("waiting", "", "100Mi", SLEEPS)).await;
@@ -106,14 +102,14 @@ async fn pods_that_do_not_fit_wait_pending() {
 
     // Two pods fill the node's pod count: a third best-effort pod waits too.
     let small = node.start(&pod("small", "", "10Mi", SLEEPS)).await;
-    running(&small).await;
+    running(&small, &["c"]).await;
     let third = node.start(&pod("third", "", "0", SLEEPS)).await;
     let message = unschedulable(&third, LIMIT).await;
     assert!(message.contains("1 Too many pods"), "{message}");
 
     // Deleting the big pod makes room for `waiting` (oldest first) but not yet for `third`.
     big.delete(None);
-    running(&waiting).await;
+    running(&waiting, &["c"]).await;
     let big_events = Timeline::collect(&big).await;
     let waiting_events = Timeline::so_far(&waiting).await;
     assert!(
@@ -123,7 +119,7 @@ async fn pods_that_do_not_fit_wait_pending() {
     assert!(waiting.status().start_time.is_some());
     assert_eq!(third.status().phase.as_deref(), Some("Pending"));
     small.delete(Some(Duration::ZERO));
-    running(&third).await;
+    running(&third, &["c"]).await;
 
     // CPU: a request larger than the node is never admitted.
     let cpu = Allocatable::from_machine().cpu_milli + 1;
@@ -157,7 +153,7 @@ async fn containers_count_against_the_nodes_instances_not_only_pods() {
         .container(r#"{ name: c, image: "{p1}", args: [sleep, "600000"] }"#)
         .build();
     let three = node.start(&three).await;
-    running(&three).await;
+    running(&three, &["c"]).await;
     let one = node.start(&pod("one", "", "0", SLEEPS)).await;
     let message = unschedulable(&one, LIMIT).await;
     assert!(
@@ -165,9 +161,8 @@ async fn containers_count_against_the_nodes_instances_not_only_pods() {
         "{message}"
     );
     three.delete(Some(Duration::ZERO));
-    running(&one).await;
-    one.delete(Some(Duration::ZERO));
-    one.deleted().await;
+    running(&one, &["c"]).await;
+    remove(&one).await;
 }
 
 /// The default container count leaves the process within its memory-mapping limit.
@@ -189,7 +184,7 @@ fn the_default_container_count_fits_the_mapping_limit() {
 async fn pending_pods_start_in_priority_order() {
     let node = node(1024, 1, "");
     let blocker = node.start(&pod("blocker", "high", "0", SLEEPS)).await;
-    running(&blocker).await;
+    running(&blocker, &["c"]).await;
     let quick = r#"[print, done]"#;
     let low = node.start(&pod("low", "low", "0", quick)).await;
     let mid = node.start(&pod("mid", "mid", "0", quick)).await;
@@ -228,7 +223,7 @@ async fn preemption_takes_the_lowest_priority_victims() {
     let b = node.start(&pod("b", "mid", "100Mi", SLEEPS)).await;
     let c = node.start(&pod("c", "high", "200Mi", SLEEPS)).await;
     for pod in [&a, &b, &c] {
-        running(pod).await;
+        running(pod, &["c"]).await;
     }
     // Equal priority: `c` (10) is not a victim for another 10, so only a and b could be,
     // and they would not make room for 300Mi.
@@ -248,7 +243,7 @@ async fn preemption_takes_the_lowest_priority_victims() {
     .await;
     assert_eq!(s.nominated_node_name, Some(node_name()));
     assert_eq!(s.phase.as_deref(), Some("Pending"));
-    let s = running(&top).await;
+    let s = running(&top, &["c"]).await;
     assert_eq!(s.nominated_node_name, None);
     let (a_events, b_events) = (Timeline::collect(&a).await, Timeline::collect(&b).await);
     let top_events = Timeline::so_far(&top).await;
@@ -306,7 +301,7 @@ async fn preemption_takes_the_lowest_priority_victims() {
 async fn non_preempting_pods_wait() {
     let node = node(200, 100, "");
     let low = node.start(&pod("low", "low", "200Mi", SLEEPS)).await;
-    running(&low).await;
+    running(&low, &["c"]).await;
     let waits = node
         .start(&pod("waits", "high-waits", "100Mi", SLEEPS))
         .await;
@@ -327,7 +322,7 @@ async fn non_preempting_pods_wait() {
     );
     assert!(is_running(&low.status(), "c"));
     low.delete(None);
-    running(&waits).await;
+    running(&waits, &["c"]).await;
     assert_eq!(later.status().phase.as_deref(), Some("Pending"));
     for pod in [&waits, &later] {
         pod.delete(Some(Duration::ZERO));
@@ -359,10 +354,10 @@ async fn priority_classes_resolve_at_admission() {
     }
     // The name is free again after the refusal.
     let low = node.start(&pod("x", "low", "100Mi", SLEEPS)).await;
-    running(&low).await;
+    running(&low, &["c"]).await;
     // Without a class, the pod gets the global default (3 > 1): it preempts `low`.
     let plain = node.start(&pod("plain", "", "100Mi", SLEEPS)).await;
-    running(&plain).await;
+    running(&plain, &["c"]).await;
     let events = Timeline::collect(&low).await;
     assert_eq!(events.pod_positions(Preempted).len(), 1, "{events}");
     plain.delete(Some(Duration::ZERO));
@@ -636,7 +631,7 @@ async fn no_execute_tolerations_run_out() {
             "[ { key: maintenance, operator: Exists, effect: NoExecute } ]",
         ))
         .await;
-    running(&ever).await;
+    running(&ever, &["c"]).await;
     let s = wait_for(&brief, LIMIT, |s| {
         s.conditions
             .iter()
@@ -658,8 +653,7 @@ async fn no_execute_tolerations_run_out() {
     assert_eq!(events.pod_positions(Terminating).len(), 1, "{events}");
     assert!(is_running(&ever.status(), "c"));
     for p in [intolerant, ever] {
-        p.delete(Some(Duration::ZERO));
-        p.deleted().await;
+        remove(&p).await;
     }
 }
 

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use wasmpod::LogOptions;
-use wasmpod_tests::{PodYaml, TestNode, is_running, wait_for};
+use wasmpod_tests::{PodYaml, TestNode, is_running, remove, running, wait_for};
 
 const LIMIT: Duration = Duration::from_secs(20);
 
@@ -28,7 +28,7 @@ async fn stdin_once_ends_when_the_first_attacher_leaves() {
         .container(r#"{ name: c, image: "{p1}", args: [stdin], stdin: true, stdinOnce: true }"#)
         .build();
     let pod = node.start(&yaml).await;
-    wait_for(&pod, LIMIT, |s| is_running(s, "c")).await;
+    running(&pod, &["c"]).await;
     let stdin = pod.attach_stdin("c").await.unwrap();
     assert!(stdin.once());
     stdin.write_all(b"one\ntwo\n").await.unwrap();
@@ -86,8 +86,7 @@ async fn without_once_stdin_stays_open_until_closed_and_without_stdin_it_is_empt
     assert_eq!(first_line.unwrap().line, "stdin ended after 0 lines");
     let refused = pod.attach_stdin("plain").await.unwrap_err();
     assert_eq!(refused, wasmpod::ContainerError::NoStdin("plain".into()));
-    pod.delete(Some(Duration::ZERO));
-    pod.deleted().await;
+    remove(&pod).await;
 }
 
 #[tokio::test]
@@ -97,7 +96,7 @@ async fn an_exec_reads_its_own_stdin() {
         .container(r#"{ name: c, image: "{p1}", args: [sleep, "600000"] }"#)
         .build();
     let pod = node.start(&yaml).await;
-    wait_for(&pod, LIMIT, |s| is_running(s, "c")).await;
+    running(&pod, &["c"]).await;
     let command = ["agnhost".to_owned(), "stdin".to_owned()];
     let input: &[u8] = b"piped in\nand more\n";
     let out = pod
@@ -115,6 +114,5 @@ async fn an_exec_reads_its_own_stdin() {
         String::from_utf8_lossy(&out.stdout),
         "stdin ended after 0 lines\n"
     );
-    pod.delete(Some(Duration::ZERO));
-    pod.deleted().await;
+    remove(&pod).await;
 }

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use wasmpod::{Error, LogLimits, LogOptions, PodOptions, Reason};
-use wasmpod_tests::{PodYaml, TestNode, Timeline, is_running, terminated, wait_for};
+use wasmpod_tests::{PodYaml, TestNode, Timeline, remove, running, terminated};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -55,12 +55,10 @@ async fn a_uid_is_held_by_one_pod() {
         "{:?}",
         there.err()
     );
-    first.delete(Some(Duration::ZERO));
-    first.deleted().await;
+    remove(&first).await;
     // Free again once the first is gone.
     let later = node.start(&yaml("fourth")).await;
-    later.delete(Some(Duration::ZERO));
-    later.deleted().await;
+    remove(&later).await;
 }
 
 /// The longest valid pod name still makes file names the file system takes.
@@ -91,7 +89,7 @@ async fn a_sub_path_swapped_for_a_symlink_is_not_followed() {
         "    image: \"{p1}\"\n    args: [sleep, '60000']\n    volumeMounts: [ { name: v, mountPath: /s, subPath: sub } ]\n",
     );
     let pod = node.start(&yaml).await;
-    wait_for(&pod, LIMIT, |s| is_running(s, "c")).await;
+    running(&pod, &["c"]).await;
     let volume = pod.dir().join("volumes/v");
     let outside = node.dir.path().join("outside");
     std::fs::create_dir(&outside).unwrap();
@@ -105,8 +103,7 @@ async fn a_sub_path_swapped_for_a_symlink_is_not_followed() {
         "followed the planted symlink"
     );
     assert!(volume.join("moved/planted").exists());
-    pod.delete(Some(Duration::ZERO));
-    pod.deleted().await;
+    remove(&pod).await;
 }
 
 /// Grace periods and deadlines near `i64::MAX` are held, not overflowed: the pod runs, is
@@ -119,7 +116,7 @@ async fn huge_grace_periods_and_deadlines_do_not_break_the_supervisor() {
         "apiVersion: v1\nkind: Pod\nmetadata: {{ name: huge }}\nspec:\n  terminationGracePeriodSeconds: {max}\n  activeDeadlineSeconds: 2147483647\n  containers:\n  - name: c\n    image: \"{{term}}\"\n    args: [on-term, '0', '0', sleep, '60000']\n    livenessProbe: {{ exec: {{ command: [liveness] }}, periodSeconds: 1, terminationGracePeriodSeconds: {max} }}\n    lifecycle: {{ preStop: {{ sleep: {{ seconds: 0 }} }} }}\n"
     );
     let pod = node.start(&yaml).await;
-    wait_for(&pod, LIMIT, |s| is_running(s, "c")).await;
+    running(&pod, &["c"]).await;
     pod.delete(None);
     let timeline = tokio::time::timeout(Duration::from_secs(20), Timeline::collect(&pod))
         .await
@@ -324,8 +321,7 @@ async fn a_published_port_bounds_its_connections() {
         assert!(start.elapsed() < LIMIT, "the port never served again");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    pod.delete(Some(Duration::ZERO));
-    pod.deleted().await;
+    remove(&pod).await;
 }
 
 /// Socket buffers count against the container's memory: a guest cannot hold connections
@@ -504,7 +500,7 @@ async fn pods_data_is_private_whatever_the_state_dirs_mode() {
     );
     let spec = wasmpod::PodSpec::from_yaml(&yaml, dir.path()).unwrap();
     let pod = node.create_pod(spec, PodOptions::default()).await.unwrap();
-    wait_for(&pod, LIMIT, |s| is_running(s, "c")).await;
+    running(&pod, &["c"]).await;
     let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode(&state.join("pods")), 0o700);
     assert_eq!(mode(&state.join("logs")), 0o700);
@@ -513,6 +509,5 @@ async fn pods_data_is_private_whatever_the_state_dirs_mode() {
         assert_eq!(mode(shm), 0o700);
         assert_eq!(mode(&shm.join(pod.uid())), 0o700);
     }
-    pod.delete(Some(Duration::ZERO));
-    pod.deleted().await;
+    remove(&pod).await;
 }

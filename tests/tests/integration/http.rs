@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use wasmpod::Egress;
 use wasmpod::k8s_openapi::api::core::v1::PodStatus;
 use wasmpod_tests::{
-    PodYaml, TestNode, container, free_port, is_running, read, wait_for, wait_terminated,
+    PodYaml, TestNode, container, free_port, is_running, read, remove, wait_for, wait_terminated,
 };
 
 const LIMIT: Duration = Duration::from_secs(30);
@@ -203,8 +203,7 @@ async fn a_handler_serves_concurrent_requests_each_in_a_fresh_instance() {
     );
     let log = read(&pod.log_file("web", 0));
     assert!(log.contains("handled /env/GREETING"), "{log}");
-    pod.delete(Some(Duration::ZERO));
-    pod.deleted().await;
+    remove(&pod).await;
 
     // With two slots, four requests of 300 ms take at least two rounds.
     let port = free_port();
@@ -230,8 +229,7 @@ async fn a_handler_serves_concurrent_requests_each_in_a_fresh_instance() {
         took >= Duration::from_millis(600),
         "4 requests on 2 slots took {took:?}"
     );
-    limited.delete(Some(Duration::ZERO));
-    limited.deleted().await;
+    remove(&limited).await;
 }
 
 /// A request that traps, runs out of memory or sets no response is answered 500 and logged with
@@ -261,8 +259,7 @@ async fn a_failing_request_is_a_500_and_the_next_one_succeeds() {
     let web = container(&status, "web");
     assert_eq!(web.restart_count, 0);
     assert!(is_running(&status, "web"), "{status:#?}");
-    pod.delete(Some(Duration::ZERO));
-    pod.deleted().await;
+    remove(&pod).await;
 }
 
 /// Requests in flight draw from the container's one memory budget: four requests holding
@@ -285,8 +282,7 @@ async fn requests_in_flight_share_the_containers_memory_limit() {
         "four requests of 12 MiB ran within 32Mi: {codes:?}"
     );
     assert_eq!(get(addr, "/hold/12/0").await.status, 200);
-    pod.delete(Some(Duration::ZERO));
-    pod.deleted().await;
+    remove(&pod).await;
 }
 
 /// A client that sends its request head slowly (slowloris) loses its connection after the
@@ -321,8 +317,7 @@ async fn a_slow_request_head_loses_its_connection() {
     assert_eq!(get(addr, "/").await.status, 200);
     let took = closed.await.unwrap();
     assert!(took < Duration::from_secs(20), "closed after {took:?}");
-    pod.delete(Some(Duration::ZERO));
-    pod.deleted().await;
+    remove(&pod).await;
 }
 
 /// A request past `wasmpod.dev/http-request-timeout` is cut: a spinning one is answered 504, one
@@ -359,8 +354,7 @@ async fn a_request_past_its_timeout_is_cut() {
         log.contains("GET /headers-then-sleep/5000 timed out"),
         "{log}"
     );
-    pod.delete(Some(Duration::ZERO));
-    pod.deleted().await;
+    remove(&pod).await;
 }
 
 /// Deleting a handler pod closes its port and lets the request in flight finish within the
@@ -470,8 +464,7 @@ async fn handlers_talk_to_other_pods_over_the_pod_network() {
     assert!(reply.body.contains("HttpRequestDenied"), "{reply:?}");
 
     for pod in [server, client, fetcher] {
-        pod.delete(Some(Duration::ZERO));
-        pod.deleted().await;
+        remove(&pod).await;
     }
 }
 
@@ -538,8 +531,7 @@ async fn a_handler_that_cannot_be_instantiated_follows_the_restart_policy() {
         (137, Some("OOMKilled")),
         "{web:?}"
     );
-    pod.delete(Some(Duration::ZERO));
-    pod.deleted().await;
+    remove(&pod).await;
 }
 
 /// Outgoing requests reach addresses as the pod's sockets would: the host's address through
@@ -580,6 +572,5 @@ async fn outgoing_requests_never_reach_the_hosts_loopback() {
     assert_eq!(reply.status, 502, "{reply:?}");
     assert!(reply.body.contains("ConnectionRefused"), "{reply:?}");
     assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1);
-    pod.delete(Some(Duration::ZERO));
-    pod.deleted().await;
+    remove(&pod).await;
 }

@@ -7,7 +7,9 @@ use std::time::Duration;
 use wasmpod::k8s_openapi::api::core::v1::PodStatus;
 use wasmpod::{ImageGc, NodeOptions, PodHandle, Reason};
 use wasmpod_tests::registry::{Registry, pull_secret};
-use wasmpod_tests::{PodYaml, TestNode, Timeline, guests, log_lines, wait_for, waiting_reason};
+use wasmpod_tests::{
+    PodYaml, TestNode, Timeline, guests, log_lines, remove, running, wait_for, waiting_reason,
+};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -345,7 +347,7 @@ async fn unused_images_are_garbage_collected() {
         ))
         .build();
     let in_use = node.start(&sleeper).await;
-    wait_for(&in_use, LIMIT, |s| wasmpod_tests::is_running(s, "c")).await;
+    running(&in_use, &["c"]).await;
     let b = node.start(&pod("b", &format!("{host}/gc:b"), "")).await;
     ended(&b).await;
     b.delete(None);
@@ -419,8 +421,7 @@ async fn a_deleted_pods_pull_is_cancelled() {
     let mut buf = [0u8; 4096];
     let n = conn.read(&mut buf).await.unwrap();
     assert!(String::from_utf8_lossy(&buf[..n]).starts_with("GET /v2/"));
-    pod.delete(Some(Duration::ZERO));
-    pod.deleted().await;
+    remove(&pod).await;
     let closed = tokio::time::timeout(Duration::from_secs(5), async {
         loop {
             match conn.read(&mut buf).await {

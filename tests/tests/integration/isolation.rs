@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use wasmpod::Reason::*;
 use wasmpod_tests::{
-    PodYaml, TestNode, Timeline, container, container_yaml, is_running, read, terminated, wait_for,
+    PodYaml, TestNode, Timeline, container, container_yaml, is_running, read, remove, running,
+    terminated, wait_for,
 };
 
 const LIMIT: Duration = Duration::from_secs(30);
@@ -153,7 +154,7 @@ async fn log_flood_does_not_delay_neighbours() {
             r#"[flood, "300000", sleep, "600000"]"#,
         ))
         .await;
-    wait_for(&flood, LIMIT, |s| is_running(s, "c")).await;
+    running(&flood, &["c"]).await;
     let (t, status) = node
         .run(
             &one("calm", "{p1}", r#"[sleep, "100", print, done]"#),
@@ -220,7 +221,7 @@ async fn futures_start(node: &TestNode, n: usize) -> Vec<wasmpod::PodHandle> {
         let pod = node
             .start(&one(&format!("spin{i}"), "{p1}", "[loop]"))
             .await;
-        wait_for(&pod, LIMIT, |s| is_running(s, "c")).await;
+        running(&pod, &["c"]).await;
         pods.push(pod);
     }
     pods
@@ -406,8 +407,7 @@ spec:
     // The sidecar kept its memory, and was stopped (TERM) only as the pod ended.
     assert_eq!(terminated(&status, "first").exit_code, 143, "{status:#?}");
     assert_eq!(status.qos_class.as_deref(), Some("Burstable"));
-    pod.delete(Some(Duration::ZERO));
-    pod.deleted().await;
+    remove(&pod).await;
 
     let pod = node
         .start(
@@ -423,7 +423,7 @@ spec:
 "#,
         )
         .await;
-    let status = wait_for(&pod, LIMIT, |s| is_running(s, "a") && is_running(s, "b")).await;
+    let status = running(&pod, &["a", "b"]).await;
     // Limits alone default the requests to them: Guaranteed, from the pod's resources.
     assert_eq!(status.qos_class.as_deref(), Some("Guaranteed"));
     let used = || pod.usage().iter().map(|c| c.cpu).sum::<Duration>();
@@ -436,8 +436,7 @@ spec:
         share < 0.75,
         "two spinners under a pod limit of 500m used {share:.2} of a core"
     );
-    pod.delete(Some(Duration::ZERO));
-    pod.deleted().await;
+    remove(&pod).await;
 
     let err = node.invalid(
         r#"
@@ -487,8 +486,7 @@ async fn usage_lists_running_containers_only() {
     .await;
     let names: Vec<String> = pod.usage().into_iter().map(|u| u.name).collect();
     assert_eq!(names, ["spin"]);
-    pod.delete(Some(Duration::ZERO));
-    pod.deleted().await;
+    remove(&pod).await;
     assert_eq!(pod.usage(), []);
 }
 

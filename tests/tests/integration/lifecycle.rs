@@ -6,7 +6,9 @@
 use std::time::Duration;
 
 use wasmpod::Reason::*;
-use wasmpod_tests::{TestNode, condition, container, is_running, wait_for, waiting_reason};
+use wasmpod_tests::{
+    TestNode, condition, container, is_running, remove, running, wait_for, waiting_reason,
+};
 
 const LIMIT: Duration = Duration::from_secs(20);
 
@@ -529,8 +531,7 @@ spec:
     assert_eq!(condition(&s, "Ready").0, "False");
     assert_eq!(condition(&s, "PodReadyToStartContainers").0, "True");
     assert_eq!(condition(&s, "Initialized").0, "True");
-    pod.delete(Some(Duration::ZERO));
-    pod.deleted().await;
+    remove(&pod).await;
 
     let pod = node
         .start(
@@ -552,8 +553,7 @@ spec:
         ("False", Some("ReadinessGatesNotReady"))
     );
     assert!(message.unwrap().contains("example.com/feature"));
-    pod.delete(Some(Duration::ZERO));
-    pod.deleted().await;
+    remove(&pod).await;
 }
 
 /// activeDeadlineSeconds: the pod fails with DeadlineExceeded and its containers are stopped.
@@ -605,7 +605,7 @@ spec:
 "#,
         )
         .await;
-    wait_for(&pod, LIMIT, |s| is_running(s, "a")).await;
+    running(&pod, &["a"]).await;
     std::fs::write(&image, b"this is not wasm any more").unwrap();
     let s = wait_for(&pod, LIMIT, |s| {
         waiting_reason(s, "a").as_deref() == Some("ImagePullBackOff")
@@ -661,8 +661,7 @@ async fn a_new_image_restarts_that_container_whatever_the_policy() {
         pod.set_image("nope", new).await,
         Err(wasmpod::ContainerError::NoSuchContainer("nope".into()))
     );
-    pod.delete(Some(Duration::ZERO));
-    pod.deleted().await;
+    remove(&pod).await;
 }
 
 /// The kubelet's termination message: what a container writes to its `terminationMessagePath`

@@ -7,7 +7,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use wasmpod::{Egress, PodHandle, PodOptions, Reason};
-use wasmpod_tests::{TestNode, Timeline, free_port, log_lines, read, wait_for};
+use wasmpod_tests::{TestNode, Timeline, free_port, log_lines, read, remove, wait_for};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -278,8 +278,7 @@ spec:
     assert_eq!(lines[1], "error AddrInUse", "{log}");
     assert!(lines[2].starts_with("bound 127.0.0.1:"), "{log}");
     assert_eq!(lines[3], "error ConnectionRefused", "{log}");
-    first.delete(Some(Duration::ZERO));
-    first.deleted().await;
+    remove(&first).await;
 }
 
 /// A writer that does not block stops at the connection's buffer while its reader waits, then
@@ -388,8 +387,7 @@ spec:
     let log = read(&client.log_file("main", 0));
     assert!(log.contains(&format!("reply hi from {ip}:8080")), "{log}");
     assert!(log.contains("error ConnectionRefused"), "{log}");
-    server.delete(Some(Duration::ZERO));
-    server.deleted().await;
+    remove(&server).await;
 }
 
 /// Sends `text` to a published port until the pod's server answers.
@@ -468,8 +466,7 @@ spec:
         )),
         "{message}"
     );
-    pod.delete(Some(Duration::ZERO));
-    pod.deleted().await;
+    remove(&pod).await;
     // The port is free again once the pod is gone.
     let again = node.start(&yaml).await;
     assert_eq!(
@@ -618,8 +615,7 @@ spec:
     let log = read(&pod.log_file("ok", 0));
     assert!(log.contains("request GET /healthz HTTP/1.1"), "{log}");
     assert!(log.contains("header X-Probe: yes"), "{log}");
-    pod.delete(Some(Duration::ZERO));
-    pod.deleted().await;
+    remove(&pod).await;
 }
 
 /// IPv6 loopback works inside the pod, separately from IPv4.
@@ -748,6 +744,5 @@ spec:
             .flatten()
             .any(|c| c.name == "failing" && c.ready)
     );
-    pod.delete(Some(Duration::ZERO));
-    pod.deleted().await;
+    remove(&pod).await;
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use wasmpod::Reason::*;
 use wasmpod::{Error, PodOptions};
-use wasmpod_tests::{PodYaml, TestNode, Timeline, container_yaml, wait_for};
+use wasmpod_tests::{PodYaml, TestNode, Timeline, container_yaml, running, wait_for};
 
 const LIMIT: Duration = Duration::from_secs(20);
 
@@ -196,7 +196,7 @@ async fn logs_are_read_and_followed() {
             r#"[print, one, eprint, two, sleep, "300", print, three]"#,
         ))
         .await;
-    wait_for(&talker, LIMIT, |s| wasmpod_tests::is_running(s, "c")).await;
+    running(&talker, &["c"]).await;
     let followed = talker.logs("c", LogOptions::default().follow()).unwrap();
     let lines = read_all(followed).await;
     let expected = [

@@ -5,7 +5,9 @@
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use wasmpod_tests::{PodYaml, TestNode, container, log_lines, wait_for, wait_terminated};
+use wasmpod_tests::{
+    PodYaml, TestNode, container, log_lines, remove, running, wait_for, wait_terminated,
+};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -73,7 +75,7 @@ async fn a_wasi_0_3_command_stops_at_term_and_kill() {
             ))
             .build();
         let pod = node.start(&yaml).await;
-        wait_for(&pod, LIMIT, |s| wasmpod_tests::is_running(s, "main")).await;
+        running(&pod, &["main"]).await;
         let deleted = Instant::now();
         pod.delete(grace);
         let exit = wait_terminated(&pod, "main", LIMIT).await;
@@ -138,8 +140,7 @@ async fn wasi_0_3_sockets_are_on_the_pod_network() {
     let read = conn.read_to_string(&mut reply);
     tokio::time::timeout(LIMIT, read).await.unwrap().unwrap();
     assert_eq!(reply, "echo: from the host");
-    pod.delete(Some(Duration::ZERO));
-    pod.deleted().await;
+    remove(&pod).await;
 }
 
 /// With the node's egress denied, a 0.3 connect to an address outside the node fails with

@@ -4,8 +4,7 @@
 
 use std::time::Duration;
 
-use wasmpod::PodHandle;
-use wasmpod_tests::{PodYaml, TestNode, is_running, unschedulable, wait_for};
+use wasmpod_tests::{PodYaml, TestNode, remove, running, unschedulable};
 
 const LIMIT: Duration = Duration::from_secs(20);
 
@@ -23,15 +22,6 @@ fn pod(name: &str, app: &str, spec: &[&str]) -> String {
 
 fn node() -> TestNode {
     TestNode::with(|o| o.node_name("edge-1").labels([("zone", "a")]))
-}
-
-async fn running(pod: &PodHandle) {
-    wait_for(pod, LIMIT, |s| is_running(s, "c")).await;
-}
-
-async fn gone(pod: PodHandle) {
-    pod.delete(Some(Duration::ZERO));
-    pod.deleted().await;
 }
 
 fn expect(message: &str, reason: &str) {
@@ -53,7 +43,7 @@ const ANTI_WEB: &str = "affinity: { podAntiAffinity: { requiredDuringSchedulingI
 async fn pod_anti_affinity_keeps_pods_apart() {
     let node = node();
     let first = node.start(&pod("web-1", "web", &[ANTI_WEB])).await;
-    running(&first).await;
+    running(&first, &["c"]).await;
     let second = node.start(&pod("web-2", "web", &[ANTI_WEB])).await;
     expect(
         &unschedulable(&second, LIMIT).await,
@@ -71,15 +61,15 @@ async fn pod_anti_affinity_keeps_pods_apart() {
                 .replace("  name: web-3\n", "  name: web-3\n  namespace: other\n"),
         )
         .await;
-    running(&elsewhere).await;
+    running(&elsewhere, &["c"]).await;
     let rackless = ANTI_WEB.replace("kubernetes.io/hostname", "rack");
     // An `api` pod keeping away from `web` on a key the node lacks runs beside them.
     let by_rack = node.start(&pod("by-rack", "api", &[&rackless])).await;
-    running(&by_rack).await;
-    gone(first).await;
-    running(&second).await;
+    running(&by_rack, &["c"]).await;
+    remove(&first).await;
+    running(&second, &["c"]).await;
     for p in [second, plain, elsewhere, by_rack] {
-        gone(p).await;
+        remove(&p).await;
     }
 }
 
@@ -96,8 +86,8 @@ async fn pod_affinity_waits_for_its_peer() {
     );
     // The first `db` may follow its own rule: no pod matches yet and it matches itself.
     let db = node.start(&pod("db", "db", &[near_db])).await;
-    running(&db).await;
-    running(&cache).await;
+    running(&db, &["c"]).await;
+    running(&cache, &["c"]).await;
     // A term on a key the node lacks is never met, and `racked` is no db to start a group.
     let by_rack = near_db.replace("topologyKey: zone", "topologyKey: rack");
     let racked = node.start(&pod("racked", "cache", &[&by_rack])).await;
@@ -106,7 +96,7 @@ async fn pod_affinity_waits_for_its_peer() {
         "node(s) didn't match pod affinity rules",
     );
     for p in [cache, db, racked] {
-        gone(p).await;
+        remove(&p).await;
     }
 }
 
@@ -128,17 +118,17 @@ async fn topology_spread_with_min_domains_and_a_missing_key() {
         let p = node
             .start(&pod(&format!("even-{i}"), "spread", &[&spread("zone", "")]))
             .await;
-        running(&p).await;
+        running(&p, &["c"]).await;
         pods.push(p);
     }
     for p in pods.drain(..) {
-        gone(p).await;
+        remove(&p).await;
     }
     // minDomains 2 on a node of one zone: the global minimum is 0, so one pod fits (skew 1)
     // and the second (skew 2) does not.
     let min2 = spread("zone", ", minDomains: 2");
     let one = node.start(&pod("md-1", "spread", &[&min2])).await;
-    running(&one).await;
+    running(&one, &["c"]).await;
     let two = node.start(&pod("md-2", "spread", &[&min2])).await;
     expect(
         &unschedulable(&two, LIMIT).await,
@@ -146,9 +136,9 @@ async fn topology_spread_with_min_domains_and_a_missing_key() {
     );
     // A pod its own selector does not match adds nothing: skew 1.
     let other = node.start(&pod("md-other", "other", &[&min2])).await;
-    running(&other).await;
-    gone(one).await;
-    running(&two).await;
+    running(&other, &["c"]).await;
+    remove(&one).await;
+    running(&two, &["c"]).await;
 
     let rack = pod("racked", "spread", &[&spread("rack", "")]);
     assert!(node.node.check_fits(&node.spec(&rack)).is_err());
@@ -167,9 +157,9 @@ async fn topology_spread_with_min_domains_and_a_missing_key() {
         &[&spread("rack", "").replace("DoNotSchedule", "ScheduleAnyway")],
     );
     let anyway = node.start(&anyway).await;
-    running(&anyway).await;
+    running(&anyway, &["c"]).await;
     for p in [two, other, racked, anyway] {
-        gone(p).await;
+        remove(&p).await;
     }
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use wasmpod::Reason::*;
 use wasmpod::{Allocatable, LogOptions, NodeOptions, PodHandle};
 use wasmpod_tests::{
-    PodYaml, TestNode, Timeline, condition, is_running, priority_class, read_classes, wait_for,
+    PodYaml, TestNode, Timeline, condition, is_running, priority_class, read_classes, running,
 };
 
 const LIMIT: Duration = Duration::from_secs(20);
@@ -26,7 +26,7 @@ fn hog(name: &str, class: &str, request: &str, mib: u32) -> String {
 /// Starts a hog and waits until it has allocated (read from its log, followed).
 async fn start(node: &TestNode, yaml: &str) -> PodHandle {
     let pod = node.start(yaml).await;
-    wait_for(&pod, LIMIT, |s| is_running(s, "c")).await;
+    running(&pod, &["c"]).await;
     let mut logs = pod.logs("c", LogOptions::default().follow()).unwrap();
     let line = tokio::time::timeout(LIMIT, logs.next()).await.unwrap();
     assert!(

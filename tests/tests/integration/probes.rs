@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use wasmpod::Reason::*;
 use wasmpod::{ContainerError, ExecError};
-use wasmpod_tests::{TestNode, Timeline, condition, container, wait_for};
+use wasmpod_tests::{TestNode, Timeline, condition, container, remove, wait_for};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -567,8 +567,7 @@ spec:
         0,
         "exec does not touch the container"
     );
-    pod.delete(Some(Duration::ZERO));
-    pod.deleted().await;
+    remove(&pod).await;
     assert_eq!(
         pod.exec("p1", &["readiness"]).await,
         Err(ExecError::Container(ContainerError::PodGone("exec".into())))

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use wasmpod::Reason::*;
-use wasmpod_tests::{PodYaml, TestNode, Timeline, container, is_running, wait_for, waiting_reason};
+use wasmpod_tests::{PodYaml, TestNode, Timeline, container, running, wait_for, waiting_reason};
 
 const LIMIT: Duration = Duration::from_secs(20);
 
@@ -23,9 +23,9 @@ spec:
     )
 }
 
-async fn running(node: &TestNode, yaml: &str) -> wasmpod::PodHandle {
+async fn start_running(node: &TestNode, yaml: &str) -> wasmpod::PodHandle {
     let pod = node.start(yaml).await;
-    wait_for(&pod, LIMIT, |s| is_running(s, "c")).await;
+    running(&pod, &["c"]).await;
     pod
 }
 
@@ -34,7 +34,7 @@ async fn running(node: &TestNode, yaml: &str) -> wasmpod::PodHandle {
 async fn default_action_stops_within_50ms() {
     let node = TestNode::new();
     for image in ["{p1}", "{p2}"] {
-        let pod = running(&node, &yaml("plain", 30, image, r#"[sleep, "100000"]"#)).await;
+        let pod = start_running(&node, &yaml("plain", 30, image, r#"[sleep, "100000"]"#)).await;
         pod.delete(None);
         let t = Timeline::collect(&pod).await;
         assert_eq!(t.exit_codes("c"), [143], "{t}");
@@ -52,7 +52,7 @@ async fn default_action_stops_within_50ms() {
 #[tokio::test]
 async fn handling_guest_exits_cleanly() {
     let node = TestNode::new();
-    let pod = running(
+    let pod = start_running(
         &node,
         &yaml(
             "handler",
@@ -88,7 +88,10 @@ async fn ignoring_guest_is_killed_at_the_deadline() {
     ];
     let mut pods = Vec::new();
     for (name, image, args) in cases {
-        pods.push((name, running(&node, &yaml(name, 2, image, args)).await));
+        pods.push((
+            name,
+            start_running(&node, &yaml(name, 2, image, args)).await,
+        ));
     }
     for (_, pod) in &pods {
         pod.delete(None);
@@ -112,7 +115,7 @@ async fn ignoring_guest_is_killed_at_the_deadline() {
 #[tokio::test]
 async fn grace_can_be_shortened_not_lengthened() {
     let node = TestNode::new();
-    let pod = running(
+    let pod = start_running(
         &node,
         &yaml("shorten", 60, "{term}", r#"[sleep, "100000"]"#),
     )
@@ -145,7 +148,7 @@ async fn grace_can_be_shortened_not_lengthened() {
     );
 
     // lengthening is ignored: a 2 s deletion asked again with 60 s still kills at 2 s
-    let pod = running(
+    let pod = start_running(
         &node,
         &yaml("lengthen", 60, "{term}", r#"[sleep, "100000"]"#),
     )
@@ -168,7 +171,7 @@ async fn grace_can_be_shortened_not_lengthened() {
 #[tokio::test]
 async fn forced_deletion_reports_killing() {
     let node = TestNode::new();
-    let pod = running(&node, &yaml("forced", 60, "{term}", r#"[sleep, "100000"]"#)).await;
+    let pod = start_running(&node, &yaml("forced", 60, "{term}", r#"[sleep, "100000"]"#)).await;
     pod.delete(Some(Duration::ZERO));
     let t = Timeline::collect(&pod).await;
     let killing = t.first("c", Killing);
@@ -184,7 +187,7 @@ async fn forced_deletion_reports_killing() {
 #[tokio::test]
 async fn kill_waits_at_least_two_seconds_after_term() {
     let node = TestNode::new();
-    let pod = running(&node, &yaml("min", 1, "{term}", r#"[sleep, "100000"]"#)).await;
+    let pod = start_running(&node, &yaml("min", 1, "{term}", r#"[sleep, "100000"]"#)).await;
     pod.delete(None);
     let t = Timeline::collect(&pod).await;
     let took = t.between(t.first("c", Killing), t.first("c", Exited));
@@ -224,7 +227,7 @@ async fn pre_stop_runs_before_term() {
         "{ preStop: { exec: { command: [pre-stop] } } }",
         &dir,
     );
-    let pod = running(&node, &yaml).await;
+    let pod = start_running(&node, &yaml).await;
     pod.delete(None);
     let t = Timeline::collect(&pod).await;
     let (pre, kill, exit) = (
@@ -270,7 +273,7 @@ spec:
 "#,
         dir.display()
     );
-    let pod = running(&node, &yaml).await;
+    let pod = start_running(&node, &yaml).await;
     pod.delete(None);
     let t = Timeline::collect(&pod).await;
     let deleted = t.pod_positions(Terminating)[0];
@@ -297,7 +300,7 @@ async fn sleep_pre_stop() {
         "{ preStop: { sleep: { seconds: 1 } } }",
         &dir,
     );
-    let pod = running(&node, &yaml).await;
+    let pod = start_running(&node, &yaml).await;
     pod.delete(None);
     let t = Timeline::collect(&pod).await;
     // TERM follows the 1 s sleep, not the 30 s grace period's end.
@@ -327,7 +330,7 @@ async fn post_start_gates_running_and_failure_kills() {
         waiting_reason(&waiting, "c").as_deref(),
         Some("ContainerCreating")
     );
-    wait_for(&pod, LIMIT, |s| is_running(s, "c")).await;
+    running(&pod, &["c"]).await;
     pod.delete(None);
     let t = Timeline::collect(&pod).await;
     let (created, hook, started) = (
@@ -423,7 +426,7 @@ async fn component_receives_term() {
         ("pollable", r#"[wait-term-pollable]"#),
         ("requested", r#"[on-term, "3", "0", sleep, "100000"]"#),
     ] {
-        let pod = running(&node, &yaml(name, 30, "{probed}", args)).await;
+        let pod = start_running(&node, &yaml(name, 30, "{probed}", args)).await;
         pod.delete(None);
         let t = Timeline::collect(&pod).await;
         let code = if name == "pollable" { 0 } else { 1 };
@@ -454,7 +457,7 @@ spec:
 "#,
         )
         .await;
-    wait_for(&pod, LIMIT, |s| is_running(s, "i1")).await;
+    running(&pod, &["i1"]).await;
     let asked = std::time::Instant::now();
     pod.delete(None);
     let t = Timeline::collect(&pod).await;
@@ -497,7 +500,7 @@ spec:
         dir = dir.display()
     );
     let pod = node.start(&yaml).await;
-    wait_for(&pod, LIMIT, |s| is_running(s, "a") && is_running(s, "b")).await;
+    running(&pod, &["a", "b"]).await;
     pod.delete(Some(Duration::ZERO));
     let t = Timeline::collect(&pod).await;
     let (a, hook, b) = (

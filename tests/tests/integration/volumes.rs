@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use wasmpod::Reason::*;
-use wasmpod_tests::{TestNode, Timeline, log_lines, read, terminated};
+use wasmpod_tests::{TestNode, Timeline, log_lines, read, remove, terminated};
 
 const LIMIT: Duration = Duration::from_secs(20);
 
@@ -385,8 +385,7 @@ spec:
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    pod.delete(Some(Duration::ZERO));
-    pod.deleted().await;
+    remove(&pod).await;
     assert!(!dir.exists(), "removed with the pod");
 }
 
