@@ -119,13 +119,16 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     std::thread::spawn(move || {
         // Write errors (a closed pipe: `wasmpod run pod.yaml | head`) are ignored: the pod runs
         // on and its output stays in the log files.
+        let (mut stdout, mut stderr) = (Printer::default(), Printer::default());
         while let Some(out) = output.blocking_recv() {
             let _ = match out.stream {
-                Stream::Stdout => writeln!(std::io::stdout(), "[{}] {}", out.container, out.line),
-                Stream::Stderr => writeln!(std::io::stderr(), "[{}] {}", out.container, out.line),
+                Stream::Stdout => stdout.print(&mut std::io::stdout(), &out),
+                Stream::Stderr => stderr.print(&mut std::io::stderr(), &out),
             };
             progress.fetch_add(1, Ordering::Relaxed);
         }
+        let _ = stdout.end(&mut std::io::stdout());
+        let _ = stderr.end(&mut std::io::stderr());
         drop(printed_tx);
     });
     let events = events_out.map(|out| write_events(pod.clone(), out, written.clone()));
@@ -170,6 +173,40 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
 /// Copies wasmpod's stdin to `container`'s once it runs, and ends the container's stdin at
 /// wasmpod's end of file. Read on a thread of its own, which the process's exit does not wait
 /// for (a terminal nobody types on).
+/// Prints one of wasmpod's streams: each line as `[container] line`. A partial line (a prompt the
+/// guest flushed) shows at once and the rest of it continues it, unless another container's
+/// output comes first: that ends the printed line, and the rest gets its own prefix.
+#[derive(Default)]
+struct Printer {
+    /// The container whose line is printed up to its end, not ended yet.
+    open: Option<String>,
+}
+
+impl Printer {
+    fn print(&mut self, to: &mut impl Write, out: &wasmpod::OutputLine) -> std::io::Result<()> {
+        match self.open.take() {
+            Some(open) if open == out.container => {}
+            Some(_) => write!(to, "\n[{}] ", out.container)?,
+            None => write!(to, "[{}] ", out.container)?,
+        }
+        to.write_all(out.line.as_bytes())?;
+        if out.partial {
+            self.open = Some(out.container.clone());
+            to.flush()
+        } else {
+            to.write_all(b"\n")
+        }
+    }
+
+    /// Ends a line left open when the output ends.
+    fn end(&mut self, to: &mut impl Write) -> std::io::Result<()> {
+        if self.open.take().is_some() {
+            to.write_all(b"\n")?;
+        }
+        to.flush()
+    }
+}
+
 async fn forward_stdin(pod: PodHandle, container: String) {
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<u8>>(4);
     std::thread::spawn(move || {

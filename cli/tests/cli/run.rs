@@ -691,6 +691,58 @@ fn run_connects_its_stdin_to_the_stdin_container() {
     );
 }
 
+/// A prompt the guest flushes without ending its line shows on `wasmpod run`'s stdout before
+/// the guest reads its answer, and the answer's output continues that line (the WASI
+/// testsuite's `cli-stdout-flush` asks the same of `wasmtime run`).
+#[test]
+fn a_flushed_prompt_shows_before_the_guest_reads_stdin() {
+    use std::io::{Read as _, Write as _};
+    let dir = Dir::new();
+    let pod = dir.write(
+        "pod.yaml",
+        &wasmpod_tests::PodYaml::new("prompt")
+            .never()
+            .container(
+                r#"{ name: c, image: "{p2}", args: [prompt, "name? ", stdin], stdin: true }"#,
+            )
+            .build(),
+    );
+    let mut child = dir
+        .run_command(&pod, &[])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut buf = [0; 256];
+        while let Ok(n @ 1..) = stdout.read(&mut buf) {
+            if tx.send(buf[..n].to_vec()).is_err() {
+                return;
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    // Nothing is written to stdin until the prompt shows: a prompt held back until its line
+    // ends would time out here.
+    while !seen.ends_with(b"[c] name? ") {
+        let bytes = rx
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|_| panic!("no prompt; stdout so far: {:?}", text(&seen)));
+        seen.extend(bytes);
+    }
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"bob\n").unwrap();
+    drop(stdin);
+    seen.extend(rx.iter().flatten());
+    assert!(child.wait().unwrap().success());
+    assert_eq!(
+        text(&seen),
+        "[c] name? read: bob\n[c] stdin ended after 1 lines\n"
+    );
+}
+
 /// Guests live in the `wasmpod` process, so a memory cgroup's limit over it (a systemd unit's
 /// `MemoryMax`, a container's limit) is all the node has: its allocatable memory, and the most
 /// its guests may hold. Under a 256 MiB limit the hello pod runs; a pod requesting 512 MiB is

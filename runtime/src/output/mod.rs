@@ -4,13 +4,17 @@
 //!
 //! Memory is bounded: a guest writes into a bounded channel, so one that floods output is slowed
 //! to the speed of the log writer instead of growing the host's memory; lines longer than
-//! [`MAX_LINE`] are split into partial (`P`) records as the kubelet does.
+//! [`MAX_LINE`] are split into partial (`P`) records as the kubelet does, and the start of a line
+//! a guest flushes before ending it (a prompt) becomes one too unless the rest of the line
+//! follows within a moment ([`held`]), so a prompt shows at once and a line written in pieces
+//! stays one record.
 //!
 //! An instance's log file is made when the instance is created ([`PodOutput::instance`] asks the
 //! writer for it), so that making it runs beside the guest's start rather than after its first
 //! line; and an instance's end is reported only once everything it printed is written
 //! ([`LogEnd::close`]): when a pod ends, its output is in its log files.
 
+mod held;
 mod reader;
 mod sink;
 mod writer;
@@ -95,7 +99,8 @@ pub struct OutputLine {
     pub stream: Stream,
     /// The line, without its newline; invalid UTF-8 is replaced.
     pub line: String,
-    /// True when this is a piece of a line longer than the log's record limit.
+    /// True when this is a piece of a line that the next piece continues: a line longer than the
+    /// log's record limit, or what the guest flushed before ending the line (a prompt).
     pub partial: bool,
     /// When it was written (RFC 3339, nanoseconds), for lines read back from the log with
     /// [`crate::PodHandle::logs`]; `None` for lines delivered as they are written.
@@ -242,6 +247,9 @@ pub(super) struct Chunk {
     pub(super) stream: Stream,
     pub(super) time: jiff::Timestamp,
     pub(super) lines: Vec<(bool, String)>,
+    /// Its one line is the start of a line the guest flushed before ending it: the writer holds
+    /// it for what continues it ([`held`]).
+    pub(super) flushed: bool,
     /// The instance has ended: nothing more will come from it.
     pub(super) end: bool,
     /// Told once this chunk is written (with those before it).
@@ -261,6 +269,7 @@ fn marker(
         stream: Stream::Stdout,
         time: jiff::Timestamp::now(),
         lines: Vec::new(),
+        flushed: false,
         end,
         written,
     })

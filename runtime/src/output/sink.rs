@@ -1,4 +1,5 @@
-//! What a guest writes to stdout and stderr: cut into lines (long ones into partial records)
+//! What a guest writes to stdout and stderr: cut into lines (long ones into partial records, and
+//! the start of a line the guest flushed before ending it sent as a piece of its own)
 //! and sent to the pod's log writer in chunks, through a bounded channel that slows a guest that
 //! floods output to the writer's speed.
 
@@ -45,13 +46,14 @@ struct LineWriter {
 }
 
 impl LineWriter {
-    fn chunk(&self, lines: Vec<(bool, String)>) -> Box<Chunk> {
+    fn chunk(&self, lines: Vec<(bool, String)>, flushed: bool) -> Box<Chunk> {
         Box::new(Chunk {
             container: self.sink.container.clone(),
             instance: self.sink.instance,
             stream: self.sink.stream,
             time: jiff::Timestamp::now(),
             lines,
+            flushed,
             end: false,
             written: None,
         })
@@ -94,13 +96,36 @@ impl AsyncWrite for LineWriter {
         if lines.is_empty() {
             this.tx.abort_send();
         } else {
-            let chunk = this.chunk(lines);
+            let chunk = this.chunk(lines, false);
             let _ = this.tx.send_item(chunk);
         }
         Poll::Ready(Ok(n))
     }
 
-    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+    /// A flush makes what the guest wrote visible, also the start of a line it has not ended (a
+    /// prompt before it reads stdin): that goes to the writer as a flushed piece, which becomes a
+    /// partial record unless the rest of the line follows within a moment.
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let this = &mut *self;
+        let whole = match std::str::from_utf8(&this.partial) {
+            Ok(_) => this.partial.len(),
+            // Keep a character cut at the end for the write that completes it.
+            Err(e) if e.error_len().is_none() => e.valid_up_to(),
+            Err(_) => this.partial.len(),
+        };
+        if whole == 0 {
+            return Poll::Ready(Ok(()));
+        }
+        if ready!(this.tx.poll_reserve(cx)).is_err() {
+            this.partial.clear();
+            return Poll::Ready(Ok(()));
+        }
+        let piece: Vec<u8> = this.partial.drain(..whole).collect();
+        let chunk = this.chunk(
+            vec![(true, String::from_utf8_lossy(&piece).into_owned())],
+            true,
+        );
+        let _ = this.tx.send_item(chunk);
         Poll::Ready(Ok(()))
     }
 
@@ -113,7 +138,7 @@ impl Drop for LineWriter {
     fn drop(&mut self) {
         if !self.partial.is_empty() {
             let line = String::from_utf8_lossy(&self.partial).into_owned();
-            let chunk = self.chunk(vec![(false, line)]);
+            let chunk = self.chunk(vec![(false, line)], false);
             let _ = self.sink.tx.try_send(chunk);
         }
     }

@@ -8,7 +8,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
 
+use super::held::Held;
 use super::{CHANNEL_CHUNKS, Chunk, LogBook, LogLimits, OutputLine, TAP_PATIENCE, log_file};
 
 /// The pod's log writer: makes the containers' log directories, then writes what comes.
@@ -29,14 +31,28 @@ pub(super) async fn write_logs(
     }
     let mut files: HashMap<Arc<str>, LogFile> = HashMap::new();
     let mut dropped_for_tap = 0u64;
-    while let Some(chunk) = rx.recv().await {
+    let mut held = Held::default();
+    let mut open = true;
+    while open {
+        let due = held.next_due();
+        let first = tokio::select! {
+            chunk = rx.recv() => chunk,
+            () = sleep_until(due), if due.is_some() => None,
+        };
+        let mut batch = Vec::new();
+        match first {
+            Some(chunk) => batch.push(chunk),
+            None if due.is_some_and(|t| t <= Instant::now()) => {}
+            None => open = false,
+        }
         // At most a channel's worth at once: what a batch gathers for the files is bounded.
-        let mut batch = vec![chunk];
-        while batch.len() < CHANNEL_CHUNKS
+        while open
+            && batch.len() < CHANNEL_CHUNKS
             && let Ok(more) = rx.try_recv()
         {
             batch.push(more);
         }
+        let mut batch = held.settle(batch, Instant::now(), !open);
         let mut ended = Vec::new();
         let mut acks = Vec::new();
         for chunk in &mut batch {
@@ -276,5 +292,13 @@ fn remove_old_instances(dir: &std::path::Path, instance: i32) {
         if old {
             let _ = std::fs::remove_file(entry.path());
         }
+    }
+}
+
+/// Sleeps until `due`; never ends without one.
+async fn sleep_until(due: Option<Instant>) {
+    match due {
+        Some(due) => tokio::time::sleep_until(due).await,
+        None => std::future::pending().await,
     }
 }

@@ -2,8 +2,8 @@
 //! play every container of the lifecycle scenarios the tests check.
 //!
 //! Words, run left to right:
-//! `print TEXT`, `eprint TEXT`, `sleep MS`, `exit CODE`, `trap`, `loop` (spin forever),
-//! `work MILLIONS` (a fixed amount of computation),
+//! `print TEXT`, `eprint TEXT`, `prompt TEXT` (print without a newline, and flush), `sleep MS`,
+//! `exit CODE`, `trap`, `loop` (spin forever), `work MILLIONS` (a fixed amount of computation),
 //! `alloc MIB` (allocate and touch), `flood LINES`, `longline BYTES`, `args`, `env NAME`,
 //! `stdin` (print each line of stdin as it comes, then how many there were),
 //! `write PATH TEXT`, `append PATH TEXT`, `cat PATH`, `exists PATH` (exit 1 if missing), `rm PATH`,
@@ -36,6 +36,10 @@ pub fn main(term: Option<TermCheck>) {
         match word {
             "print" => println!("{}", arg()),
             "eprint" => eprintln!("{}", arg()),
+            "prompt" => {
+                print!("{}", arg());
+                std::io::stdout().flush().unwrap();
+            }
             "sleep" => sleep(arg().parse().expect("sleep MS"), term, exit_on_term),
             "exit" => std::process::exit(arg().parse().expect("exit CODE")),
             "trap" => trap(),

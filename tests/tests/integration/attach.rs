@@ -20,6 +20,46 @@ async fn log(pod: &wasmpod::PodHandle, container: &str) -> Vec<String> {
     lines
 }
 
+/// A prompt the guest flushes before it reads stdin (no newline yet) reaches watchers and the log
+/// at once, as a partial record the rest of the line continues: an attacher sees the question
+/// before answering it. For preview1 modules (`fd_write`) and components (`blocking-flush`).
+#[tokio::test]
+async fn a_flushed_prompt_is_seen_before_the_guest_reads_its_answer() {
+    let node = TestNode::new();
+    for image in ["{p1}", "{p2}"] {
+        let yaml = PodYaml::new("prompt")
+            .never()
+            .container(&format!(
+                r#"{{ name: c, image: "{image}", args: [prompt, "name? ", stdin], stdin: true }}"#
+            ))
+            .build();
+        let pod = node.start(&yaml).await;
+        running(&pod, &["c"]).await;
+        let mut logs = pod.logs("c", LogOptions::default().follow()).unwrap();
+        // Nothing is written to stdin until the prompt is seen: a prompt held back until its
+        // line ends would hang here.
+        let prompt = tokio::time::timeout(LIMIT, logs.next())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!((prompt.line.as_str(), prompt.partial), ("name? ", true));
+        let stdin = pod.attach_stdin("c").await.unwrap();
+        stdin.write_all(b"bob\n").await.unwrap();
+        drop(stdin);
+        let answer = tokio::time::timeout(LIMIT, logs.next())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!((answer.line.as_str(), answer.partial), ("read: bob", false));
+        pod.delete(None);
+        // The log file keeps the prompt as a `P` record, the rest of its line as `F`.
+        let file = wasmpod_tests::read(&pod.log_file("c", 0));
+        let records: Vec<_> = file.lines().map(|l| l.split_once(' ').unwrap().1).collect();
+        assert_eq!(records, ["stdout P name? ", "stdout F read: bob"], "{file}");
+        pod.deleted().await;
+    }
+}
+
 #[tokio::test]
 async fn stdin_once_ends_when_the_first_attacher_leaves() {
     let node = TestNode::new();
