@@ -70,6 +70,15 @@ impl Dir {
         cmd
     }
 
+    /// Starts `wasmpod run` on `pod` with its stdin and stdout piped to the test.
+    pub(crate) fn run_piped(&self, pod: &Path) -> std::process::Child {
+        self.run_command(pod, &[])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
     pub(crate) fn run(&self, pod: &Path, extra: &[&str]) -> Output {
         self.run_command(pod, extra).output().unwrap()
     }

@@ -645,12 +645,7 @@ fn run_connects_its_stdin_to_the_stdin_container() {
             .container(r#"{ name: c, image: "{p2}", args: [stdin], stdin: true }"#)
             .build(),
     );
-    let mut child = dir
-        .run_command(&pod, &[])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = dir.run_piped(&pod);
     child
         .stdin
         .take()
@@ -707,12 +702,7 @@ fn a_flushed_prompt_shows_before_the_guest_reads_stdin() {
             )
             .build(),
     );
-    let mut child = dir
-        .run_command(&pod, &[])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = dir.run_piped(&pod);
     let mut stdout = child.stdout.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
