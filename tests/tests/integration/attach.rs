@@ -22,11 +22,12 @@ async fn log(pod: &wasmpod::PodHandle, container: &str) -> Vec<String> {
 
 /// A prompt the guest flushes before it reads stdin (no newline yet) reaches watchers and the log
 /// at once, as a partial record the rest of the line continues: an attacher sees the question
-/// before answering it. For preview1 modules (`fd_write`) and components (`blocking-flush`).
+/// before answering it. For preview1 modules (`fd_write`), components (`blocking-flush`) and
+/// WASI 0.3 components (a stream's write).
 #[tokio::test]
 async fn a_flushed_prompt_is_seen_before_the_guest_reads_its_answer() {
     let node = TestNode::new();
-    for image in ["{p1}", "{p2}"] {
+    for image in ["{p1}", "{p2}", "{p3}"] {
         let yaml = PodYaml::new("prompt")
             .never()
             .container(&format!(

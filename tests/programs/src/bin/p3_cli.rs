@@ -1,7 +1,8 @@
 //! A WASI 0.3 (p3) command: its `wasi:cli/run@0.3` runs a script given as argv, through the
 //! 0.3 interfaces only (stdio as streams, the async monotonic clock).
 //!
-//! Words: `print TEXT`, `eprint TEXT`, `args`, `env NAME`, `sleep MS`, `fail` (run returns an
+//! Words: `print TEXT`, `eprint TEXT`, `prompt TEXT` (no newline), `stdin` (each line of stdin
+//! printed back as `read: LINE` as it comes), `args`, `env NAME`, `sleep MS`, `fail` (run returns an
 //! error: exit 1), `spin` (compute forever), `trap`; and 0.3 sockets: `tcp-echo PORT` (answers
 //! each connection's bytes with `echo: ` and them, forever), `tcp-send HOST PORT TEXT` (resolves
 //! HOST, connects, retrying a refused connect for up to 5 s, sends TEXT, prints the answer or
@@ -19,6 +20,10 @@ wasip3::cli::command::export!(Command);
 struct Command;
 
 async fn write(text: String, to_stderr: bool) {
+    write_bytes(format!("{text}\n").into_bytes(), to_stderr).await
+}
+
+async fn write_bytes(bytes: Vec<u8>, to_stderr: bool) {
     let (mut tx, rx) = wasip3::wit_stream::new();
     futures::join!(
         async {
@@ -29,7 +34,7 @@ async fn write(text: String, to_stderr: bool) {
             }
         },
         async {
-            let rest = tx.write_all(format!("{text}\n").into_bytes()).await;
+            let rest = tx.write_all(bytes).await;
             assert!(rest.is_empty());
             drop(tx);
         }
@@ -45,6 +50,8 @@ impl wasip3::exports::cli::run::Guest for Command {
             match word {
                 "print" => write(arg(), false).await,
                 "eprint" => write(arg(), true).await,
+                "prompt" => write_bytes(arg().into_bytes(), false).await,
+                "stdin" => echo_stdin().await,
                 "args" => write(args[1..].join(" "), false).await,
                 "env" => {
                     let name = arg();
@@ -182,3 +189,23 @@ async fn udp_pingpong() -> String {
 }
 
 fn main() {}
+
+/// Prints each line of stdin back as `read: LINE` as it comes, until stdin ends.
+async fn echo_stdin() {
+    let (mut rx, done) = wasip3::cli::stdin::read_via_stream();
+    let mut pending = Vec::new();
+    loop {
+        let (result, bytes) = rx.read(Vec::with_capacity(4096)).await;
+        pending.extend_from_slice(&bytes);
+        while let Some(nl) = pending.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = pending.drain(..=nl).collect();
+            let line = String::from_utf8_lossy(&line[..nl]).into_owned();
+            write(format!("read: {line}"), false).await;
+        }
+        if !matches!(result, wasip3::wit_bindgen::StreamResult::Complete(_)) {
+            break;
+        }
+    }
+    drop(rx);
+    let _ = done.await;
+}
