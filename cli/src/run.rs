@@ -71,6 +71,8 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     // Every output is opened before the pod exists: a bad path is bad input (exit 2), not a
     // failure after the pod started.
     let events_out = args.events.as_deref().map(open_output).transpose()?;
+    // Events on stdout are whole JSON lines among the containers' lines: no line is left open.
+    let stdout_whole_lines = args.events.as_deref() == Some(Path::new("-"));
     let status_out = match &args.status {
         Some(path) => Some(
             std::fs::File::create(path)
@@ -119,11 +121,25 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     std::thread::spawn(move || {
         // Write errors (a closed pipe: `wasmpod run pod.yaml | head`) are ignored: the pod runs
         // on and its output stays in the log files.
-        let (mut stdout, mut stderr) = (Printer::default(), Printer::default());
+        let mut stdout = Printer {
+            whole_lines: stdout_whole_lines,
+            ..Printer::default()
+        };
+        let mut stderr = Printer::default();
         while let Some(out) = output.blocking_recv() {
             let _ = match out.stream {
-                Stream::Stdout => stdout.print(&mut std::io::stdout(), &out),
-                Stream::Stderr => stderr.print(&mut std::io::stderr(), &out),
+                Stream::Stdout => stdout.print(
+                    &mut std::io::stdout(),
+                    &out.container,
+                    &out.line,
+                    out.partial,
+                ),
+                Stream::Stderr => stderr.print(
+                    &mut std::io::stderr(),
+                    &out.container,
+                    &out.line,
+                    out.partial,
+                ),
             };
             progress.fetch_add(1, Ordering::Relaxed);
         }
@@ -180,18 +196,27 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
 struct Printer {
     /// The container whose line is printed up to its end, not ended yet.
     open: Option<String>,
+    /// Every piece on a line of its own (the stream is shared with the event stream's lines).
+    whole_lines: bool,
 }
 
 impl Printer {
-    fn print(&mut self, to: &mut impl Write, out: &wasmpod::OutputLine) -> std::io::Result<()> {
+    /// Prints a line (or the piece of one, `partial`) of `container`.
+    fn print(
+        &mut self,
+        to: &mut impl Write,
+        container: &str,
+        line: &str,
+        partial: bool,
+    ) -> std::io::Result<()> {
         match self.open.take() {
-            Some(open) if open == out.container => {}
-            Some(_) => write!(to, "\n[{}] ", out.container)?,
-            None => write!(to, "[{}] ", out.container)?,
+            Some(open) if open == container => {}
+            Some(_) => write!(to, "\n[{container}] ")?,
+            None => write!(to, "[{container}] ")?,
         }
-        to.write_all(out.line.as_bytes())?;
-        if out.partial {
-            self.open = Some(out.container.clone());
+        to.write_all(line.as_bytes())?;
+        if partial && !self.whole_lines {
+            self.open = Some(container.to_owned());
             to.flush()
         } else {
             to.write_all(b"\n")
@@ -398,5 +423,44 @@ async fn forward_signals(mut signals: Signals, pod: PodHandle) {
     while signals.next().await.is_some() {
         pod.delete(forced.then_some(Duration::ZERO));
         forced = true;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Printer;
+
+    fn printed(whole_lines: bool, pieces: &[(&str, &str, bool)]) -> String {
+        let mut printer = Printer {
+            whole_lines,
+            ..Printer::default()
+        };
+        let mut out = Vec::new();
+        for &(container, line, partial) in pieces {
+            printer.print(&mut out, container, line, partial).unwrap();
+        }
+        printer.end(&mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn a_partial_line_stays_open_for_its_container_only() {
+        let pieces = [
+            ("c", "name? ", true),
+            ("c", "read: bob", false),
+            ("c", "a", true),
+            ("d", "other", false),
+            ("c", "b", false),
+            ("c", "left open", true),
+        ];
+        assert_eq!(
+            printed(false, &pieces),
+            "[c] name? read: bob\n[c] a\n[d] other\n[c] b\n[c] left open\n"
+        );
+        // Sharing stdout with the event stream: every piece a line of its own.
+        assert_eq!(
+            printed(true, &pieces),
+            "[c] name? \n[c] read: bob\n[c] a\n[d] other\n[c] b\n[c] left open\n"
+        );
     }
 }
