@@ -186,9 +186,6 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// Copies wasmpod's stdin to `container`'s once it runs, and ends the container's stdin at
-/// wasmpod's end of file. Read on a thread of its own, which the process's exit does not wait
-/// for (a terminal nobody types on).
 /// Prints one of wasmpod's streams: each line as `[container] line`. A partial line (a prompt the
 /// guest flushed) shows at once and the rest of it continues it, unless another container's
 /// output comes first: that ends the printed line, and the rest gets its own prefix.
@@ -232,6 +229,9 @@ impl Printer {
     }
 }
 
+/// Copies wasmpod's stdin to `container`'s once it runs, and ends the container's stdin at
+/// wasmpod's end of file. Read on a thread of its own, which the process's exit does not wait
+/// for (a terminal nobody types on).
 async fn forward_stdin(pod: PodHandle, container: String) {
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<u8>>(4);
     std::thread::spawn(move || {

@@ -46,6 +46,9 @@ impl Held {
         now: Instant,
         all: bool,
     ) -> Vec<Box<Chunk>> {
+        if self.pieces.is_empty() && !batch.iter().any(|c| c.flushed) {
+            return batch;
+        }
         let mut out = Vec::with_capacity(batch.len());
         for mut chunk in batch {
             if chunk.end {
@@ -68,15 +71,12 @@ impl Held {
                     out.push(piece.into_chunk(key.clone(), true));
                 }
             }
-            if std::mem::take(&mut chunk.flushed)
-                && let Some((_, text)) = chunk.lines.pop()
-            {
-                let until = now + HOLD;
-                let time = chunk.time;
-                self.pieces.insert(key, Piece { text, time, until });
-                if chunk.lines.is_empty() && chunk.written.is_none() {
-                    continue;
+            if chunk.flushed {
+                if let Some((_, text)) = chunk.lines.pop() {
+                    let (time, until) = (chunk.time, now + HOLD);
+                    self.pieces.insert(key, Piece { text, time, until });
                 }
+                continue;
             }
             out.push(chunk);
         }

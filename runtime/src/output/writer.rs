@@ -34,17 +34,17 @@ pub(super) async fn write_logs(
     let mut held = Held::default();
     let mut open = true;
     while open {
+        // The next chunk, or a held line falling due (an empty batch), or the end.
         let due = held.next_due();
-        let first = tokio::select! {
-            chunk = rx.recv() => chunk,
-            () = sleep_until(due), if due.is_some() => None,
+        let mut batch: Vec<_> = tokio::select! {
+            chunk = rx.recv() => {
+                open = chunk.is_some();
+                chunk.into_iter().collect()
+            }
+            () = tokio::time::sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => {
+                Vec::new()
+            }
         };
-        let mut batch = Vec::new();
-        match first {
-            Some(chunk) => batch.push(chunk),
-            None if due.is_some_and(|t| t <= Instant::now()) => {}
-            None => open = false,
-        }
         // At most a channel's worth at once: what a batch gathers for the files is bounded.
         while open
             && batch.len() < CHANNEL_CHUNKS
@@ -52,7 +52,7 @@ pub(super) async fn write_logs(
         {
             batch.push(more);
         }
-        let mut batch = held.settle(batch, Instant::now(), !open);
+        batch = held.settle(batch, Instant::now(), !open);
         let mut ended = Vec::new();
         let mut acks = Vec::new();
         for chunk in &mut batch {
@@ -292,13 +292,5 @@ fn remove_old_instances(dir: &std::path::Path, instance: i32) {
         if old {
             let _ = std::fs::remove_file(entry.path());
         }
-    }
-}
-
-/// Sleeps until `due`; never ends without one.
-async fn sleep_until(due: Option<Instant>) {
-    match due {
-        Some(due) => tokio::time::sleep_until(due).await,
-        None => std::future::pending().await,
     }
 }
