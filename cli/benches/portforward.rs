@@ -18,9 +18,11 @@ use wasmpod_agent::{Agent, AgentOptions};
 const MIB: usize = 256;
 const ROUNDS: usize = 3;
 
-/// MiB/s of the best of ROUNDS sends of MIB to `port` on loopback.
-fn throughput(port: u16) -> f64 {
+/// MiB/s of the best of ROUNDS sends of MIB to `port` on loopback, and the CPU seconds the
+/// process `cpu_of` (if any) spent per MiB over all the rounds.
+fn throughput(port: u16, cpu_of: Option<u32>) -> (f64, f64) {
     let chunk = vec![7u8; 256 * 1024];
+    let cpu_before = cpu_of.map_or(0.0, cpu_seconds);
     let best = (0..ROUNDS)
         .map(|_| {
             let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
@@ -36,7 +38,23 @@ fn throughput(port: u16) -> f64 {
         })
         .min()
         .unwrap();
-    MIB as f64 / best.as_secs_f64()
+    let cpu = cpu_of.map_or(0.0, cpu_seconds) - cpu_before;
+    (MIB as f64 / best.as_secs_f64(), cpu / (MIB * ROUNDS) as f64)
+}
+
+/// The user and system CPU seconds process `pid` (all its threads) has used.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // The fields after the command's `(name)`: state is the 3rd field, utime the 14th.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+    // SAFETY: sysconf only reads a configuration value.
+    ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
 }
 
 fn main() {
@@ -118,25 +136,38 @@ fn main() {
     // The server listens once the pod is Ready; the published port carries the first try.
     std::thread::sleep(Duration::from_millis(200));
 
-    let direct = throughput(host_port);
+    let (direct, _) = throughput(host_port, None);
     let through = |env: &[(&str, &str)]| {
         let (mut child, local) = forward(env);
-        let figure = throughput(local);
+        let figures = throughput(local, Some(child.id()));
         child.kill().unwrap();
         let _ = child.wait();
-        figure
+        figures
     };
-    let websocket = through(&[]);
-    let spdy = through(&[("KUBECTL_PORT_FORWARD_WEBSOCKETS", "false")]);
+    let (websocket, kubectl_cpu) = through(&[]);
+    let (spdy, kubectl_spdy_cpu) = through(&[("KUBECTL_PORT_FORWARD_WEBSOCKETS", "false")]);
     let ratio = websocket / direct;
+    // The most kubectl alone could move, in the protocol it spends less on, with every core of
+    // the machine to itself: the agent's side costing nothing.
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    let kubectl_ceiling = cores / kubectl_cpu.min(kubectl_spdy_cpu);
     println!(
         "portforward: {MIB} MiB to a pod: {direct:.0} MiB/s through its hostPort, {websocket:.0} MiB/s through kubectl port-forward ({ratio:.2}x; {spdy:.0} MiB/s when kubectl falls back to SPDY)"
+    );
+    println!(
+        "portforward: kubectl used {:.2} ms of CPU a MiB ({:.2} with SPDY): with all {cores} cores to itself it would move at most {kubectl_ceiling:.0} MiB/s ({:.2}x the hostPort)",
+        kubectl_cpu * 1e3,
+        kubectl_spdy_cpu * 1e3,
+        kubectl_ceiling / direct,
     );
     let report = json!({
         "direct_mib_per_s": direct,
         "forwarded_mib_per_s": websocket,
         "forwarded_spdy_mib_per_s": spdy,
         "ratio": ratio,
+        "kubectl_cpu_ms_per_mib": kubectl_cpu * 1e3,
+        "kubectl_spdy_cpu_ms_per_mib": kubectl_spdy_cpu * 1e3,
+        "kubectl_ceiling_ratio": kubectl_ceiling / direct,
     });
     wasmpod_tests::compare_bench(
         "portforward",
