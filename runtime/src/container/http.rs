@@ -367,6 +367,30 @@ impl http_body::Body for Cuttable {
     }
 }
 
+/// A request as a server receives it has only a path in its URI; a 0.3 handler sees the scheme
+/// and authority a 0.2 one does (wasmtime-wasi-http's `new_incoming_request`): `http`, and the
+/// URI's authority or else the Host header. Without either, the URI stays as it came.
+fn with_scheme_and_authority<B>(mut request: hyper::Request<B>) -> hyper::Request<B> {
+    let uri = request.uri();
+    if uri.scheme().is_some() {
+        return request;
+    }
+    let authority = uri.authority().cloned().or_else(|| {
+        let host = request.headers().get(http::header::HOST)?;
+        host.to_str().ok()?.parse().ok()
+    });
+    let mut parts = uri.clone().into_parts();
+    parts.scheme = Some(http::uri::Scheme::HTTP);
+    parts.authority = authority;
+    if parts.path_and_query.is_none() {
+        parts.path_and_query = Some(http::uri::PathAndQuery::from_static("/"));
+    }
+    if let Ok(uri) = http::Uri::from_parts(parts) {
+        *request.uri_mut() = uri;
+    }
+    request
+}
+
 impl HttpPre {
     /// Instantiates the handler in `store` and calls it with `request`; its response goes to
     /// `response`. A 0.3 handler's instance keeps running (its body may be written by tasks that
@@ -394,8 +418,10 @@ impl HttpPre {
             HttpPre::P3(pre) => {
                 let service = pre.instantiate_async(&mut *store).await?;
                 // The hooks only filter the request's headers here, as wasmpod's own do.
-                let (request, io) =
-                    p3::Request::from_http(wasmtime_wasi_http::default_hooks(), request);
+                let (request, io) = p3::Request::from_http(
+                    wasmtime_wasi_http::default_hooks(),
+                    with_scheme_and_authority(request),
+                );
                 store
                     .run_concurrent(async move |accessor| {
                         let request =

@@ -469,7 +469,8 @@ async fn handlers_talk_to_other_pods_over_the_pod_network() {
 }
 
 /// A WASI 0.3 handler (`wasi:http/handler@0.3`, its body written by a task that outlives
-/// `handle`) is served as a 0.2 one is: a fresh instance per request, the container's env, a trap
+/// `handle`) is served as a 0.2 one is: a fresh instance per request, the container's env, the
+/// request's scheme and authority, a trap
 /// or a timeout answered without stopping the container, and deletion draining the request in
 /// flight.
 #[tokio::test]
@@ -486,6 +487,8 @@ async fn a_wasi_0_3_handler_is_served_as_a_0_2_one() {
         assert_eq!((reply.status, reply.body.as_str()), (200, "hello 0.3 1\n"));
     }
     assert_eq!(get(addr, "/env/GREETING").await.body, "bonjour\n");
+    // The request's scheme and authority (its Host header), as a 0.2 handler has them.
+    assert_eq!(get(addr, "/whoami").await.body, "http://test/whoami\n");
     assert_eq!(get(addr, "/trap").await.status, 500);
     assert_eq!(get(addr, "/sleep/2000").await.status, 504);
     assert_eq!(get(addr, "/").await.status, 200);

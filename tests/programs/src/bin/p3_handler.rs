@@ -1,12 +1,13 @@
 //! A WASI 0.3 HTTP handler (`wasi:http/handler@0.3`, the `wasi:http/service` world). By path:
 //! `/` says hello with a count of the requests this instance handled (always 1), `/env/NAME`
-//! answers NAME's value, `/sleep/MS` answers after MS milliseconds, `/trap` traps. The body is
+//! answers NAME's value, `/sleep/MS` answers after MS milliseconds, `/trap` traps, `/whoami`
+//! answers the request's URI as the handler sees it (scheme, authority, path). The body is
 //! written by a task that outlives `handle`, as 0.3 handlers do. It prints `handling PATH` when
 //! a request starts.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use wasip3::http::types::{ErrorCode, Fields, Request, Response};
+use wasip3::http::types::{ErrorCode, Fields, Request, Response, Scheme};
 use wasip3::{wit_bindgen, wit_future, wit_stream};
 
 wasip3::http::service::export!(Handler);
@@ -47,6 +48,16 @@ impl wasip3::exports::http::handler::Guest for Handler {
                 respond(200, "slept\n".into())
             }
             "trap" => panic!("trap requested"),
+            "whoami" => {
+                let scheme = match request.get_scheme() {
+                    Some(Scheme::Http) => "http".to_owned(),
+                    Some(Scheme::Https) => "https".to_owned(),
+                    Some(Scheme::Other(other)) => other,
+                    None => "(none)".to_owned(),
+                };
+                let authority = request.get_authority().unwrap_or("(none)".to_owned());
+                respond(200, format!("{scheme}://{authority}{path}\n"))
+            }
             _ => respond(404, "not found\n".into()),
         }
     }
