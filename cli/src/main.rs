@@ -6,6 +6,7 @@
 #[cfg(feature = "compiler")]
 mod compile;
 mod node;
+mod printer;
 mod run;
 #[cfg(feature = "agent")]
 mod serve;
@@ -56,7 +57,9 @@ fn main() -> ExitCode {
             tracing_subscriber::EnvFilter::try_from_env("WASMPOD_LOG")
                 .unwrap_or_else(|_| "warn".into()),
         )
-        .with_writer(std::io::stderr)
+        .with_writer(|| printer::Diagnostics)
+        // Colours only for a person reading a terminal, not in a file or a pipe.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
     match cli.command {

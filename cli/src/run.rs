@@ -14,6 +14,7 @@ use clap::Args;
 use wasmpod::{Node, PodFiles, PodHandle, PodOptions, Reason, Stream};
 
 use crate::node::NodeArgs;
+use crate::printer::{self, Printer};
 use crate::signals::Signals;
 
 #[derive(Args)]
@@ -121,11 +122,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     std::thread::spawn(move || {
         // Write errors (a closed pipe: `wasmpod run pod.yaml | head`) are ignored: the pod runs
         // on and its output stays in the log files.
-        let mut stdout = Printer {
-            whole_lines: stdout_whole_lines,
-            ..Printer::default()
-        };
-        let mut stderr = Printer::default();
+        let mut stdout = Printer::new(stdout_whole_lines);
         while let Some(out) = output.blocking_recv() {
             let _ = match out.stream {
                 Stream::Stdout => stdout.print(
@@ -134,17 +131,12 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
                     &out.line,
                     out.partial,
                 ),
-                Stream::Stderr => stderr.print(
-                    &mut std::io::stderr(),
-                    &out.container,
-                    &out.line,
-                    out.partial,
-                ),
+                Stream::Stderr => printer::stderr(&out.container, &out.line, out.partial),
             };
             progress.fetch_add(1, Ordering::Relaxed);
         }
         let _ = stdout.end(&mut std::io::stdout());
-        let _ = stderr.end(&mut std::io::stderr());
+        let _ = printer::end_stderr();
         drop(printed_tx);
     });
     let events = events_out.map(|out| write_events(pod.clone(), out, written.clone()));
@@ -184,49 +176,6 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         Some("Succeeded") => ExitCode::SUCCESS,
         _ => ExitCode::from(1),
     })
-}
-
-/// Prints one of wasmpod's streams: each line as `[container] line`. A partial line (a prompt the
-/// guest flushed) shows at once and the rest of it continues it, unless another container's
-/// output comes first: that ends the printed line, and the rest gets its own prefix.
-#[derive(Default)]
-struct Printer {
-    /// The container whose line is printed up to its end, not ended yet.
-    open: Option<String>,
-    /// Every piece on a line of its own (the stream is shared with the event stream's lines).
-    whole_lines: bool,
-}
-
-impl Printer {
-    /// Prints a line (or the piece of one, `partial`) of `container`.
-    fn print(
-        &mut self,
-        to: &mut impl Write,
-        container: &str,
-        line: &str,
-        partial: bool,
-    ) -> std::io::Result<()> {
-        match self.open.take() {
-            Some(open) if open == container => {}
-            Some(_) => write!(to, "\n[{container}] ")?,
-            None => write!(to, "[{container}] ")?,
-        }
-        to.write_all(line.as_bytes())?;
-        if partial && !self.whole_lines {
-            self.open = Some(container.to_owned());
-            to.flush()
-        } else {
-            to.write_all(b"\n")
-        }
-    }
-
-    /// Ends a line left open when the output ends.
-    fn end(&mut self, to: &mut impl Write) -> std::io::Result<()> {
-        if self.open.take().is_some() {
-            to.write_all(b"\n")?;
-        }
-        to.flush()
-    }
 }
 
 /// Copies wasmpod's stdin to `container`'s once it runs, and ends the container's stdin at
@@ -337,7 +286,12 @@ async fn report_pending(pod: PodHandle) {
     let mut events = pod.events();
     while let Some(event) = events.next().await {
         if event.reason == Reason::FailedScheduling {
-            eprintln!("wasmpod: pod {} is Pending: {}", pod.name(), event.message);
+            let message = format!(
+                "wasmpod: pod {} is Pending: {}\n",
+                pod.name(),
+                event.message
+            );
+            let _ = printer::Diagnostics.write_all(message.as_bytes());
         }
     }
 }
@@ -408,10 +362,10 @@ async fn show_pulls(node: Node) {
             })
             .collect();
         if !line.is_empty() {
-            eprint!("\r\x1b[K{}", line.join("; "));
+            let _ = write!(printer::Diagnostics, "\r\x1b[K{}", line.join("; "));
             shown = true;
         } else if shown {
-            eprint!("\r\x1b[K");
+            let _ = write!(printer::Diagnostics, "\r\x1b[K");
             shown = false;
         }
     }
@@ -423,44 +377,5 @@ async fn forward_signals(mut signals: Signals, pod: PodHandle) {
     while signals.next().await.is_some() {
         pod.delete(forced.then_some(Duration::ZERO));
         forced = true;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Printer;
-
-    fn printed(whole_lines: bool, pieces: &[(&str, &str, bool)]) -> String {
-        let mut printer = Printer {
-            whole_lines,
-            ..Printer::default()
-        };
-        let mut out = Vec::new();
-        for &(container, line, partial) in pieces {
-            printer.print(&mut out, container, line, partial).unwrap();
-        }
-        printer.end(&mut out).unwrap();
-        String::from_utf8(out).unwrap()
-    }
-
-    #[test]
-    fn a_partial_line_stays_open_for_its_container_only() {
-        let pieces = [
-            ("c", "name? ", true),
-            ("c", "read: bob", false),
-            ("c", "a", true),
-            ("d", "other", false),
-            ("c", "b", false),
-            ("c", "left open", true),
-        ];
-        assert_eq!(
-            printed(false, &pieces),
-            "[c] name? read: bob\n[c] a\n[d] other\n[c] b\n[c] left open\n"
-        );
-        // Sharing stdout with the event stream: every piece a line of its own.
-        assert_eq!(
-            printed(true, &pieces),
-            "[c] name? \n[c] read: bob\n[c] a\n[d] other\n[c] b\n[c] left open\n"
-        );
     }
 }

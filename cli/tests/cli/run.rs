@@ -686,6 +686,43 @@ fn run_connects_its_stdin_to_the_stdin_container() {
     );
 }
 
+/// wasmpod's own messages on stderr (here its debug log of each event) never continue a
+/// container's unfinished stderr line: the line is ended first, and what the container writes
+/// next starts a line of its own with its prefix.
+#[test]
+fn wasmpods_messages_end_a_containers_open_stderr_line() {
+    let dir = Dir::new();
+    // The deadline's events come while the guest's line is open.
+    let pod = dir.write(
+        "pod.yaml",
+        &wasmpod_tests::PodYaml::new("progress")
+            .never()
+            .spec("activeDeadlineSeconds: 1")
+            .spec("terminationGracePeriodSeconds: 0")
+            .container(
+                r#"{ name: c, image: "{p1}", args: [eprompt, "working... ", sleep, "5000"] }"#,
+            )
+            .build(),
+    );
+    let out = dir
+        .run_command(&pod, &[])
+        .env("WASMPOD_LOG", "wasmpod=debug")
+        .output()
+        .unwrap();
+    let stderr = text(&out.stderr);
+    let lines: Vec<&str> = stderr.lines().collect();
+    let prompt = lines.iter().position(|l| l.starts_with("[c] working..."));
+    let prompt = prompt.unwrap_or_else(|| panic!("no prompt line: {stderr}"));
+    assert_eq!(lines[prompt], "[c] working... ", "{stderr}");
+    // The event's message is a line of wasmpod's own after it.
+    assert!(
+        lines[prompt + 1..]
+            .iter()
+            .any(|l| l.contains("DEBUG") && l.contains("deadline")),
+        "{stderr}"
+    );
+}
+
 /// A prompt the guest flushes without ending its line shows on `wasmpod run`'s stdout before
 /// the guest reads its answer, and the answer's output continues that line (the WASI
 /// testsuite's `cli-stdout-flush` asks the same of `wasmtime run`).

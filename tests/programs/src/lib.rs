@@ -2,7 +2,8 @@
 //! play every container of the lifecycle scenarios the tests check.
 //!
 //! Words, run left to right:
-//! `print TEXT`, `eprint TEXT`, `prompt TEXT` (print without a newline, and flush), `sleep MS`,
+//! `print TEXT`, `eprint TEXT`, `prompt TEXT` (print without a newline, and flush), `eprompt TEXT` (the same
+//! on stderr), `sleep MS`,
 //! `exit CODE`, `trap`, `loop` (spin forever), `work MILLIONS` (a fixed amount of computation),
 //! `alloc MIB` (allocate and touch), `flood LINES`, `longline BYTES`, `args`, `env NAME`,
 //! `stdin` (print each line of stdin as it comes, then how many there were),
@@ -39,6 +40,10 @@ pub fn main(term: Option<TermCheck>) {
             "prompt" => {
                 print!("{}", arg());
                 std::io::stdout().flush().unwrap();
+            }
+            "eprompt" => {
+                eprint!("{}", arg());
+                std::io::stderr().flush().unwrap();
             }
             "sleep" => sleep(arg().parse().expect("sleep MS"), term, exit_on_term),
             "exit" => std::process::exit(arg().parse().expect("exit CODE")),
