@@ -10,7 +10,6 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 /// guest flushed) shows at once and the rest of it continues it, unless another container's
 /// output, or a message of wasmpod's own, comes first: that ends the printed line, and the rest
 /// gets its own prefix.
-#[derive(Default)]
 pub(crate) struct Printer {
     /// The container whose line is printed up to its end, not ended yet.
     open: Option<String>,
