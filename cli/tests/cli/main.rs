@@ -36,6 +36,11 @@ impl Dir {
         path
     }
 
+    /// Writes `pod` as `pod.yaml`.
+    pub(crate) fn pod(&self, pod: &PodYaml) -> PathBuf {
+        self.write("pod.yaml", &pod.build())
+    }
+
     /// The log directory of container `c` of the one pod that ran.
     pub(crate) fn log_dir(&self, container: &str) -> PathBuf {
         let logs = self.path("state").join("logs");

@@ -335,11 +335,9 @@ spec:
 #[test]
 fn a_pod_that_can_never_fit_is_bad_input() {
     let dir = Dir::new();
-    let pod = dir.write(
-        "pod.yaml",
+    let pod = dir.pod(
         &PodYaml::new("huge")
-            .container(r#"{ name: c, image: "{p1}", args: [print, never], resources: { requests: { memory: 100Ti } } }"#)
-            .build(),
+            .container(r#"{ name: c, image: "{p1}", args: [print, never], resources: { requests: { memory: 100Ti } } }"#),
     );
     let out = dir.run(&pod, &[]);
     assert_eq!(out.status.code(), Some(2));
@@ -357,13 +355,11 @@ fn a_pod_that_can_never_fit_is_bad_input() {
 #[test]
 fn unwritable_outputs_are_refused_before_the_pod_starts() {
     let dir = Dir::new();
-    let pod = dir.write(
-        "pod.yaml",
+    let pod = dir.pod(
         &PodYaml::new("out")
             .never()
             .spec("volumes: [ { name: v, emptyDir: {} } ]")
-            .container(r#"{ name: c, image: "{p1}", args: [print, ran], volumeMounts: [ { name: v, mountPath: /v } ] }"#)
-            .build(),
+            .container(r#"{ name: c, image: "{p1}", args: [print, ran], volumeMounts: [ { name: v, mountPath: /v } ] }"#),
     );
     let nowhere = dir.path("no/such/dir/file.json");
     for option in ["--events", "--status"] {
@@ -390,17 +386,11 @@ fn unwritable_outputs_are_refused_before_the_pod_starts() {
 #[test]
 fn run_does_not_hang_when_nobody_reads_its_stdout() {
     let dir = Dir::new();
-    let pod = dir.write(
-        "pod.yaml",
-        &PodYaml::new("flood")
-            .never()
-            .container(&container_yaml(
-                "c",
-                "{p1}",
-                r#"[flood, "200000", print, done]"#,
-            ))
-            .build(),
-    );
+    let pod = dir.pod(&PodYaml::new("flood").never().container(&container_yaml(
+        "c",
+        "{p1}",
+        r#"[flood, "200000", print, done]"#,
+    )));
     let mut child = dir
         .run_command(&pod, &["--events", "-"])
         .stdout(Stdio::piped())
@@ -471,17 +461,11 @@ spec:
 #[test]
 fn log_rotation_options() {
     let dir = Dir::new();
-    let pod = dir.write(
-        "pod.yaml",
-        &PodYaml::new("rotated")
-            .never()
-            .container(&container_yaml(
-                "c",
-                "{p1}",
-                r#"[flood, "5000", print, done]"#,
-            ))
-            .build(),
-    );
+    let pod = dir.pod(&PodYaml::new("rotated").never().container(&container_yaml(
+        "c",
+        "{p1}",
+        r#"[flood, "5000", print, done]"#,
+    )));
     let options = [
         "--container-log-max-size",
         "64Ki",
@@ -575,13 +559,11 @@ spec:
 #[test]
 fn node_labels_and_node_selectors() {
     let dir = Dir::new();
-    let pod = dir.write(
-        "pod.yaml",
+    let pod = dir.pod(
         &PodYaml::new("picky")
             .never()
             .spec("nodeSelector: { disk: ssd }")
-            .container(&container_yaml("c", "{p1}", "[print, ran]"))
-            .build(),
+            .container(&container_yaml("c", "{p1}", "[print, ran]")),
     );
     let out = dir.run(&pod, &[]);
     assert_eq!(out.status.code(), Some(2));
@@ -637,13 +619,11 @@ fn taints_from_the_command_line() {
 fn run_connects_its_stdin_to_the_stdin_container() {
     use std::io::Write as _;
     let dir = Dir::new();
-    let pod = dir.write(
-        "pod.yaml",
-        &wasmpod_tests::PodYaml::new("interactive")
+    let pod = dir.pod(
+        &PodYaml::new("interactive")
             .never()
             .container(r#"{ name: quiet, image: "{p1}", args: [stdin] }"#)
-            .container(r#"{ name: c, image: "{p2}", args: [stdin], stdin: true }"#)
-            .build(),
+            .container(r#"{ name: c, image: "{p2}", args: [stdin], stdin: true }"#),
     );
     let mut child = dir.run_piped(&pod);
     child
@@ -670,7 +650,7 @@ fn run_connects_its_stdin_to_the_stdin_container() {
 
     let two = dir.write(
         "two.yaml",
-        &wasmpod_tests::PodYaml::new("two")
+        &PodYaml::new("two")
             .container(r#"{ name: a, image: "{p1}", stdin: true }"#)
             .container(r#"{ name: b, image: "{p1}", stdin: true }"#)
             .build(),
@@ -693,16 +673,14 @@ fn run_connects_its_stdin_to_the_stdin_container() {
 fn wasmpods_messages_end_a_containers_open_stderr_line() {
     let dir = Dir::new();
     // The deadline's events come while the guest's line is open.
-    let pod = dir.write(
-        "pod.yaml",
-        &wasmpod_tests::PodYaml::new("progress")
+    let pod = dir.pod(
+        &PodYaml::new("progress")
             .never()
             .spec("activeDeadlineSeconds: 1")
             .spec("terminationGracePeriodSeconds: 0")
             .container(
                 r#"{ name: c, image: "{p1}", args: [eprompt, "working... ", sleep, "5000"] }"#,
-            )
-            .build(),
+            ),
     );
     let out = dir
         .run_command(&pod, &[])
@@ -730,15 +708,10 @@ fn wasmpods_messages_end_a_containers_open_stderr_line() {
 fn a_flushed_prompt_shows_before_the_guest_reads_stdin() {
     use std::io::{Read as _, Write as _};
     let dir = Dir::new();
-    let pod = dir.write(
-        "pod.yaml",
-        &wasmpod_tests::PodYaml::new("prompt")
-            .never()
-            .container(
-                r#"{ name: c, image: "{p2}", args: [prompt, "name? ", stdin], stdin: true }"#,
-            )
-            .build(),
-    );
+    let pod =
+        dir.pod(&PodYaml::new("prompt").never().container(
+            r#"{ name: c, image: "{p2}", args: [prompt, "name? ", stdin], stdin: true }"#,
+        ));
     let mut child = dir.run_piped(&pod);
     let mut stdout = child.stdout.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
