@@ -80,17 +80,8 @@ impl Held {
             }
             out.push(chunk);
         }
-        let due: Vec<_> = self
-            .pieces
-            .iter()
-            .filter(|(_, p)| all || p.until <= now)
-            .map(|(k, _)| k.clone())
-            .collect();
-        for key in due {
-            if let Some(piece) = self.pieces.remove(&key) {
-                out.push(piece.into_chunk(key, true));
-            }
-        }
+        let due = self.pieces.extract_if(|_, p| all || p.until <= now);
+        out.extend(due.map(|(key, piece)| piece.into_chunk(key, true)));
         out
     }
 }
