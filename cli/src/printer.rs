@@ -81,6 +81,12 @@ pub(crate) fn end_stderr() -> io::Result<()> {
     stderr_printer().end(&mut io::stderr().lock())
 }
 
+/// Writes wasmpod's own `message` on stderr in one piece, after ending a container's line left
+/// open.
+pub(crate) fn diagnostic(message: &str) {
+    let _ = Diagnostics.write_all(message.as_bytes());
+}
+
 /// wasmpod's own messages on stderr: each write ends a container's line left open first. The
 /// writer of wasmpod's tracing output.
 #[derive(Debug, Clone, Copy)]

@@ -286,12 +286,11 @@ async fn report_pending(pod: PodHandle) {
     let mut events = pod.events();
     while let Some(event) = events.next().await {
         if event.reason == Reason::FailedScheduling {
-            let message = format!(
+            printer::diagnostic(&format!(
                 "wasmpod: pod {} is Pending: {}\n",
                 pod.name(),
                 event.message
-            );
-            let _ = printer::Diagnostics.write_all(message.as_bytes());
+            ));
         }
     }
 }
@@ -362,10 +361,10 @@ async fn show_pulls(node: Node) {
             })
             .collect();
         if !line.is_empty() {
-            let _ = write!(printer::Diagnostics, "\r\x1b[K{}", line.join("; "));
+            printer::diagnostic(&format!("\r\x1b[K{}", line.join("; ")));
             shown = true;
         } else if shown {
-            let _ = write!(printer::Diagnostics, "\r\x1b[K");
+            printer::diagnostic("\r\x1b[K");
             shown = false;
         }
     }
