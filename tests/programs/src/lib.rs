@@ -2,9 +2,9 @@
 //! play every container of the lifecycle scenarios the tests check.
 //!
 //! Words, run left to right:
-//! `print TEXT`, `eprint TEXT`, `prompt TEXT` (print without a newline, and flush), `eprompt TEXT` (the same
-//! on stderr), `sleep MS`,
-//! `exit CODE`, `trap`, `loop` (spin forever), `work MILLIONS` (a fixed amount of computation),
+//! `print TEXT`, `eprint TEXT`, `prompt TEXT` (print without a newline, and flush), `eprompt
+//! TEXT` (the same on stderr), `sleep MS`, `exit CODE`, `trap`, `loop` (spin forever),
+//! `work MILLIONS` (a fixed amount of computation),
 //! `alloc MIB` (allocate and touch), `flood LINES`, `longline BYTES`, `args`, `env NAME`,
 //! `stdin` (print each line of stdin as it comes, then how many there were),
 //! `write PATH TEXT`, `append PATH TEXT`, `cat PATH`, `exists PATH` (exit 1 if missing), `rm PATH`,

@@ -2,12 +2,12 @@
 //! 0.3 interfaces only (stdio as streams, the async monotonic clock).
 //!
 //! Words: `print TEXT`, `eprint TEXT`, `prompt TEXT` (no newline), `stdin` (each line of stdin
-//! printed back as `read: LINE` as it comes), `args`, `env NAME`, `sleep MS`, `fail` (run returns an
-//! error: exit 1), `spin` (compute forever), `trap`; and 0.3 sockets: `tcp-echo PORT` (answers
+//! printed back as `read: LINE` as it comes), `args`, `env NAME`, `sleep MS`, `fail` (run returns
+//! an error: exit 1), `spin` (compute forever), `trap`; and 0.3 sockets: `tcp-echo PORT` (answers
 //! each connection's bytes with `echo: ` and them, forever), `tcp-send HOST PORT TEXT` (resolves
-//! HOST, connects, retrying a refused connect for up to 5 s, sends TEXT, prints the answer or
-//! the error), `udp-pingpong` (two sockets exchange a datagram each way; prints what came back
-//! and from where), `lookup NAME` (prints the addresses or the error).
+//! HOST, connects, retrying a refused connect for up to 5 s, sends TEXT, prints the answer or the
+//! error), `udp-pingpong` (two sockets exchange a datagram each way; prints what came back and from
+//! where), `lookup NAME` (prints the addresses or the error).
 
 use wasip3::cli::{environment, stderr, stdout};
 use wasip3::sockets::ip_name_lookup::resolve_addresses;
