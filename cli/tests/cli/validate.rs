@@ -292,3 +292,13 @@ spec:
         "{stderr}"
     );
 }
+
+#[test]
+fn rejects_a_repeated_key_in_json() {
+    // Read as JSON alone, the pod would run the second image.
+    rejects(
+        r#"{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "twice"},
+           "spec": {"containers": [{"name": "main", "image": "a.wasm", "image": "b.wasm"}]}}"#,
+        &["spec.containers[0].image", "duplicate key"],
+    );
+}

@@ -49,9 +49,10 @@ pub(crate) fn documents(text: &str) -> Result<Vec<Value>, InvalidPod> {
     }
     // JSON (what API clients send) through serde_json, whose own recursion limit bounds the
     // stack; its depth and size are then checked as YAML's are. Anything else, and JSON that
-    // serde_json refuses, is read as YAML (of which JSON is a part), whose errors name the field.
+    // serde_json refuses (a repeated key among it), is read as YAML (of which JSON is a part),
+    // whose errors name the field.
     if text.trim_start().starts_with(['{', '['])
-        && let Ok(value) = serde_json::from_str::<Value>(text)
+        && let Ok(Unique(value)) = serde_json::from_str::<Unique>(text)
     {
         check_json(&value)?;
         return Ok(vec![value]);
@@ -102,6 +103,65 @@ pub fn read_documents(text: &[u8]) -> Result<Vec<Value>, InvalidPod> {
 fn scan_error(e: &ScanError) -> String {
     let at = e.marker();
     format!("{} at line {} column {}", e.info(), at.line(), at.col() + 1)
+}
+
+/// A JSON value whose mappings give each key once: serde_json's own `Value` keeps the last of a
+/// repeated key, where the YAML reader (and the API server) refuse it.
+struct Unique(Value);
+
+impl<'de> serde::Deserialize<'de> for Unique {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Unique, D::Error> {
+        d.deserialize_any(UniqueVisitor).map(Unique)
+    }
+}
+
+struct UniqueVisitor;
+
+impl<'de> serde::de::Visitor<'de> for UniqueVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(Unique(v)) = seq.next_element()? {
+            items.push(v);
+        }
+        Ok(Value::Array(items))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if out.contains_key(&key) {
+                return Err(serde::de::Error::custom(format!("duplicate key {key:?}")));
+            }
+            let Unique(value) = map.next_value()?;
+            out.insert(key, value);
+        }
+        Ok(Value::Object(out))
+    }
 }
 
 /// Checks a JSON value against the bounds, without recursion.
@@ -595,6 +655,20 @@ mod tests {
         assert!(e.message.starts_with("duplicate key"), "{e}");
         let e = error_of("a: 1\na: 2\n");
         assert_eq!(e.path, "a");
+    }
+
+    #[test]
+    fn duplicate_keys_are_refused_in_json_too() {
+        // serde_json alone keeps the last: the pod would run b.wasm.
+        let pod = r#"{"containers":[{"name":"main","image":"a.wasm","image":"b.wasm"}]}"#;
+        let e = error_of(pod);
+        assert_eq!(e.path, "containers[0].image");
+        assert!(e.message.starts_with("duplicate key"), "{e}");
+        let e = error_of(r#"{"kind": "Pod", "kind": "Secret"}"#);
+        assert_eq!(e.path, "kind");
+        let docs = documents(r#"{"a": {"x": 1}, "b": {"x": 2.5, "y": [null, true]}}"#).unwrap();
+        assert_eq!(docs[0]["b"]["x"], 2.5);
+        assert_eq!(docs[0]["b"]["y"][1], true);
     }
 
     #[test]
