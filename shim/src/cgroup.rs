@@ -25,8 +25,11 @@ pub(crate) fn join(path: &Path, memory: Option<u64>) -> anyhow::Result<Joined> {
     let relative = if path.contains(':') {
         systemd_path(&path)?
     } else {
-        path.trim_start_matches('/').to_owned()
+        cgroupfs_path(&path)
     };
+    if relative.is_empty() {
+        anyhow::bail!("{path}: names the root cgroup, which no container joins");
+    }
     let relative = relative.as_str();
     let cgroup = Cgroup::new(hierarchies::auto(), relative)
         .map_err(|e| anyhow::anyhow!("cannot make the cgroup {relative}: {e}"))?;
@@ -50,6 +53,23 @@ impl Drop for Joined {
             let _ = self.0.delete();
         }
     }
+}
+
+/// A cgroupfs path relative to the hierarchy's root, cleaned as runc cleans it: read as rooted
+/// at `/`, so that no `..` leads above the root (`/../../tmp/x` is `tmp/x`), without `.` or
+/// empty components.
+fn cgroupfs_path(path: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            part => parts.push(part),
+        }
+    }
+    parts.join("/")
 }
 
 /// The cgroup (relative to the hierarchy's root) systemd gives the unit that `spec`, in
@@ -108,6 +128,22 @@ fn expand_slice(slice: &str) -> Option<Vec<String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cgroupfs_paths_stay_under_the_root() {
+        for (path, relative) in [
+            (
+                "/kubepods/besteffort/pod1/abc",
+                "kubepods/besteffort/pod1/abc",
+            ),
+            ("/../../../tmp/x", "tmp/x"),
+            ("kubepods/../../etc", "etc"),
+            ("/a/./b//c/..", "a/b"),
+            ("..", ""),
+        ] {
+            assert_eq!(cgroupfs_path(path), relative, "{path}");
+        }
+    }
 
     #[test]
     fn systemd_units_are_their_cgroups_under_the_slices_parents() {
