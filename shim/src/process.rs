@@ -4,7 +4,7 @@
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use containerd_shim::protos::types::task::Status;
 use tokio::runtime::Handle;
@@ -57,7 +57,16 @@ pub(crate) struct Process {
     pub(crate) stdio: Stdio,
     state: Mutex<State>,
     exit: watch::Sender<Option<Exited>>,
+    /// When containerd's `Start` was answered: the process's end is stamped after it.
+    answered: watch::Sender<Option<SystemTime>>,
 }
+
+/// How long after `Start` was answered a process's end is stamped at the earliest: containerd
+/// reads its clock for `started_at` once the answer reaches it, and the kubelet computes a
+/// duration from the two, so a process that ends at once must not end before that reading.
+const AFTER_START: Duration = Duration::from_millis(1);
+/// How long a process that ended waits for `Start`'s answer to be marked.
+const ANSWER_WAIT: Duration = Duration::from_secs(1);
 
 impl Process {
     pub(crate) fn new(exec_id: String, stdio: Stdio, io: TaskIo) -> Arc<Process> {
@@ -66,6 +75,7 @@ impl Process {
             stdio,
             state: Mutex::new(State::Created(io)),
             exit: watch::channel(None).0,
+            answered: watch::channel(None).0,
         })
     }
 
@@ -103,12 +113,34 @@ impl Process {
                 code: KILLED,
                 oom: false,
             });
+            this.after_start().await;
             let end = exited(outcome.code);
             // containerd hears of the end (`TaskOOM` first) before `Wait` returns it.
             let _ = tokio::task::spawn_blocking(move || ended(outcome, end)).await;
             this.exited(end);
         });
         Ok(())
+    }
+
+    /// Marks `Start` as answered (the service calls it as it answers).
+    pub(crate) fn answered(&self) {
+        self.answered.send_replace(Some(SystemTime::now()));
+    }
+
+    /// Waits until its end may be stamped: [`AFTER_START`] past `Start`'s answer (a process
+    /// that ends before containerd has heard it started would show `finished_at` before
+    /// `started_at`), as runc's shim holds an exit until its `Start` returns.
+    async fn after_start(&self) {
+        let mut answered = self.answered.subscribe();
+        let at = match tokio::time::timeout(ANSWER_WAIT, answered.wait_for(Option::is_some)).await {
+            Ok(Ok(at)) => *at,
+            _ => None,
+        };
+        let Some(at) = at else { return };
+        let floor = at + AFTER_START;
+        if let Ok(left) = floor.duration_since(SystemTime::now()) {
+            tokio::time::sleep(left).await;
+        }
     }
 
     /// Running → exited.

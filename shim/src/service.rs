@@ -157,6 +157,7 @@ impl Service {
 
     fn start_task(&self, req: StartRequest) -> Result<StartResponse, Failure> {
         let container = self.container(&req.id)?;
+        let process = container.process(&req.exec_id)?;
         let events = self.events.clone();
         let (pid, id) = (self.pid, req.id.clone());
         if req.exec_id.is_empty() {
@@ -184,6 +185,7 @@ impl Service {
                 ..Default::default()
             });
         }
+        process.answered();
         Ok(StartResponse {
             pid,
             ..Default::default()

@@ -53,6 +53,29 @@ fn a_pods_containers_run_in_one_shim_process_and_meet_on_the_pods_loopback() {
     );
     let status = node.exited(&client);
     assert_eq!((status.exit_code, status.reason.as_str()), (0, "Completed"));
+    assert!(status.started_at <= status.finished_at, "{status:?}");
+    // Containers that end at once: containerd reads its clock for `started_at` when the shim's
+    // answer to Start reaches it, and the kubelet subtracts it from `finished_at`.
+    for n in 0..3 {
+        let name = format!("quick-{n}");
+        let quick = node.start_container(
+            &pod,
+            &config,
+            &Spec {
+                name: &name,
+                image: &image,
+                args: &["print", "done"],
+                ..Default::default()
+            },
+        );
+        let status = node.exited(&quick);
+        assert_eq!(status.exit_code, 0, "{status:?}");
+        assert!(
+            status.started_at <= status.finished_at,
+            "started {} ns after it finished",
+            status.started_at - status.finished_at
+        );
+    }
     let log = node.log("web", "client");
     // (Each stream in order; the two streams are separate fifos.)
     let stream = |name: &str| -> Vec<String> {
