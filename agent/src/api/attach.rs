@@ -30,12 +30,23 @@ impl Api {
         let (container, has_stdin) = (spec.name.clone(), spec.stdin == Some(true));
         stream::no_tty(&call.query)?;
         let (uid, handle) = (pod.uid, pod.handle);
+        if call.query.flag("stdin") && !has_stdin {
+            return Err(ApiError::bad_request(format!(
+                "container {container} does not have stdin: true: nothing can be written to it"
+            )));
+        }
+        let mut logs = handle
+            .logs(&container, LogOptions::default().follow())
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
+        let (stdout, stderr) = (
+            !matches!(call.query.get("stdout"), Some("false" | "0")),
+            !matches!(call.query.get("stderr"), Some("false" | "0")),
+        );
+        // The seat and the upgrade first: the container's stdin writer is taken only for a
+        // session that will run, since dropping it ends a `stdinOnce` container's stdin.
+        let seat = self.sessions.enter(&uid)?;
+        let (answer, socket) = stream::accept("attach", req, stream::CHANNELS)?;
         let stdin = if call.query.flag("stdin") {
-            if !has_stdin {
-                return Err(ApiError::bad_request(format!(
-                    "container {container} does not have stdin: true: nothing can be written to it"
-                )));
-            }
             Some(
                 handle
                     .attach_stdin(&container)
@@ -45,15 +56,6 @@ impl Api {
         } else {
             None
         };
-        let mut logs = handle
-            .logs(&container, LogOptions::default().follow())
-            .map_err(|e| ApiError::bad_request(e.to_string()))?;
-        let (stdout, stderr) = (
-            !matches!(call.query.get("stdout"), Some("false" | "0")),
-            !matches!(call.query.get("stderr"), Some("false" | "0")),
-        );
-        let seat = self.sessions.enter(&uid)?;
-        let (answer, socket) = stream::accept("attach", req, stream::CHANNELS)?;
         tokio::spawn(async move {
             let _seat = seat;
             let Some(mut channels) = socket.await.map(stream::Channels::new) else {
