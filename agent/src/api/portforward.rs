@@ -9,18 +9,31 @@
 //! stream in the kubelet's words, which kubectl prints.
 //!
 //! Bounded: [`MAX_CONNECTIONS`] connections of a session at once (more are refused with
-//! RST_STREAM), [`MAX_PENDING`] streams waiting for their pair, [`CHUNK`]-byte data frames, and a
-//! few chunks buffered each way per connection (a side that does not read slows the other). A
-//! session ends with its pod.
+//! RST_STREAM), [`MAX_PENDING`] streams waiting for their pair, stream ids only increasing (a
+//! reused or lower id is a protocol error that ends the session, as SPDY has it), and every
+//! connection's task ends with its session, which ends with its pod.
+//!
+//! Memory: the client's bytes wait for the pod in a buffer of their connection, at most
+//! [`CONNECTION_BUFFER`] bytes each and [`SESSION_BUFFER`] for the whole session, whatever the
+//! client's frame size. kubectl keeps no SPDY flow-control window, so the only brake on it is
+//! the session's connection: while a connection's buffer is full the session reads no more
+//! frames (a pod that reads slowly paces the session), and when a pod side has read nothing for
+//! [`STALL`] with bytes waiting, that connection is reset (its error stream says why) and the
+//! others go on. The pod's bytes go to the client [`CHUNK`] bytes at a time through [`QUEUE`]
+//! frames shared by the session.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use http::{HeaderValue, Request, Response, StatusCode, header};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::mpsc;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::task::JoinHandle;
 use tokio_tungstenite::tungstenite::Message;
 use wasmpod::PodHandle;
@@ -39,10 +52,18 @@ const PROTOCOL: &str = "portforward.k8s.io";
 pub(crate) const MAX_CONNECTIONS: usize = 128;
 /// Streams waiting for the other of their pair.
 const MAX_PENDING: usize = 64;
-/// The largest data frame sent, and what is read from the pod at once.
+/// The largest data frame sent, what is read from the pod at once, and the largest piece of a
+/// client's frame held.
 const CHUNK: usize = 32 * 1024;
-/// Chunks buffered each way per connection, and frames waiting to be written to the client.
+/// Frames waiting to be written to the client, for the whole session.
 const QUEUE: usize = 8;
+/// The most bytes of the client's held for one connection, not yet read by the pod.
+pub(crate) const CONNECTION_BUFFER: usize = 256 * 1024;
+/// The most bytes of the client's held for all the connections of a session together.
+pub(crate) const SESSION_BUFFER: usize = 4 * 1024 * 1024;
+/// How long a connection's pod side may read nothing while its bytes wait before the
+/// connection is reset.
+pub(crate) const STALL: Duration = Duration::from_secs(1);
 
 impl Api {
     /// `pods/{name}/portforward`: connections into the pod's network, over WebSocket or SPDY.
@@ -57,8 +78,7 @@ impl Api {
         let seat = self.sessions.enter(&pod.uid)?;
         let target = Target {
             pod: pod.handle,
-            name: name.to_owned(),
-            uid: pod.uid,
+            which: format!("pod {name}, uid {}", pod.uid),
         };
         if stream::wants(&req, &[TUNNEL]) {
             let (answer, socket) = stream::accept("port-forward", req, &[TUNNEL])?;
@@ -141,11 +161,38 @@ fn tunnel(socket: Socket) -> tokio::io::DuplexStream {
     session
 }
 
-/// Where a session's connections go.
+/// Where a session's connections go: a pod, or a stand-in in tests.
+pub(super) trait Dial: Send + Sync + 'static {
+    /// A connection into the pod's network.
+    type Connection: AsyncRead + AsyncWrite + Send + 'static;
+    /// Connects to `port` in the pod.
+    fn connect(&self, port: u16) -> impl Future<Output = std::io::Result<Self::Connection>> + Send;
+    /// Ends when the pod is gone.
+    fn ended(&self) -> impl Future<Output = ()> + Send;
+    /// The pod, as the kubelet's messages name it.
+    fn which(&self) -> &str;
+}
+
+/// A running pod.
 struct Target {
     pod: PodHandle,
-    name: String,
-    uid: String,
+    which: String,
+}
+
+impl Dial for Target {
+    type Connection = wasmpod::PodConnection;
+
+    async fn connect(&self, port: u16) -> std::io::Result<wasmpod::PodConnection> {
+        self.pod.connect(port).await
+    }
+
+    async fn ended(&self) {
+        self.pod.deleted().await
+    }
+
+    fn which(&self) -> &str {
+        &self.which
+    }
 }
 
 /// A stream waiting for the other of its pair.
@@ -156,14 +203,92 @@ struct Pair {
     port: Option<u16>,
 }
 
-/// A forwarded connection: where the client's bytes for it go, and its task.
+/// Bytes of the client's for a connection, holding their room in its buffer and the session's.
+struct Held {
+    bytes: Vec<u8>,
+    _room: (OwnedSemaphorePermit, OwnedSemaphorePermit),
+}
+
+/// A forwarded connection: where the client's bytes for it go, and its task (stopped when the
+/// connection is dropped).
 struct Connection {
-    to_pod: Option<mpsc::Sender<Vec<u8>>>,
+    error: u32,
+    to_pod: Option<mpsc::UnboundedSender<Held>>,
+    /// Room in its buffer, in bytes.
+    room: Arc<Semaphore>,
+    /// Bytes the pod side has read, counted by its task.
+    read: Arc<AtomicU64>,
     task: JoinHandle<()>,
 }
 
+impl Connection {
+    fn buffered(&self) -> usize {
+        CONNECTION_BUFFER - self.room.available_permits()
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// What waiting for room in a buffer came to.
+enum Room {
+    Held((OwnedSemaphorePermit, OwnedSemaphorePermit)),
+    /// These connections' pod sides read nothing for [`STALL`] with bytes waiting.
+    Stalled(Vec<u32>),
+}
+
+/// Room for `n` more bytes of connection `id` in its buffer and the session's (`session`):
+/// at once when there is, otherwise as the pods read, until pod sides that hold bytes read
+/// nothing for [`STALL`].
+async fn room(
+    connections: &HashMap<u32, Connection>,
+    session: &Arc<Semaphore>,
+    id: u32,
+    n: usize,
+) -> Room {
+    let own = connections[&id].room.clone();
+    let n = n as u32; // at most CHUNK
+    if let Ok(mine) = own.clone().try_acquire_many_owned(n)
+        && let Ok(all) = session.clone().try_acquire_many_owned(n)
+    {
+        return Room::Held((mine, all));
+    }
+    loop {
+        let before: Vec<(u32, u64)> = connections
+            .iter()
+            .map(|(id, c)| (*id, c.read.load(Ordering::Relaxed)))
+            .collect();
+        let both = async {
+            let mine = own.clone().acquire_many_owned(n).await;
+            let all = session.clone().acquire_many_owned(n).await;
+            (mine, all)
+        };
+        match tokio::time::timeout(STALL, both).await {
+            Ok((Ok(mine), Ok(all))) => return Room::Held((mine, all)),
+            Ok(_) => return Room::Stalled(vec![id]), // never closed
+            Err(_) => {
+                let stalled: Vec<u32> = before
+                    .into_iter()
+                    .filter(|(id, read)| {
+                        let c = &connections[id];
+                        c.buffered() > 0 && c.read.load(Ordering::Relaxed) == *read
+                    })
+                    .map(|(id, _)| id)
+                    .collect();
+                if !stalled.is_empty() {
+                    return Room::Stalled(stalled);
+                }
+            }
+        }
+    }
+}
+
 /// Serves one session until the client or the pod goes.
-async fn session(io: impl AsyncRead + AsyncWrite + Send + 'static, target: Target) {
+async fn session<D: Dial>(io: impl AsyncRead + AsyncWrite + Send + 'static, target: D) {
+    let target = Arc::new(target);
     let (reader, mut writer) = tokio::io::split(io);
     let (out, mut frames) = mpsc::channel::<Vec<u8>>(QUEUE);
     let write = tokio::spawn(async move {
@@ -179,7 +304,10 @@ async fn session(io: impl AsyncRead + AsyncWrite + Send + 'static, target: Targe
     let mut pending: HashMap<String, Pair> = HashMap::new();
     // By data stream id.
     let mut connections: HashMap<u32, Connection> = HashMap::new();
-    let ended = target.pod.deleted();
+    let session_room = Arc::new(Semaphore::new(SESSION_BUFFER));
+    // The highest stream id the client opened.
+    let mut last = 0u32;
+    let ended = target.ended();
     tokio::pin!(ended);
     loop {
         let frame = tokio::select! {
@@ -190,13 +318,21 @@ async fn session(io: impl AsyncRead + AsyncWrite + Send + 'static, target: Targe
             Ok(Some(frame)) => frame,
             Ok(None) => break,
             Err(e) => {
-                tracing::debug!(pod = %target.name, "port-forward: {e}");
+                tracing::debug!(pod = %target.which(), "port-forward: {e}");
                 break;
             }
         };
         connections.retain(|_, c| !c.task.is_finished());
         let sent = match frame {
             Frame::SynStream { id, headers } => {
+                // A client's streams are odd and each above the last (SPDY/3.1, 2.3.2): any
+                // other id is a session error.
+                if id <= last || id % 2 == 0 {
+                    tracing::debug!(pod = %target.which(), id, last, "port-forward: a reused stream id");
+                    let _ = out.send(spdy::goaway(last, spdy::PROTOCOL_ERROR)).await;
+                    break;
+                }
+                last = id;
                 let header = |name: &str| {
                     headers
                         .iter()
@@ -227,19 +363,23 @@ async fn session(io: impl AsyncRead + AsyncWrite + Send + 'static, target: Targe
                     } = *pair
                     {
                         pending.remove(&request);
-                        let (to_pod, from_client) = mpsc::channel(QUEUE);
+                        let (to_pod, from_client) = mpsc::unbounded_channel();
+                        let read = Arc::new(AtomicU64::new(0));
                         let task = tokio::spawn(forward(
-                            target.pod.clone(),
+                            target.clone(),
                             port,
                             (error, data),
                             from_client,
+                            read.clone(),
                             out.clone(),
-                            format!("pod {}, uid {}", target.name, target.uid),
                         ));
                         connections.insert(
                             data,
                             Connection {
+                                error,
                                 to_pod: Some(to_pod),
+                                room: Arc::new(Semaphore::new(CONNECTION_BUFFER)),
+                                read,
                                 task,
                             },
                         );
@@ -248,24 +388,41 @@ async fn session(io: impl AsyncRead + AsyncWrite + Send + 'static, target: Targe
                 }
             }
             Frame::Data { id, fin, data } => {
-                if let Some(c) = connections.get_mut(&id) {
-                    if !data.is_empty()
-                        && let Some(to_pod) = &c.to_pod
-                        && to_pod.send(data).await.is_err()
-                    {
-                        c.to_pod = None;
+                let mut sent = Ok(());
+                let mut pieces = data.chunks(CHUNK).peekable();
+                while let Some(piece) = pieces.peek() {
+                    if connections.get(&id).is_none_or(|c| c.to_pod.is_none()) {
+                        break;
                     }
-                    if fin {
-                        // The pod reads its end of file.
-                        c.to_pod = None;
+                    match room(&connections, &session_room, id, piece.len()).await {
+                        Room::Held(room) => {
+                            let c = connections.get_mut(&id).expect("checked above");
+                            let held = Held {
+                                bytes: piece.to_vec(),
+                                _room: room,
+                            };
+                            if c.to_pod.as_ref().is_some_and(|p| p.send(held).is_err()) {
+                                c.to_pod = None;
+                            }
+                            pieces.next();
+                        }
+                        Room::Stalled(stalled) => {
+                            for data in stalled {
+                                if let Some(c) = connections.remove(&data) {
+                                    sent = sent.and(reset(&out, target.which(), data, &c).await);
+                                }
+                            }
+                        }
                     }
                 }
-                Ok(())
+                if fin && let Some(c) = connections.get_mut(&id) {
+                    // The pod reads its end of file.
+                    c.to_pod = None;
+                }
+                sent
             }
             Frame::RstStream { id } => {
-                if let Some(c) = connections.remove(&id) {
-                    c.task.abort();
-                }
+                connections.remove(&id);
                 Ok(())
             }
             Frame::Ping { id } => out.send(spdy::ping(id)).await,
@@ -276,29 +433,48 @@ async fn session(io: impl AsyncRead + AsyncWrite + Send + 'static, target: Targe
             break;
         }
     }
-    for c in connections.into_values() {
-        c.task.abort();
-    }
+    // Every connection's task ends with the session.
+    drop(connections);
     drop(out);
     let _ = write.await;
 }
 
-/// One connection: to `port` in the pod, the client's bytes from `from_client`, the pod's to
-/// the data stream; the error stream carries why it could not connect, then ends.
-async fn forward(
-    pod: PodHandle,
+/// Resets connection `data` (its task stops as it is dropped), saying why on its error stream.
+async fn reset(
+    out: &mpsc::Sender<Vec<u8>>,
+    which: &str,
+    data: u32,
+    c: &Connection,
+) -> Result<(), mpsc::error::SendError<Vec<u8>>> {
+    tracing::debug!(pod = %which, data, "port-forward: the pod stopped reading");
+    let message = format!(
+        "error forwarding to {which}: the pod read nothing for {STALL:?} with {} bytes \
+         waiting: the connection is reset",
+        c.buffered()
+    );
+    out.send(spdy::data(c.error, true, message.as_bytes()))
+        .await?;
+    out.send(spdy::rst_stream(data, spdy::CANCEL)).await
+}
+
+/// One connection: to `port` in the pod, the client's bytes from `from_client` (counted into
+/// `read` as the pod takes them), the pod's to the data stream; the error stream carries why it
+/// could not connect, then ends.
+async fn forward<D: Dial>(
+    pod: Arc<D>,
     port: u16,
     (error, data): (u32, u32),
-    mut from_client: mpsc::Receiver<Vec<u8>>,
+    mut from_client: mpsc::UnboundedReceiver<Held>,
+    read: Arc<AtomicU64>,
     out: mpsc::Sender<Vec<u8>>,
-    which: String,
 ) {
     let connection = match pod.connect(port).await {
         Ok(c) => c,
         Err(e) => {
             let message = format!(
-                "error forwarding port {port} to {which}: failed to connect to localhost:{port} \
-                 inside the pod's network: {e}"
+                "error forwarding port {port} to {}: failed to connect to localhost:{port} \
+                 inside the pod's network: {e}",
+                pod.which()
             );
             let _ = out.send(spdy::data(error, true, message.as_bytes())).await;
             let _ = out.send(spdy::data(data, true, &[])).await;
@@ -307,10 +483,11 @@ async fn forward(
     };
     let (mut from_pod, mut to_pod) = tokio::io::split(connection);
     let inbound = async move {
-        while let Some(bytes) = from_client.recv().await {
-            if to_pod.write_all(&bytes).await.is_err() {
+        while let Some(held) = from_client.recv().await {
+            if to_pod.write_all(&held.bytes).await.is_err() {
                 return;
             }
+            read.fetch_add(held.bytes.len() as u64, Ordering::Relaxed);
         }
         let _ = to_pod.shutdown().await;
     };
@@ -336,4 +513,240 @@ async fn forward(
     // Each side ends on its own (a client done writing may still read the pod's answer); the
     // client resets the streams when its local connection closes.
     tokio::join!(inbound, outbound);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+    use std::time::Instant;
+
+    use tokio::io::{DuplexStream, ReadHalf, WriteHalf};
+
+    use super::*;
+
+    const NEVER_READ: u16 = 1;
+    const ECHO: u16 = 2;
+
+    /// A pod with a port whose connections are never read and one that echoes.
+    #[derive(Default)]
+    struct Stub {
+        unread: std::sync::Mutex<Vec<DuplexStream>>,
+        /// Echo connections still open on the pod's side.
+        open: Arc<AtomicUsize>,
+    }
+
+    impl Dial for Stub {
+        type Connection = DuplexStream;
+
+        async fn connect(&self, port: u16) -> std::io::Result<DuplexStream> {
+            let (ours, theirs) = tokio::io::duplex(1024);
+            match port {
+                NEVER_READ => self.unread.lock().unwrap().push(theirs),
+                _ => {
+                    let open = self.open.clone();
+                    open.fetch_add(1, Ordering::SeqCst);
+                    tokio::spawn(async move {
+                        let (mut r, mut w) = tokio::io::split(theirs);
+                        let _ = tokio::io::copy(&mut r, &mut w).await;
+                        open.fetch_sub(1, Ordering::SeqCst);
+                    });
+                }
+            }
+            Ok(ours)
+        }
+
+        async fn ended(&self) {
+            std::future::pending().await
+        }
+
+        fn which(&self) -> &str {
+            "pod stub"
+        }
+    }
+
+    /// What the session sent the client.
+    #[derive(Debug, PartialEq)]
+    enum Sent {
+        Reply(u32),
+        Rst(u32, u32),
+        Ping(u32),
+        GoAway(u32),
+        Data(u32, bool, Vec<u8>),
+    }
+
+    async fn next(r: &mut ReadHalf<DuplexStream>) -> Option<Sent> {
+        let mut head = [0u8; 8];
+        r.read_exact(&mut head).await.ok()?;
+        let length = u32::from_be_bytes([0, head[5], head[6], head[7]]) as usize;
+        let mut body = vec![0; length];
+        r.read_exact(&mut body).await.ok()?;
+        let word = |at: usize| u32::from_be_bytes(body[at..at + 4].try_into().unwrap());
+        if head[0] & 0x80 == 0 {
+            let id = u32::from_be_bytes(head[..4].try_into().unwrap());
+            return Some(Sent::Data(id, head[4] & 1 != 0, body));
+        }
+        Some(match u16::from_be_bytes([head[2], head[3]]) {
+            2 => Sent::Reply(word(0)),
+            3 => Sent::Rst(word(0), word(4)),
+            6 => Sent::Ping(word(0)),
+            7 => Sent::GoAway(word(4)),
+            other => panic!("unexpected control frame {other}"),
+        })
+    }
+
+    /// A session over an in-memory pipe: the client's halves.
+    fn start(
+        stub: Stub,
+    ) -> (
+        ReadHalf<DuplexStream>,
+        WriteHalf<DuplexStream>,
+        JoinHandle<()>,
+    ) {
+        let (client, server) = tokio::io::duplex(64 * 1024);
+        let served = tokio::spawn(session(server, stub));
+        let (r, w) = tokio::io::split(client);
+        (r, w, served)
+    }
+
+    /// The error and data streams of connection `request` to `port`.
+    fn open(deflate: &mut flate2::Compress, first: u32, port: u16, request: &str) -> Vec<u8> {
+        let port = port.to_string();
+        let mut wire = spdy::syn_stream(
+            deflate,
+            first,
+            &[
+                ("streamtype", "error"),
+                ("port", &port),
+                ("requestid", request),
+            ],
+        );
+        wire.extend(spdy::syn_stream(
+            deflate,
+            first + 2,
+            &[
+                ("streamtype", "data"),
+                ("port", &port),
+                ("requestid", request),
+            ],
+        ));
+        wire
+    }
+
+    #[tokio::test]
+    async fn a_connection_the_pod_does_not_read_is_reset_and_the_others_go_on() {
+        let stub = Stub::default();
+        let (mut r, mut w, _served) = start(stub);
+        let mut deflate = spdy::client_deflate();
+        // Connection 1/3 to a port that never reads, sent 4 MiB in frames of 1 MiB; then
+        // connection 5/7 to the echo port and a PING, behind them on the same session.
+        let mut wire = open(&mut deflate, 1, NEVER_READ, "0");
+        for _ in 0..4 {
+            wire.extend(spdy::data(3, false, &vec![7; spdy::MAX_FRAME]));
+        }
+        wire.extend(open(&mut deflate, 5, ECHO, "1"));
+        wire.extend(spdy::data(7, false, b"hello"));
+        wire.extend(spdy::ping(9));
+        let writer = tokio::spawn(async move {
+            w.write_all(&wire).await.unwrap();
+            w
+        });
+        let begun = Instant::now();
+        let mut seen = Vec::new();
+        let deadline = Duration::from_secs(10);
+        while !(seen.contains(&Sent::Data(7, false, b"hello".to_vec()))
+            && seen.contains(&Sent::Ping(9)))
+        {
+            let frame = tokio::time::timeout_at((begun + deadline).into(), next(&mut r))
+                .await
+                .unwrap_or_else(|_| panic!("the session stalled; it sent {seen:?}"));
+            seen.push(frame.expect("the session ended"));
+        }
+        // The unread connection was reset, saying why, after the stall and not before.
+        assert!(begun.elapsed() >= STALL, "{:?}", begun.elapsed());
+        assert!(seen.contains(&Sent::Rst(3, spdy::CANCEL)), "{seen:?}");
+        let said = seen.iter().find_map(|f| match f {
+            Sent::Data(1, true, text) => Some(String::from_utf8_lossy(text).into_owned()),
+            _ => None,
+        });
+        assert!(
+            said.as_deref().is_some_and(|s| s.contains("read nothing")),
+            "{said:?}"
+        );
+        drop(writer.await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn the_bytes_held_for_a_connection_are_bounded_whatever_the_frame_size() {
+        let session_room = Arc::new(Semaphore::new(SESSION_BUFFER));
+        let mut connections = HashMap::new();
+        let (to_pod, _from_client) = mpsc::unbounded_channel();
+        connections.insert(
+            3,
+            Connection {
+                error: 1,
+                to_pod: Some(to_pod),
+                room: Arc::new(Semaphore::new(CONNECTION_BUFFER)),
+                read: Arc::default(),
+                task: tokio::spawn(async {}),
+            },
+        );
+        let mut held = Vec::new();
+        for _ in 0..CONNECTION_BUFFER / CHUNK {
+            match room(&connections, &session_room, 3, CHUNK).await {
+                Room::Held(room) => held.push(room),
+                Room::Stalled(_) => panic!("stalled before the bound"),
+            }
+        }
+        assert_eq!(connections[&3].buffered(), CONNECTION_BUFFER);
+        // One byte more waits, and as nothing is read it ends in a reset, not in more held.
+        let begun = Instant::now();
+        assert!(matches!(
+            room(&connections, &session_room, 3, 1).await,
+            Room::Stalled(ids) if ids == [3]
+        ));
+        assert!(begun.elapsed() >= STALL);
+        assert_eq!(
+            SESSION_BUFFER - session_room.available_permits(),
+            CONNECTION_BUFFER
+        );
+    }
+
+    #[tokio::test]
+    async fn a_reused_stream_id_ends_the_session_and_every_connection_with_it() {
+        let stub = Stub::default();
+        let open_echoes = stub.open.clone();
+        let (mut r, mut w, served) = start(stub);
+        let mut deflate = spdy::client_deflate();
+        let mut wire = open(&mut deflate, 1, ECHO, "0");
+        wire.extend(spdy::data(3, false, b"one"));
+        w.write_all(&wire).await.unwrap();
+        let mut seen = Vec::new();
+        while !seen.contains(&Sent::Data(3, false, b"one".to_vec())) {
+            seen.push(next(&mut r).await.expect("the session ended"));
+        }
+        assert_eq!(open_echoes.load(Ordering::SeqCst), 1);
+        // The data stream's id again, for another connection.
+        w.write_all(&open(&mut deflate, 1, ECHO, "1"))
+            .await
+            .unwrap();
+        let mut rest = Vec::new();
+        while let Some(frame) = next(&mut r).await {
+            rest.push(frame);
+        }
+        assert_eq!(rest, [Sent::GoAway(spdy::PROTOCOL_ERROR)]);
+        tokio::time::timeout(Duration::from_secs(5), served)
+            .await
+            .expect("the session ended")
+            .unwrap();
+        // The connection's task ended with the session: the pod's side saw it close.
+        let begun = Instant::now();
+        while open_echoes.load(Ordering::SeqCst) != 0 {
+            assert!(
+                begun.elapsed() < Duration::from_secs(5),
+                "a connection outlived its session"
+            );
+            tokio::task::yield_now().await;
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
 }

@@ -28,6 +28,8 @@ const FLAG_FIN: u8 = 0x01;
 pub(super) const PROTOCOL_ERROR: u32 = 1;
 /// RST_STREAM's status for a stream refused (too many at once).
 pub(super) const REFUSED_STREAM: u32 = 3;
+/// RST_STREAM's status for a stream the server gave up on (its pod side stopped reading).
+pub(super) const CANCEL: u32 = 5;
 
 /// A frame from the client.
 #[derive(Debug, PartialEq, Eq)]
@@ -248,6 +250,13 @@ pub(super) fn rst_stream(id: u32, status: u32) -> Vec<u8> {
     control(RST_STREAM, 0, &body)
 }
 
+/// GOAWAY: the session ends after stream `last`, for `status` (a session error).
+pub(super) fn goaway(last: u32, status: u32) -> Vec<u8> {
+    let mut body = last.to_be_bytes().to_vec();
+    body.extend_from_slice(&status.to_be_bytes());
+    control(GOAWAY, 0, &body)
+}
+
 /// The answer to the client's PING `id`.
 pub(super) fn ping(id: u32) -> Vec<u8> {
     control(PING, 0, &id.to_be_bytes())
@@ -292,34 +301,43 @@ const DICTIONARY: &[u8] =
     t/plain,text/javascript,publicprivatemax-age=gzip,deflate,sdchcharset=utf-8charset=iso-8\
     859-1,utf-,*,enq=0.";
 
+/// A client's SYN_STREAM as spdystream makes it: headers deflated with the dictionary, by a
+/// `deflate` made with [`client_deflate`].
+#[cfg(test)]
+pub(super) fn syn_stream(deflate: &mut Compress, id: u32, headers: &[(&str, &str)]) -> Vec<u8> {
+    let mut block = (headers.len() as u32).to_be_bytes().to_vec();
+    for (k, v) in headers {
+        for s in [k, v] {
+            block.extend_from_slice(&(s.len() as u32).to_be_bytes());
+            block.extend_from_slice(s.as_bytes());
+        }
+    }
+    let mut out = Vec::with_capacity(4096);
+    deflate
+        .compress_vec(&block, &mut out, FlushCompress::Sync)
+        .unwrap();
+    let mut body = id.to_be_bytes().to_vec();
+    body.extend_from_slice(&[0, 0, 0, 0, 0, 0]);
+    body.extend_from_slice(&out);
+    control(SYN_STREAM, 0, &body)
+}
+
+/// A client's header compressor, primed with the dictionary.
+#[cfg(test)]
+pub(super) fn client_deflate() -> Compress {
+    let mut deflate = Compress::new(Compression::default(), true);
+    deflate.set_dictionary(DICTIONARY).unwrap();
+    deflate
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// A client's SYN_STREAM as spdystream makes it: headers deflated with the dictionary.
-    fn syn_stream(deflate: &mut Compress, id: u32, headers: &[(&str, &str)]) -> Vec<u8> {
-        let mut block = (headers.len() as u32).to_be_bytes().to_vec();
-        for (k, v) in headers {
-            for s in [k, v] {
-                block.extend_from_slice(&(s.len() as u32).to_be_bytes());
-                block.extend_from_slice(s.as_bytes());
-            }
-        }
-        let mut out = Vec::with_capacity(4096);
-        deflate
-            .compress_vec(&block, &mut out, FlushCompress::Sync)
-            .unwrap();
-        let mut body = id.to_be_bytes().to_vec();
-        body.extend_from_slice(&[0, 0, 0, 0, 0, 0]);
-        body.extend_from_slice(&out);
-        control(SYN_STREAM, 0, &body)
-    }
-
     #[tokio::test]
     async fn frames_are_read_as_spdystream_writes_them() {
         assert_eq!(DICTIONARY.len(), 1423);
-        let mut deflate = Compress::new(Compression::default(), true);
-        deflate.set_dictionary(DICTIONARY).unwrap();
+        let mut deflate = client_deflate();
         let mut wire = syn_stream(
             &mut deflate,
             1,
