@@ -137,66 +137,110 @@ impl Kubelet {
                     .map(|o| o.to_value()),
             );
         }
-        // Last, so that it is the one a `serviceAccountToken` projection gets.
-        config.extend(self.account_token(pod));
+        config.extend(self.account_tokens(pod));
         PodSpec::from_value(pod, &self.images, &config)
     }
 
-    /// The token the pod's `serviceAccountToken` projections show, as a Secret of type
-    /// `kubernetes.io/service-account-token` for its service account: issued by the agent,
-    /// bound to the pod (it dies with it), for the API and every audience the pod's projections
-    /// name, valid for a year — as the API server extends a `kube-api-access` token's hour,
-    /// since the node does not rewrite the file as its expiry nears. `None` for a pod without
-    /// such a projection.
-    fn account_token(&self, pod: &Value) -> Option<Value> {
+    /// The tokens the pod's `serviceAccountToken` projections show, as Secrets of type
+    /// `kubernetes.io/service-account-token` for its service account, one per projection's
+    /// audience and lifetime (annotated with both, as `wasmpod::TOKEN_AUDIENCE` and
+    /// `TOKEN_EXPIRATION` say): issued by the agent, bound to the pod (they die with it), each
+    /// for exactly its projection's audience (the API's when none) and `expirationSeconds`
+    /// (an hour when not said), as the kubelet asks one TokenRequest per projection. Only the
+    /// `kube-api-access` default (the API's audience, 3607 s) is extended to a year, as the API
+    /// server extends it; the others are rewritten before they expire ([`Self::refresh_tokens`]).
+    /// None for a pod without such a projection, or whose service account does not exist.
+    fn account_tokens(&self, pod: &Value) -> Vec<Value> {
         let ns = str_at(pod, "/metadata/namespace");
-        let account = ["/spec/serviceAccountName", "/spec/serviceAccount"]
-            .iter()
-            .map(|p| str_at(pod, p))
-            .find(|a| !a.is_empty())
-            .unwrap_or("default");
-        let mut audiences = vec![crate::tokens::API_AUDIENCE.to_owned()];
-        let mut projections = pod
-            .pointer("/spec/volumes")
-            .and_then(Value::as_array)
+        let account = account_of(pod);
+        let mut seen = Vec::new();
+        let mut secrets = Vec::new();
+        for p in token_projections(pod) {
+            let key = (p.audience.clone(), p.expiration);
+            if seen.contains(&key) || seen.len() >= 16 {
+                continue;
+            }
+            let Some(token) = self.issue_token(pod, &p, jiff::Timestamp::now().as_second()) else {
+                return Vec::new();
+            };
+            let mut annotations = serde_json::Map::new();
+            annotations.insert("kubernetes.io/service-account.name".into(), json!(account));
+            annotations.insert(wasmpod::TOKEN_AUDIENCE.into(), json!(p.audience));
+            annotations.insert(
+                wasmpod::TOKEN_EXPIRATION.into(),
+                json!(p.expiration.to_string()),
+            );
+            secrets.push(json!({
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {
+                    "name": format!("{account}-token-wasmpod-{}", seen.len()),
+                    "namespace": ns,
+                    "annotations": annotations,
+                },
+                "type": "kubernetes.io/service-account-token",
+                "stringData": {"token": token},
+            }));
+            seen.push(key);
+        }
+        secrets
+    }
+
+    /// A token for projection `p` of `pod`, issued at `now`; None when the pod's service
+    /// account does not exist.
+    fn issue_token(&self, pod: &Value, p: &Projection, now: i64) -> Option<String> {
+        let ns = str_at(pod, "/metadata/namespace");
+        let account = account_of(pod);
+        let account_uid = self
+            .store
+            .get("serviceaccounts", ns, account)?
+            .uid()
+            .to_owned();
+        let audience = if p.audience.is_empty() {
+            crate::tokens::API_AUDIENCE
+        } else {
+            &p.audience
+        };
+        let uid = str_at(pod, "/metadata/uid");
+        Some(
+            self.tokens.issue(&Claims {
+                namespace: ns.to_owned(),
+                account: account.to_owned(),
+                account_uid,
+                audiences: vec![audience.to_owned()],
+                issued: now,
+                expires: now.saturating_add(p.lifetime()),
+                pod: (!uid.is_empty())
+                    .then(|| (str_at(pod, "/metadata/name").to_owned(), uid.to_owned())),
+            }),
+        )
+    }
+
+    /// Rewrites the pod's projected tokens that are not extended when 80 % of their lifetime
+    /// has passed (at most a day), as the kubelet's token manager does, until the pod is gone.
+    async fn refresh_tokens(self: Arc<Self>, handle: PodHandle, pod: Value) {
+        let due: Vec<Projection> = token_projections(&pod)
             .into_iter()
-            .flatten()
-            .filter_map(|v| v.pointer("/projected/sources").and_then(Value::as_array))
-            .flatten()
-            .filter_map(|source| source.get("serviceAccountToken"))
-            .peekable();
-        projections.peek()?;
-        for token in projections {
-            let audience = token.get("audience").and_then(Value::as_str).unwrap_or("");
-            if !audience.is_empty()
-                && audiences.len() < 16
-                && !audiences.iter().any(|a| a == audience)
-            {
-                audiences.push(audience.to_owned());
+            .filter(|p| !p.extended())
+            .collect();
+        let Some(every) = due.iter().map(Projection::refresh_after).min() else {
+            return;
+        };
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(every) => {}
+                () = handle.deleted() => return,
+            }
+            let now = jiff::Timestamp::now().as_second();
+            for p in &due {
+                let Some(token) = self.issue_token(&pod, p, now) else {
+                    continue; // the account is gone: the old token dies with it
+                };
+                if let Err(e) = handle.rewrite_file(&p.volume, &p.path, token.as_bytes()) {
+                    tracing::warn!(pod = %handle.name(), "cannot rewrite a projected token: {e}");
+                }
             }
         }
-        let now = jiff::Timestamp::now().as_second();
-        let uid = str_at(pod, "/metadata/uid");
-        let token = self.tokens.issue(&Claims {
-            namespace: ns.to_owned(),
-            account: account.to_owned(),
-            audiences,
-            issued: now,
-            expires: now.saturating_add(365 * 24 * 3600),
-            pod: (!uid.is_empty())
-                .then(|| (str_at(pod, "/metadata/name").to_owned(), uid.to_owned())),
-        });
-        Some(json!({
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {
-                "name": format!("{account}-token-wasmpod"),
-                "namespace": ns,
-                "annotations": {"kubernetes.io/service-account.name": account},
-            },
-            "type": "kubernetes.io/service-account-token",
-            "stringData": {"token": token},
-        }))
     }
 
     /// Whether the node runs the pod of this uid.
@@ -278,6 +322,9 @@ impl Kubelet {
         );
         // Boxed: making the pod is a large future, and the task lives as long as the pod.
         let created = Box::pin(self.create(&pod, start)).await;
+        // Kept only for a pod with tokens to rewrite.
+        let tokens_of =
+            Some(pod.to_value()).filter(|v| token_projections(v).iter().any(|p| !p.extended()));
         // The object as it was created: the store has it as it is now, with its status.
         drop(pod);
         let handle = match created {
@@ -331,6 +378,8 @@ impl Kubelet {
             uid.clone(),
             resumed,
         ));
+        let refresh =
+            tokens_of.map(|v| tokio::spawn(self.clone().refresh_tokens(handle.clone(), v)));
         // What was written last, as a digest: the store has the status itself, and the pod
         // its own copy (one more per pod would be a few KiB of the node's memory each).
         let mut last = digest(&PodStatus::default());
@@ -345,6 +394,9 @@ impl Kubelet {
                 self.set_status(&ns, &name, &uid, |s| *s = value);
                 last = now;
             }
+        }
+        if let Some(refresh) = refresh {
+            refresh.abort();
         }
         let _ = events.await;
         lock(&self.pods).remove(&uid);
@@ -643,4 +695,90 @@ struct Recorded {
     numbers: std::ops::Range<u64>,
     /// The pod ran before the agent's restart: it may have stored events of another range.
     resumed: bool,
+}
+
+/// The service account a pod runs as.
+fn account_of(pod: &Value) -> &str {
+    ["/spec/serviceAccountName", "/spec/serviceAccount"]
+        .iter()
+        .map(|p| str_at(pod, p))
+        .find(|a| !a.is_empty())
+        .unwrap_or("default")
+}
+
+/// A `serviceAccountToken` source of a projected volume.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Projection {
+    volume: String,
+    path: String,
+    /// Empty: the API's.
+    audience: String,
+    expiration: i64,
+}
+
+/// The `expirationSeconds` of the token every pod of a cluster has (`kube-api-access-*`),
+/// which the API server extends to a year.
+const KUBE_API_ACCESS: i64 = 3607;
+const YEAR: i64 = 365 * 24 * 3600;
+
+impl Projection {
+    /// The API's own token of `kube-api-access`, extended as the API server extends it.
+    fn extended(&self) -> bool {
+        (self.audience.is_empty() || self.audience == crate::tokens::API_AUDIENCE)
+            && self.expiration == KUBE_API_ACCESS
+    }
+
+    /// How long its token is valid.
+    fn lifetime(&self) -> i64 {
+        if self.extended() {
+            YEAR
+        } else {
+            self.expiration
+        }
+    }
+
+    /// When to rewrite it: after 80 % of its lifetime, and at least daily.
+    fn refresh_after(&self) -> Duration {
+        let seconds = (self.expiration.max(600) as u64) * 4 / 5;
+        Duration::from_secs(seconds.min(24 * 3600))
+    }
+}
+
+/// The pod's `serviceAccountToken` projections.
+fn token_projections(pod: &Value) -> Vec<Projection> {
+    let mut out = Vec::new();
+    for volume in pod
+        .pointer("/spec/volumes")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let name = volume.get("name").and_then(Value::as_str).unwrap_or("");
+        for token in volume
+            .pointer("/projected/sources")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|source| source.get("serviceAccountToken"))
+        {
+            out.push(Projection {
+                volume: name.to_owned(),
+                path: token
+                    .get("path")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_owned(),
+                audience: token
+                    .get("audience")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_owned(),
+                expiration: token
+                    .get("expirationSeconds")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(3600),
+            });
+        }
+    }
+    out
 }

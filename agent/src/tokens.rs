@@ -1,6 +1,8 @@
 //! Service-account tokens, as the API server issues them through the TokenRequest API: JWTs
-//! whose subject is `system:serviceaccount:NAMESPACE:NAME`, with audiences, an expiry, and
-//! optionally the pod they are bound to (a bound token dies with its pod). The agent signs them
+//! whose subject is `system:serviceaccount:NAMESPACE:NAME`, with the service account's uid (a
+//! token dies with its account: one made again under the same name has another uid),
+//! audiences, an expiry, and optionally the pod they are bound to (a bound token dies with its
+//! pod). The agent signs them
 //! with HMAC-SHA256 under a key of its own (`agent/service-account.key`, 32 random bytes, private
 //! to the user) and is their only verifier.
 
@@ -24,6 +26,8 @@ const MAX_TOKEN: usize = 8 * 1024;
 pub(crate) struct Claims {
     pub(crate) namespace: String,
     pub(crate) account: String,
+    /// The service account's uid when the token was issued.
+    pub(crate) account_uid: String,
     pub(crate) audiences: Vec<String>,
     /// Seconds since the epoch.
     pub(crate) issued: i64,
@@ -111,7 +115,7 @@ impl Tokens {
                 namespace: claims.namespace.clone(),
                 serviceaccount: Named {
                     name: claims.account.clone(),
-                    uid: String::new(),
+                    uid: claims.account_uid.clone(),
                 },
                 pod: claims.pod.clone().map(|(name, uid)| Named { name, uid }),
             },
@@ -143,6 +147,7 @@ impl Tokens {
         (fresh && meant && payload.sub == subject).then(|| Claims {
             namespace: payload.kubernetes.namespace,
             account: payload.kubernetes.serviceaccount.name,
+            account_uid: payload.kubernetes.serviceaccount.uid,
             audiences: payload.aud,
             issued: payload.iat,
             expires: payload.exp,
@@ -159,6 +164,7 @@ mod tests {
         Claims {
             namespace: "tools".into(),
             account: "default".into(),
+            account_uid: "sa-1".into(),
             audiences: vec![API_AUDIENCE.into()],
             issued: 1_000,
             expires: 5_000,

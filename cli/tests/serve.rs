@@ -1571,6 +1571,50 @@ fn run_exec_and_attach_with_stdin() {
     assert!(refused.contains("does not have stdin: true"), "{refused}");
 }
 
+/// An attach the API refuses (not a WebSocket: 400) takes nothing from the container: a
+/// `stdinOnce` container's stdin stays open for the session that comes next.
+#[test]
+fn a_refused_attach_leaves_a_stdin_once_container_its_stdin() {
+    let (_tmp, agent) = Agent::start();
+    agent.provide_agnhost();
+    agent.create(
+        &PodYaml::new("once")
+            .container(
+                r#"{ name: c, image: "{p1}", args: [print, started, stdin], stdin: true, stdinOnce: true }"#,
+            )
+            .build(),
+    );
+    agent.ok(&["wait", "--for=condition=Ready", "pod/once", "--timeout=30s"]);
+    let refused = agent.kubectl_with_input(
+        &[
+            "create",
+            "--raw",
+            "/api/v1/namespaces/default/pods/once/attach?container=c&stdin=true&stdout=true",
+            "-f",
+            "-",
+        ],
+        b"{}",
+    );
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && said.contains("WebSocket"),
+        "{said}"
+    );
+    // The next session writes to the stdin and ends it (stdinOnce): the container reads both.
+    let out = agent.kubectl_with_input(&["attach", "-i", "once", "-c", "c"], b"one\n");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let log = agent.until(
+        &["logs", "once", "-c", "c"],
+        Duration::from_secs(30),
+        |log| log.contains("stdin ended"),
+    );
+    assert_eq!(log, "started\nread: one\nstdin ended after 1 lines\n");
+}
+
 /// `kubectl port-forward` of `ports` (`0:PORT`: kubectl picks the local port), with `env`; the
 /// process and the local ports, in the order asked.
 fn port_forward(
@@ -1804,9 +1848,96 @@ spec:
         assert!(stderr(&with(gone, &["get", "pods"])).contains("Unauthorized"));
     }
     assert!(with(token, &["get", "pods"]).status.success());
-    // A deleted service account's tokens die with it.
+    // A deleted service account's tokens die with it, and stay dead when the account is made
+    // again (by the service account controller, for `default`): the token names the uid.
+    let uid = |name: &str| agent.ok(&["get", "sa", name, "-o", "jsonpath={.metadata.uid}"]);
+    let before = uid("default");
     agent.ok(&["delete", "serviceaccount", "default"]);
     assert!(stderr(&with(token, &["get", "pods"])).contains("Unauthorized"));
+    let after = agent.until(&["get", "sa", "-o", "name"], LIMIT, |t| {
+        t.contains("serviceaccount/default")
+    });
+    assert!(!after.is_empty());
+    assert_ne!(uid("default"), before);
+    assert!(stderr(&with(token, &["get", "pods"])).contains("Unauthorized"));
+    agent.ok(&["create", "sa", "builder"]);
+    let builder = agent.ok(&["create", "token", "builder"]);
+    assert!(with(builder.trim(), &["get", "pods"]).status.success());
+    agent.ok(&["delete", "sa", "builder"]);
+    agent.ok(&["create", "sa", "builder"]);
+    assert!(stderr(&with(builder.trim(), &["get", "pods"])).contains("Unauthorized"));
+    let fresh = agent.ok(&["create", "token", "default"]);
+    assert!(with(fresh.trim(), &["get", "pods"]).status.success());
+}
+
+/// A projected token for another audience is for that audience alone, for the time asked: the
+/// API refuses it. A pod naming a service account that does not exist is refused.
+#[test]
+fn projected_tokens_mean_only_what_they_say() {
+    use base64::Engine as _;
+    let (_tmp, agent) = Agent::start();
+    let refused = agent.fails(&[
+        "run",
+        "nobody",
+        "--image=x.wasm",
+        "--overrides",
+        r#"{"spec": {"serviceAccountName": "ghost"}}"#,
+    ]);
+    assert!(
+        refused.contains("error looking up service account default/ghost")
+            && refused.contains(r#"serviceaccount "ghost" not found"#),
+        "{refused}"
+    );
+    agent.create(
+        r#"apiVersion: v1
+kind: Pod
+metadata: { name: vault-client }
+spec:
+  containers:
+  - name: c
+    image: "{p1}"
+    args: [cat, /vault/token, cat, /api/token, sleep, "600000"]
+    volumeMounts: [ { name: vault, mountPath: /vault }, { name: api, mountPath: /api } ]
+  volumes:
+  - name: vault
+    projected:
+      sources: [ { serviceAccountToken: { audience: vault, expirationSeconds: 600, path: token } } ]
+  - name: api
+    projected:
+      sources: [ { serviceAccountToken: { path: token } } ]
+"#,
+    );
+    let log = agent.until(&["logs", "vault-client"], LIMIT, |l| l.lines().count() >= 2);
+    let tokens: Vec<&str> = log.lines().collect();
+    let claims = |token: &str| -> Value {
+        let body = token.split('.').nth(1).unwrap();
+        let json = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(body)
+            .unwrap();
+        serde_json::from_slice(&json).unwrap()
+    };
+    let (vault, api) = (claims(tokens[0]), claims(tokens[1]));
+    assert_eq!(vault["aud"], serde_json::json!(["vault"]), "{vault}");
+    assert_eq!(
+        vault["exp"].as_i64().unwrap() - vault["iat"].as_i64().unwrap(),
+        600
+    );
+    assert_eq!(
+        api["aud"],
+        serde_json::json!(["https://kubernetes.default.svc.cluster.local"])
+    );
+    assert_eq!(
+        api["exp"].as_i64().unwrap() - api["iat"].as_i64().unwrap(),
+        3600
+    );
+    assert_ne!(vault["kubernetes.io"]["serviceaccount"]["uid"], "");
+    let as_vault = agent.kubectl(&["--token", tokens[0], "get", "pods"]);
+    assert!(
+        String::from_utf8_lossy(&as_vault.stderr).contains("Unauthorized"),
+        "{as_vault:?}"
+    );
+    let as_api = agent.kubectl(&["--token", tokens[1], "get", "pods"]);
+    assert!(as_api.status.success(), "{as_api:?}");
 }
 
 /// Pods reach the node's API as a cluster's pods do: the `kubernetes` Service's address and

@@ -62,8 +62,8 @@ pub use node::{
 pub use output::{LogLimits, LogOptions, Logs, OutputLine, Stream};
 pub use spec::Role as ContainerRole;
 pub use spec::{
-    FieldError, FieldErrorKind, InvalidPod, PodFiles, PodSpec, read_documents,
-    read_priority_classes,
+    FieldError, FieldErrorKind, InvalidPod, PodFiles, PodSpec, TOKEN_AUDIENCE, TOKEN_EXPIRATION,
+    read_documents, read_priority_classes,
 };
 pub use supervisor::{BackoffOptions, Phase as PodPhase};
 

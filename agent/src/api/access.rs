@@ -5,8 +5,9 @@
 //! (a pod's projected token, or `kubectl create token`). A service account may read — `get`,
 //! `list`, `watch` — what its namespace holds but Secrets, and the discovery documents: the
 //! `view` role in its namespace, the node's fixed policy in place of RBAC. Anything else is
-//! `403 Forbidden` in the API server's words. A token is refused once its service account is
-//! deleted, and a token bound to a pod once that pod is gone.
+//! `403 Forbidden` in the API server's words. A token is taken only for the API's own audience;
+//! it is refused once its service account is deleted (or made again: the token names the
+//! account's uid), and a token bound to a pod once that pod is gone.
 
 use http::{Method, Request, header};
 use hyper::body::Incoming;
@@ -41,9 +42,14 @@ impl Api {
         let given = std::str::from_utf8(given).ok()?;
         let now = jiff::Timestamp::now().as_second();
         let claims = self.tokens.verify(given, API_AUDIENCE, now)?;
-        // A deleted service account's tokens die with it.
-        self.store
+        // A deleted service account's tokens die with it, and stay dead when an account of the
+        // same name is made again (another uid).
+        let account = self
+            .store
             .get("serviceaccounts", &claims.namespace, &claims.account)?;
+        if account.uid() != claims.account_uid {
+            return None;
+        }
         if let Some((name, uid)) = &claims.pod {
             let pod = self.store.get("pods", &claims.namespace, name)?;
             if pod.uid() != uid {

@@ -500,6 +500,7 @@ impl Api {
                     .store
                     .delete_if(resource.name, ns, name, Durable::Now, |_| true)?
                     .ok_or_else(|| ApiError::not_found(resource.name, name))?;
+                resource.strategy.deleted(&self.store, ns, name)?;
                 resource.strategy.changed(&self.kubelet)?;
                 Ok(json(
                     StatusCode::OK,

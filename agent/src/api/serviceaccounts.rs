@@ -23,9 +23,12 @@ impl Api {
         account: &str,
         request: &Value,
     ) -> Result<Response<Body>, ApiError> {
-        self.store
+        let account_uid = self
+            .store
             .get("serviceaccounts", ns, account)
-            .ok_or_else(|| ApiError::not_found("serviceaccounts", account))?;
+            .ok_or_else(|| ApiError::not_found("serviceaccounts", account))?
+            .uid()
+            .to_owned();
         let invalid = |field: &str, message: String| {
             ApiError::invalid(
                 "TokenRequest",
@@ -111,6 +114,7 @@ impl Api {
         let claims = Claims {
             namespace: ns.to_owned(),
             account: account.to_owned(),
+            account_uid,
             audiences: audiences.clone(),
             issued: now,
             expires: now.saturating_add(seconds),

@@ -358,6 +358,32 @@ impl PodHandle {
         crate::output::log_file(&self.inner.log_dir, container, restart)
     }
 
+    /// Replaces the file at `path` in the pod's `volume` (a `projected`, `secret` or
+    /// `configMap` volume the node wrote) with `contents`, as the kubelet rewrites a projected
+    /// service-account token before it expires: written beside it, then renamed over it, so a
+    /// guest opening it reads the old file or the new one whole. The volume's name and the path
+    /// are checked (a DNS label; a relative path without `..`) and the file is written through
+    /// the volume's directory handle, so nothing outside it is touched.
+    pub fn rewrite_file(&self, volume: &str, path: &str, contents: &[u8]) -> Result<(), Error> {
+        let dir = self.inner.pod_dir.join("volumes");
+        let bad = |why: &str| Error::Io {
+            path: dir.join(volume),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidInput, why.to_owned()),
+        };
+        crate::spec::check_label(volume).map_err(bad)?;
+        crate::spec::check_relative_path(path).map_err(bad)?;
+        let io = |source| Error::Io {
+            path: dir.join(volume).join(path),
+            source,
+        };
+        let root =
+            cap_std::fs::Dir::open_ambient_dir(dir.join(volume), cap_std::ambient_authority())
+                .map_err(io)?;
+        let fresh = format!("{path}.wasmpod-new");
+        root.write(&fresh, contents).map_err(io)?;
+        root.rename(&fresh, &root, path).map_err(io)
+    }
+
     /// The pod's own directory under the node's state dir, where its volumes are (it exists
     /// only if the pod has volumes); its logs are under `logs/` beside it.
     pub fn dir(&self) -> &Path {

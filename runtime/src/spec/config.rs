@@ -29,10 +29,21 @@ impl Kind {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct ConfigStore {
     objects: BTreeMap<(&'static str, String), BTreeMap<String, Vec<u8>>>,
-    /// Secrets of type `kubernetes.io/service-account-token`: the service account each is
-    /// for (its `kubernetes.io/service-account.name` annotation) and the Secret's name.
-    tokens: BTreeMap<String, String>,
+    /// Secrets of type `kubernetes.io/service-account-token` by what each is for: the service
+    /// account (its `kubernetes.io/service-account.name` annotation) and, when the Secret says,
+    /// the one audience and lifetime of a projection ([`TOKEN_AUDIENCE`], [`TOKEN_EXPIRATION`];
+    /// the node agent's tokens say both) — and the Secret's name.
+    tokens: BTreeMap<TokenFor, String>,
 }
+
+/// The annotation of a service-account token Secret naming the one audience of its token.
+pub const TOKEN_AUDIENCE: &str = "wasmpod.dev/token-audience";
+/// The annotation of a service-account token Secret naming its token's `expirationSeconds`.
+pub const TOKEN_EXPIRATION: &str = "wasmpod.dev/token-expiration-seconds";
+
+/// What a token Secret is for: a service account, and the audience and lifetime of a projection
+/// (`None`: any).
+type TokenFor = (String, Option<(String, i64)>);
 
 impl ConfigStore {
     /// The data of the object, if it was given.
@@ -40,9 +51,14 @@ impl ConfigStore {
         self.objects.get(&(kind.name(), name.to_owned()))
     }
 
-    /// The `token` of the service account token Secret for service account `account`.
-    pub(crate) fn token(&self, account: &str) -> Option<&[u8]> {
-        let secret = self.tokens.get(account)?;
+    /// The `token` of the service account token Secret for service account `account` and a
+    /// projection's `audience` (empty: the API's) and `expiration`: the Secret made for that
+    /// projection, or else one made for any.
+    pub(crate) fn token(&self, account: &str, audience: &str, expiration: i64) -> Option<&[u8]> {
+        let secret = self
+            .tokens
+            .get(&(account.to_owned(), Some((audience.to_owned(), expiration))))
+            .or_else(|| self.tokens.get(&(account.to_owned(), None)))?;
         self.get(Kind::Secret, secret)?
             .get("token")
             .map(Vec::as_slice)
@@ -85,12 +101,12 @@ impl ConfigStore {
                         .map(|(k, v)| (k, v.0))
                         .collect();
                     if secret.type_.as_deref() == Some("kubernetes.io/service-account-token") {
-                        account = secret
-                            .metadata
-                            .annotations
-                            .as_ref()
-                            .and_then(|a| a.get("kubernetes.io/service-account.name"))
-                            .cloned();
+                        let annotation =
+                            |key: &str| secret.metadata.annotations.as_ref()?.get(key).cloned();
+                        let projection = annotation(TOKEN_AUDIENCE)
+                            .zip(annotation(TOKEN_EXPIRATION).and_then(|e| e.parse::<i64>().ok()));
+                        account = annotation("kubernetes.io/service-account.name")
+                            .map(|account| (account, projection));
                     }
                     data.extend(
                         secret

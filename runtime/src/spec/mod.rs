@@ -29,6 +29,7 @@ mod volumes;
 mod yaml;
 
 pub(crate) use affinity::terms_match;
+pub use config::{TOKEN_AUDIENCE, TOKEN_EXPIRATION};
 pub(crate) use containers::TERMINATION_MESSAGE_MAX;
 pub(crate) use dns::Dns;
 pub(crate) use env::{PodInfo, resolve as resolve_env};
@@ -40,10 +41,11 @@ pub(crate) use model::{
     ContainerSpec, Handler, HostCreate, HttpGet, ImagePull, Mount, Probe, Requests, RestartPolicy,
     StdinMode, TerminationMessage, VolumeSource,
 };
-pub(crate) use names::{MAX_DURATION, check_subdomain};
+pub(crate) use names::{MAX_DURATION, check_label, check_subdomain};
 pub(crate) use placement::{Placement, PodTerm};
 pub use priority::read_priority_classes;
 pub(crate) use serving::Serving;
+pub(crate) use volumes::check_relative_path;
 pub use yaml::read_documents;
 
 #[cfg(test)]

@@ -450,7 +450,9 @@ pub(super) fn projected_volume(
                     format!("Invalid value: {s}: may not specify a duration less than 10 minutes"),
                 ));
             }
-            match store.token(account) {
+            let expiration = token.expiration_seconds.unwrap_or(3600);
+            let audience = token.audience.as_deref().unwrap_or("");
+            match store.token(account, audience, expiration) {
                 Some(data) => add_file(
                     &mut files,
                     &token.path,
@@ -482,7 +484,7 @@ pub(super) fn projected_volume(
 
 /// A relative path inside a volume (`subPath`, `items[].path`): no leading `/`, no empty, `.`
 /// or `..` component, at most 4096 bytes.
-pub(super) fn check_relative_path(path: &str) -> Result<(), &'static str> {
+pub(crate) fn check_relative_path(path: &str) -> Result<(), &'static str> {
     if path.len() > 4096 || path.contains('\0') {
         return Err("must be at most 4096 bytes, without NUL");
     }

@@ -141,6 +141,12 @@ pub(crate) trait Strategy {
         Ok(())
     }
 
+    /// After one of its objects, `name` in namespace `ns`, was deleted: what the API server's
+    /// controllers make again.
+    fn deleted(&self, _store: &Store, _ns: &str, _name: &str) -> Result<(), ApiError> {
+        Ok(())
+    }
+
     /// After any change of its objects: the node reads them anew where it uses them.
     fn changed(&self, _kubelet: &Kubelet) -> Result<(), ApiError> {
         Ok(())

@@ -31,4 +31,13 @@ impl Strategy for ServiceAccounts {
         .map_err(|e| bad("", e.to_string()))?;
         Ok(())
     }
+
+    /// The service account controller's: a namespace's `default` account, deleted, is made
+    /// again (with a new uid, so the old one's tokens stay refused).
+    fn deleted(&self, store: &Store, ns: &str, name: &str) -> Result<(), ApiError> {
+        if name == "default" && store.get("namespaces", "", ns).is_some() {
+            crate::ensure_default_account(store, ns)?;
+        }
+        Ok(())
+    }
 }
