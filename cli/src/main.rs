@@ -75,23 +75,27 @@ fn main() -> ExitCode {
         #[cfg(feature = "agent")]
         Command::Serve(args) => {
             let runtime = tokio::runtime::Runtime::new().expect("cannot start the async runtime");
-            match runtime.block_on(serve::serve(*args)) {
+            let code = match runtime.block_on(serve::serve(*args)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
-                    eprintln!("wasmpod: {e:#}");
+                    printer::diagnostic(&format!("wasmpod: {e:#}\n"));
                     ExitCode::from(2)
                 }
-            }
+            };
+            printer::finish();
+            code
         }
         Command::Run(args) => {
             let runtime = tokio::runtime::Runtime::new().expect("cannot start the async runtime");
             let code = match runtime.block_on(run::run(*args)) {
                 Ok(code) => code,
                 Err(e) => {
-                    eprintln!("wasmpod: {e:#}");
+                    printer::diagnostic(&format!("wasmpod: {e:#}\n"));
                     ExitCode::from(2)
                 }
             };
+            // What stderr takes in time: a stderr nobody reads does not keep wasmpod running.
+            printer::finish();
             // Nor is the runtime shut down (its idle threads woken and joined): the pod is gone
             // and its output written.
             std::mem::forget(runtime);

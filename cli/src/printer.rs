@@ -1,10 +1,24 @@
 //! How `wasmpod run` prints its pod's output: each line as `[container] line`, a flushed
 //! unfinished line (a prompt) at once. Its stderr carries wasmpod's own messages too (warnings,
-//! a pending pod, pull progress): they go through one lock with the containers' stderr, and one
+//! a pending pod, pull progress): they go through one writer with the containers' stderr, and one
 //! written while a container's line is open starts on a line of its own.
+//!
+//! Nothing of the node's waits on the terminal: stderr is written by a thread of its own from a
+//! bounded queue. A container's lines wait for room there (on the output thread, which the node
+//! does not wait for), wasmpod's own messages never do: one that finds the queue full (a stderr
+//! nobody reads: a paused pager, a full journal) is dropped and counted, and at its end `run`
+//! waits for stderr a bounded time only ([`finish`]). The log files keep every line.
+//!
+//! On a terminal a guest's control characters are shown escaped (`\r`, `\x1b`, ...), tab
+//! aside: a guest cannot set the window title, clear the screen, write the clipboard or overwrite
+//! its `[container]` prefix with another's. The log files keep the bytes.
 
-use std::io::{self, Write};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::fmt::Write as _;
+use std::io::{self, IsTerminal, Write};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
+use std::time::Duration;
 
 /// Prints one of wasmpod's streams: each line as `[container] line`. A partial line (a prompt the
 /// guest flushed) shows at once and the rest of it continues it, unless another container's
@@ -15,15 +29,24 @@ pub(crate) struct Printer {
     open: Option<String>,
     /// Every piece on a line of its own (the stream is shared with the event stream's lines).
     whole_lines: bool,
+    /// Control characters are shown escaped (the stream is a terminal).
+    escape: bool,
 }
 
 impl Printer {
-    /// A printer; with `whole_lines`, a partial line is printed as a line of its own.
-    pub(crate) const fn new(whole_lines: bool) -> Self {
+    /// A printer; with `whole_lines`, a partial line is printed as a line of its own; with
+    /// `escape`, control characters in containers' lines are shown escaped.
+    pub(crate) const fn new(whole_lines: bool, escape: bool) -> Self {
         Printer {
             open: None,
             whole_lines,
+            escape,
         }
+    }
+
+    /// A printer for stdout: escaping when stdout is a terminal.
+    pub(crate) fn stdout(whole_lines: bool) -> Self {
+        Printer::new(whole_lines, io::stdout().is_terminal())
     }
 
     /// Prints a line (or the piece of one, `partial`) of `container`.
@@ -39,7 +62,11 @@ impl Printer {
             Some(_) => write!(to, "\n[{container}] ")?,
             None => write!(to, "[{container}] ")?,
         }
-        to.write_all(line.as_bytes())?;
+        if self.escape {
+            to.write_all(escaped(line).as_bytes())?;
+        } else {
+            to.write_all(line.as_bytes())?;
+        }
         if partial && !self.whole_lines {
             self.open = Some(container.to_owned());
             to.flush()
@@ -64,42 +91,153 @@ impl Printer {
     }
 }
 
-/// The printer of wasmpod's stderr, shared by the containers' lines and wasmpod's messages.
-static STDERR: Mutex<Printer> = Mutex::new(Printer::new(false));
-
-fn stderr_printer() -> MutexGuard<'static, Printer> {
-    STDERR.lock().unwrap_or_else(PoisonError::into_inner)
+/// `line` with its control characters but tab escaped: C0 and DEL as `\r`, `\x1b`..., C1 as
+/// `\u{9b}`; a backslash stays as it is.
+fn escaped(line: &str) -> std::borrow::Cow<'_, str> {
+    let control = |c: char| c != '\t' && (c.is_control());
+    if !line.chars().any(control) {
+        return line.into();
+    }
+    let mut out = String::with_capacity(line.len() + 16);
+    for c in line.chars() {
+        match c {
+            '\r' => out.push_str("\\r"),
+            '\n' => out.push_str("\\n"),
+            c if control(c) && (c as u32) < 0x80 => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
+            c if control(c) => {
+                let _ = write!(out, "\\u{{{:x}}}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.into()
 }
 
-/// Prints a line (or the piece of one) of `container`'s stderr.
-pub(crate) fn stderr(container: &str, line: &str, partial: bool) -> io::Result<()> {
-    stderr_printer().print(&mut io::stderr().lock(), container, line, partial)
+/// What the stderr thread writes, in order.
+enum Piece {
+    Line {
+        container: String,
+        line: String,
+        partial: bool,
+    },
+    Message(Vec<u8>),
+    /// Answered once everything before it was written.
+    Flushed(SyncSender<()>),
 }
 
-/// Ends a container's stderr line left open when the output ends.
-pub(crate) fn end_stderr() -> io::Result<()> {
-    stderr_printer().end(&mut io::stderr().lock())
+/// Pieces waiting for stderr.
+const QUEUE: usize = 1024;
+/// wasmpod's own messages dropped: stderr did not keep up.
+static DROPPED: AtomicU64 = AtomicU64::new(0);
+/// Pieces written to stderr, for [`finish`] to tell a slow reader from none.
+static WRITTEN: AtomicU64 = AtomicU64::new(0);
+/// How long [`finish`] waits for stderr at most, and for it to take anything at all.
+const PATIENCE: Duration = Duration::from_secs(5);
+const STALL: Duration = Duration::from_millis(300);
+
+/// The queue of the stderr thread, started on first use.
+fn queue() -> &'static SyncSender<Piece> {
+    static QUEUE_TX: OnceLock<SyncSender<Piece>> = OnceLock::new();
+    QUEUE_TX.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::sync_channel(QUEUE);
+        std::thread::Builder::new()
+            .name("stderr".into())
+            .spawn(move || write_stderr(rx))
+            .expect("a thread for stderr");
+        tx
+    })
+}
+
+fn write_stderr(pieces: Receiver<Piece>) {
+    let mut printer = Printer::new(false, io::stderr().is_terminal());
+    let mut err = io::stderr();
+    for piece in pieces {
+        // Write errors (a closed pipe) lose the piece; the log files have the lines.
+        let _ = match piece {
+            Piece::Line {
+                container,
+                line,
+                partial,
+            } => printer.print(&mut err, &container, &line, partial),
+            Piece::Message(bytes) => printer.message(&mut err, &bytes),
+            Piece::Flushed(done) => {
+                let _ = printer.end(&mut err);
+                let _ = done.send(());
+                Ok(())
+            }
+        };
+        WRITTEN.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Prints a line (or the piece of one) of `container`'s stderr: waits for room in the queue
+/// (the caller is the output thread, which nothing of the node's waits for).
+pub(crate) fn stderr(container: &str, line: &str, partial: bool) {
+    let _ = queue().send(Piece::Line {
+        container: container.to_owned(),
+        line: line.to_owned(),
+        partial,
+    });
 }
 
 /// Writes wasmpod's own `message` on stderr in one piece, after ending a container's line left
-/// open.
+/// open; dropped (and counted) if stderr is not keeping up.
 pub(crate) fn diagnostic(message: &str) {
-    let _ = Diagnostics.write_all(message.as_bytes());
+    match queue().try_send(Piece::Message(message.as_bytes().to_vec())) {
+        Ok(()) => {}
+        Err(TrySendError::Full(_)) => {
+            DROPPED.fetch_add(1, Ordering::Relaxed);
+        }
+        Err(TrySendError::Disconnected(_)) => {}
+    }
 }
 
-/// wasmpod's own messages on stderr: each write ends a container's line left open first. The
-/// writer of wasmpod's tracing output.
+/// Waits for everything queued for stderr to be written, a container's line left open ended,
+/// while stderr takes it ([`STALL`]) and [`PATIENCE`] at most; says how many of wasmpod's
+/// messages were dropped, if any were. Whether stderr caught up.
+pub(crate) fn finish() -> bool {
+    let dropped = DROPPED.load(Ordering::Relaxed);
+    if dropped > 0 {
+        diagnostic(&format!(
+            "wasmpod: {dropped} messages of wasmpod's were dropped: stderr was not read\n"
+        ));
+    }
+    let (done, flushed) = std::sync::mpsc::sync_channel(1);
+    if queue().try_send(Piece::Flushed(done)).is_err() {
+        return false;
+    }
+    let deadline = std::time::Instant::now() + PATIENCE;
+    let mut seen = WRITTEN.load(Ordering::Relaxed);
+    loop {
+        match flushed.recv_timeout(STALL) {
+            Ok(()) => return true,
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return false,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                let now = WRITTEN.load(Ordering::Relaxed);
+                if now == seen || std::time::Instant::now() >= deadline {
+                    return false;
+                }
+                seen = now;
+            }
+        }
+    }
+}
+
+/// wasmpod's own messages on stderr, through [`diagnostic`]: the writer of wasmpod's tracing
+/// output.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Diagnostics;
 
 impl Write for Diagnostics {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        stderr_printer().message(&mut io::stderr().lock(), buf)?;
+        diagnostic(&String::from_utf8_lossy(buf));
         Ok(buf.len())
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        io::stderr().flush()
+        Ok(())
     }
 }
 
@@ -110,7 +248,7 @@ mod tests {
     /// What `pieces` of containers' output (`Some`: container, text, partial) and wasmpod's own
     /// messages (`None`) print as.
     fn printed(whole_lines: bool, pieces: &[Option<(&str, &str, bool)>]) -> String {
-        let mut printer = Printer::new(whole_lines);
+        let mut printer = Printer::new(whole_lines, false);
         let mut out = Vec::new();
         for piece in pieces {
             match *piece {
@@ -157,5 +295,22 @@ mod tests {
             printed(false, &pieces),
             "[c] progress: 10%\nwasmpod: a warning\n[c]  20%\nwasmpod: a warning\n"
         );
+    }
+
+    #[test]
+    fn control_characters_are_shown_escaped_on_a_terminal() {
+        let mut printer = Printer::new(false, true);
+        let mut out = Vec::new();
+        let line = "\x1b]0;owned\x07\x1b[2J\rother] x\ttab \u{9b}31m é";
+        printer.print(&mut out, "c", line, false).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "[c] \\x1b]0;owned\\x07\\x1b[2J\\rother] x\ttab \\u{9b}31m é\n"
+        );
+        // Not on a pipe: the bytes as they are.
+        let mut printer = Printer::new(false, false);
+        let mut out = Vec::new();
+        printer.print(&mut out, "c", "\x1b[2J", false).unwrap();
+        assert_eq!(out, b"[c] \x1b[2J\n");
     }
 }

@@ -65,7 +65,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let (spec, classes) = match PodFiles::read(&args.pod, &args.config) {
         Ok(files) => (files.spec, files.priority_classes),
         Err(e) => {
-            eprintln!("{e}");
+            printer::diagnostic(&format!("{e}\n"));
             return Ok(ExitCode::from(2));
         }
     };
@@ -86,16 +86,17 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         [] => None,
         [(name, _)] => Some((*name).to_owned()),
         [(_, first), (_, second), ..] => {
-            eprintln!(
-                "{}: {second}: wasmpod run connects its stdin to one container, and {first} asks for it too",
+            printer::diagnostic(&format!(
+                "{}: {second}: wasmpod run connects its stdin to one container, and {first} asks \
+                 for it too\n",
                 args.pod.display()
-            );
+            ));
             return Ok(ExitCode::from(2));
         }
     };
     let node = Node::new(args.node.options().priority_classes(classes))?;
     if let Err(why) = node.check_fits(&spec) {
-        eprintln!("{}: {why}", args.pod.display());
+        printer::diagnostic(&format!("{}: {why}\n", args.pod.display()));
         return Ok(ExitCode::from(2));
     }
     let signals = Signals::listen().context("cannot listen for signals")?;
@@ -109,7 +110,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let pod = match node.create_pod(spec, options).await {
         Ok(pod) => pod,
         Err(e) => {
-            eprintln!("{}: {e}", args.pod.display());
+            printer::diagnostic(&format!("{}: {e}\n", args.pod.display()));
             return Ok(ExitCode::from(2));
         }
     };
@@ -122,7 +123,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     std::thread::spawn(move || {
         // Write errors (a closed pipe: `wasmpod run pod.yaml | head`) are ignored: the pod runs
         // on and its output stays in the log files.
-        let mut stdout = Printer::new(stdout_whole_lines);
+        let mut stdout = Printer::stdout(stdout_whole_lines);
         while let Some(out) = output.blocking_recv() {
             let _ = match out.stream {
                 Stream::Stdout => stdout.print(
@@ -131,12 +132,14 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
                     &out.line,
                     out.partial,
                 ),
-                Stream::Stderr => printer::stderr(&out.container, &out.line, out.partial),
+                Stream::Stderr => {
+                    printer::stderr(&out.container, &out.line, out.partial);
+                    Ok(())
+                }
             };
             progress.fetch_add(1, Ordering::Relaxed);
         }
         let _ = stdout.end(&mut std::io::stdout());
-        let _ = printer::end_stderr();
         drop(printed_tx);
     });
     let events = events_out.map(|out| write_events(pod.clone(), out, written.clone()));
@@ -158,7 +161,9 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     if let Some(events) = events {
         match drain(events, &written).await {
             Some(result) => result.context("cannot write the event stream")?,
-            None => eprintln!("wasmpod: the event stream could not be written: nobody reads it"),
+            None => printer::diagnostic(
+                "wasmpod: the event stream could not be written: nobody reads it\n",
+            ),
         }
     }
     if let (Some(path), Some(mut file)) = (&args.status, status_out) {
@@ -241,17 +246,17 @@ fn report_failures(pod: &Path, status: &wasmpod::k8s_openapi::api::core::v1::Pod
                 .as_deref()
                 .map(|m| format!(": {}", m.trim_end()))
                 .unwrap_or_default();
-            eprintln!(
-                "wasmpod: {}: container {} ended {} (exit code {}){message}",
+            printer::diagnostic(&format!(
+                "wasmpod: {}: container {} ended {} (exit code {}){message}\n",
                 pod.display(),
                 c.name,
                 t.reason.as_deref().unwrap_or("Error"),
                 t.exit_code,
-            );
+            ));
         }
     }
     if let Some(message) = &status.message {
-        eprintln!("wasmpod: {}: {message}", pod.display());
+        printer::diagnostic(&format!("wasmpod: {}: {message}\n", pod.display()));
     }
 }
 

@@ -51,22 +51,55 @@ spec:
 #[cfg(unix)]
 #[test]
 fn sigterm_acts_while_stdout_is_not_read() {
+    sigterm_acts_while_unread(
+        "flood",
+        "flood line 19999",
+        &["--events", "-"],
+        Stdio::piped(),
+        Stdio::piped(),
+    );
+}
+
+/// The same with stderr: a guest writing to a stderr nobody reads (a paused pager, a full
+/// journal), and wasmpod's own messages (why the container failed) with it: none of the node's
+/// work waits on it, and wasmpod exits.
+#[cfg(unix)]
+#[test]
+fn sigterm_acts_while_stderr_is_not_read() {
+    sigterm_acts_while_unread(
+        "eflood",
+        "stderr flood line 19999",
+        &[],
+        Stdio::null(),
+        Stdio::piped(),
+    );
+}
+
+#[cfg(unix)]
+fn sigterm_acts_while_unread(
+    flood: &str,
+    last: &str,
+    extra: &[&str],
+    stdout: Stdio,
+    stderr: Stdio,
+) {
     let dir = Dir::new();
     let pod = dir.write(
         "pod.yaml",
-        r#"
+        &r#"
 apiVersion: v1
 kind: Pod
 metadata: { name: loud }
 spec:
   containers:
-  - { name: c, image: "{p1}", args: [print, started, flood, "20000", sleep, "100000"] }
-"#,
+  - { name: c, image: "{p1}", args: [print, started, FLOOD, "20000", sleep, "100000"] }
+"#
+        .replace("FLOOD", flood),
     );
     let mut child = dir
-        .run_command(&pod, &["--events", "-"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .run_command(&pod, extra)
+        .stdout(stdout)
+        .stderr(stderr)
         .spawn()
         .unwrap();
     // The pipe (64 KiB) fills with the flood and stays full: nothing reads it.
@@ -75,7 +108,7 @@ spec:
     while !std::fs::read_dir(&log).is_ok_and(|mut d| d.next().is_some())
         || !std::fs::read_to_string(dir.log_dir("c").join("0.log"))
             .unwrap_or_default()
-            .contains("flood line 19999")
+            .contains(last)
     {
         assert!(
             start.elapsed() < Duration::from_secs(30),
@@ -91,7 +124,7 @@ spec:
         }
         assert!(
             sent.elapsed() < Duration::from_secs(10),
-            "SIGTERM did nothing while stdout was not read"
+            "SIGTERM did nothing while the output was not read"
         );
         std::thread::sleep(Duration::from_millis(10));
     };

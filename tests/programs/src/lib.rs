@@ -5,7 +5,8 @@
 //! `print TEXT`, `eprint TEXT`, `prompt TEXT` (print without a newline, and flush), `eprompt
 //! TEXT` (the same on stderr), `sleep MS`, `exit CODE`, `trap`, `loop` (spin forever),
 //! `work MILLIONS` (a fixed amount of computation),
-//! `alloc MIB` (allocate and touch), `flood LINES`, `longline BYTES`, `args`, `env NAME`,
+//! `alloc MIB` (allocate and touch), `flood LINES`, `eflood LINES` (on stderr), `longline BYTES`,
+//! `args`, `env NAME`,
 //! `stdin` (print each line of stdin as it comes, then how many there were),
 //! `write PATH TEXT`, `append PATH TEXT`, `cat PATH`, `exists PATH` (exit 1 if missing), `rm PATH`,
 //! `ls DIR` (sorted names), `bigfile PATH KIB`,
@@ -70,6 +71,13 @@ pub fn main(term: Option<TermCheck>) {
                 let mut out = std::io::stdout().lock();
                 for i in 0..n {
                     writeln!(out, "flood line {i} xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx").unwrap();
+                }
+            }
+            "eflood" => {
+                let n: usize = arg().parse().expect("eflood LINES");
+                let mut err = std::io::stderr().lock();
+                for i in 0..n {
+                    writeln!(err, "stderr flood line {i} xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx").unwrap();
                 }
             }
             "longline" => {
