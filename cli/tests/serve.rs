@@ -1578,11 +1578,14 @@ fn a_refused_attach_leaves_a_stdin_once_container_its_stdin() {
     let (_tmp, agent) = Agent::start();
     agent.provide_agnhost();
     agent.create(
-        &PodYaml::new("once")
-            .container(
-                r#"{ name: c, image: "{p1}", args: [print, started, stdin], stdin: true, stdinOnce: true }"#,
-            )
-            .build(),
+        r#"apiVersion: v1
+kind: Pod
+metadata: { name: once }
+spec:
+  restartPolicy: Never
+  containers:
+  - { name: c, image: "{p1}", args: [print, started, stdin], stdin: true, stdinOnce: true }
+"#,
     );
     agent.ok(&["wait", "--for=condition=Ready", "pod/once", "--timeout=30s"]);
     let refused = agent.kubectl_with_input(
