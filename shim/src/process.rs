@@ -62,9 +62,11 @@ pub(crate) struct Process {
 }
 
 /// How long after `Start` was answered a process's end is stamped at the earliest: containerd
-/// reads its clock for `started_at` once the answer reaches it, and the kubelet computes a
-/// duration from the two, so a process that ends at once must not end before that reading.
-const AFTER_START: Duration = Duration::from_millis(1);
+/// reads its clock for `started_at` once the answer reaches it (after its own bookkeeping, which
+/// took more than a millisecond on a loaded 2-core machine), and the kubelet computes a duration
+/// from the two, so a process that ends at once must not end before that reading. Only a process
+/// that ends within this time of its start is reported later, by at most this.
+const AFTER_START: Duration = Duration::from_millis(25);
 /// How long a process that ended waits for `Start`'s answer to be marked.
 const ANSWER_WAIT: Duration = Duration::from_secs(1);
 
