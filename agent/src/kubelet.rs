@@ -149,10 +149,10 @@ impl Kubelet {
     /// (an hour when not said), as the kubelet asks one TokenRequest per projection. Only the
     /// `kube-api-access` default (the API's audience, 3607 s) is extended to a year, as the API
     /// server extends it; the others are rewritten before they expire ([`Self::refresh_tokens`]).
-    /// None for a pod without such a projection, or whose service account does not exist.
+    /// None for a pod without such a projection.
     fn account_tokens(&self, pod: &Value) -> Vec<Value> {
         let ns = str_at(pod, "/metadata/namespace");
-        let account = account_of(pod);
+        let account = account_of(pod.get("spec"));
         let mut seen = Vec::new();
         let mut secrets = Vec::new();
         for p in token_projections(pod) {
@@ -160,9 +160,7 @@ impl Kubelet {
             if seen.contains(&key) || seen.len() >= 16 {
                 continue;
             }
-            let Some(token) = self.issue_token(pod, &p, jiff::Timestamp::now().as_second()) else {
-                return Vec::new();
-            };
+            let token = self.issue_token(pod, &p, jiff::Timestamp::now().as_second());
             let mut annotations = serde_json::Map::new();
             annotations.insert("kubernetes.io/service-account.name".into(), json!(account));
             annotations.insert(wasmpod::TOKEN_AUDIENCE.into(), json!(p.audience));
@@ -186,34 +184,33 @@ impl Kubelet {
         secrets
     }
 
-    /// A token for projection `p` of `pod`, issued at `now`; None when the pod's service
-    /// account does not exist.
-    fn issue_token(&self, pod: &Value, p: &Projection, now: i64) -> Option<String> {
+    /// A token for projection `p` of `pod`, issued at `now`. A pod whose service account is gone
+    /// (deleted while it ran; admission refuses a pod without one) still gets a token, with no
+    /// account uid: the API refuses it, and the pod is not kept from resuming for want of it.
+    fn issue_token(&self, pod: &Value, p: &Projection, now: i64) -> String {
         let ns = str_at(pod, "/metadata/namespace");
-        let account = account_of(pod);
+        let account = account_of(pod.get("spec"));
         let account_uid = self
             .store
-            .get("serviceaccounts", ns, account)?
-            .uid()
-            .to_owned();
+            .get("serviceaccounts", ns, account)
+            .map(|a| a.uid().to_owned())
+            .unwrap_or_default();
         let audience = if p.audience.is_empty() {
             crate::tokens::API_AUDIENCE
         } else {
             &p.audience
         };
         let uid = str_at(pod, "/metadata/uid");
-        Some(
-            self.tokens.issue(&Claims {
-                namespace: ns.to_owned(),
-                account: account.to_owned(),
-                account_uid,
-                audiences: vec![audience.to_owned()],
-                issued: now,
-                expires: now.saturating_add(p.lifetime()),
-                pod: (!uid.is_empty())
-                    .then(|| (str_at(pod, "/metadata/name").to_owned(), uid.to_owned())),
-            }),
-        )
+        self.tokens.issue(&Claims {
+            namespace: ns.to_owned(),
+            account: account.to_owned(),
+            account_uid,
+            audiences: vec![audience.to_owned()],
+            issued: now,
+            expires: now.saturating_add(p.lifetime()),
+            pod: (!uid.is_empty())
+                .then(|| (str_at(pod, "/metadata/name").to_owned(), uid.to_owned())),
+        })
     }
 
     /// Rewrites the pod's projected tokens that are not extended when 80 % of their lifetime
@@ -233,9 +230,7 @@ impl Kubelet {
             }
             let now = jiff::Timestamp::now().as_second();
             for p in &due {
-                let Some(token) = self.issue_token(&pod, p, now) else {
-                    continue; // the account is gone: the old token dies with it
-                };
+                let token = self.issue_token(&pod, p, now);
                 if let Err(e) = handle.rewrite_file(&p.volume, &p.path, token.as_bytes()) {
                     tracing::warn!(pod = %handle.name(), "cannot rewrite a projected token: {e}");
                 }
@@ -697,12 +692,11 @@ struct Recorded {
     resumed: bool,
 }
 
-/// The service account a pod runs as.
-fn account_of(pod: &Value) -> &str {
-    ["/spec/serviceAccountName", "/spec/serviceAccount"]
+/// The service account a pod of this `spec` runs as.
+pub(crate) fn account_of(spec: Option<&Value>) -> &str {
+    ["serviceAccountName", "serviceAccount"]
         .iter()
-        .map(|p| str_at(pod, p))
-        .find(|a| !a.is_empty())
+        .find_map(|k| spec?.get(*k)?.as_str().filter(|a| !a.is_empty()))
         .unwrap_or("default")
 }
 

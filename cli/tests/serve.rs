@@ -1874,11 +1874,12 @@ spec:
 }
 
 /// A projected token for another audience is for that audience alone, for the time asked: the
-/// API refuses it. A pod naming a service account that does not exist is refused.
+/// API refuses it. A pod naming a service account that does not exist is refused; one whose
+/// account is deleted while it runs is not lost at the agent's restart.
 #[test]
 fn projected_tokens_mean_only_what_they_say() {
     use base64::Engine as _;
-    let (_tmp, agent) = Agent::start();
+    let (tmp, agent) = Agent::start();
     let refused = agent.fails(&[
         "run",
         "nobody",
@@ -1941,6 +1942,43 @@ spec:
     );
     let as_api = agent.kubectl(&["--token", tokens[1], "get", "pods"]);
     assert!(as_api.status.success(), "{as_api:?}");
+
+    // A pod whose account is deleted while it runs still runs again after the agent restarts
+    // (its token, for an account that is gone, is refused by the API).
+    agent.ok(&["create", "sa", "worker"]);
+    agent.create(
+        r#"apiVersion: v1
+kind: Pod
+metadata: { name: worker }
+spec:
+  serviceAccountName: worker
+  containers:
+  - { name: c, image: "{p1}", args: [cat, /t/token, sleep, "600000"], volumeMounts: [ { name: t, mountPath: /t } ] }
+  volumes:
+  - { name: t, projected: { sources: [ { serviceAccountToken: { path: token } } ] } }
+"#,
+    );
+    agent.ok(&[
+        "wait",
+        "--for=condition=Ready",
+        "pod/worker",
+        "--timeout=30s",
+    ]);
+    agent.ok(&["delete", "sa", "worker"]);
+    agent.kill();
+    let agent = Agent::start_in(tmp.path(), &[]);
+    // Its container runs again, counting the instance the kill lost.
+    let state = "jsonpath={.status.containerStatuses[0].restartCount} \
+                 {.status.containerStatuses[0].ready}";
+    agent.until(&["get", "pod", "worker", "-o", state], LIMIT, |t| {
+        t == "1 true"
+    });
+    let token = agent.until(&["logs", "worker"], LIMIT, |l| !l.trim().is_empty());
+    let out = agent.kubectl(&["--token", token.trim(), "get", "pods"]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("Unauthorized"),
+        "{out:?}"
+    );
 }
 
 /// Pods reach the node's API as a cluster's pods do: the `kubernetes` Service's address and

@@ -69,15 +69,7 @@ impl Api {
             ));
         }
         // The ServiceAccount admission plugin's: a pod runs as an account that exists.
-        let account = ["serviceAccountName", "serviceAccount"]
-            .iter()
-            .find_map(|k| {
-                spec.as_ref()?
-                    .get(*k)
-                    .and_then(Value::as_str)
-                    .filter(|a| !a.is_empty())
-            })
-            .unwrap_or("default");
+        let account = crate::kubelet::account_of(spec.as_ref());
         let ns = object.namespace();
         if self.store.get("serviceaccounts", ns, account).is_none() {
             return Err(ApiError::forbidden(
