@@ -78,7 +78,7 @@ fn main() -> ExitCode {
             let code = match runtime.block_on(serve::serve(*args)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
-                    printer::diagnostic(&format!("wasmpod: {e:#}\n"));
+                    printer::report(&format!("wasmpod: {e:#}\n"));
                     ExitCode::from(2)
                 }
             };
@@ -90,7 +90,7 @@ fn main() -> ExitCode {
             let code = match runtime.block_on(run::run(*args)) {
                 Ok(code) => code,
                 Err(e) => {
-                    printer::diagnostic(&format!("wasmpod: {e:#}\n"));
+                    printer::report(&format!("wasmpod: {e:#}\n"));
                     ExitCode::from(2)
                 }
             };

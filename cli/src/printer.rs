@@ -5,9 +5,11 @@
 //!
 //! Nothing of the node's waits on the terminal: stderr is written by a thread of its own from a
 //! bounded queue. A container's lines wait for room there (on the output thread, which the node
-//! does not wait for), wasmpod's own messages never do: one that finds the queue full (a stderr
-//! nobody reads: a paused pager, a full journal) is dropped and counted, and at its end `run`
-//! waits for stderr a bounded time only ([`finish`]). The log files keep every line.
+//! does not wait for); wasmpod's own messages while the pod runs never do: one that finds the
+//! queue full (a stderr nobody reads: a paused pager, a full journal) is dropped and counted
+//! ([`diagnostic`]). What `run` says once the pod is gone (why containers failed) waits for room
+//! while stderr takes something ([`report`]), and `run` then waits for stderr a bounded time
+//! only ([`finish`]). The log files keep every line.
 //!
 //! On a terminal a guest's control characters are shown escaped (`\r`, `\x1b`, ...), tab
 //! aside: a guest cannot set the window title, clear the screen, write the clipboard or overwrite
@@ -16,7 +18,7 @@
 use std::fmt::Write as _;
 use std::io::{self, IsTerminal, Write};
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
 use std::time::Duration;
 
@@ -94,7 +96,7 @@ impl Printer {
 /// `line` with its control characters but tab escaped: C0 and DEL as `\r`, `\x1b`..., C1 as
 /// `\u{9b}`; a backslash stays as it is.
 fn escaped(line: &str) -> std::borrow::Cow<'_, str> {
-    let control = |c: char| c != '\t' && (c.is_control());
+    let control = |c: char| c != '\t' && c.is_control();
     if !line.chars().any(control) {
         return line.into();
     }
@@ -191,6 +193,32 @@ pub(crate) fn diagnostic(message: &str) {
             DROPPED.fetch_add(1, Ordering::Relaxed);
         }
         Err(TrySendError::Disconnected(_)) => {}
+    }
+}
+
+/// Writes `message` of wasmpod's once the pod is gone (nothing of the node's is left to wait
+/// on it): waits for room in the queue while stderr takes something ([`STALL`]); dropped and
+/// counted when it takes nothing, and from then on as [`diagnostic`] does.
+pub(crate) fn report(message: &str) {
+    static STALLED: AtomicBool = AtomicBool::new(false);
+    let mut piece = Piece::Message(message.as_bytes().to_vec());
+    let mut seen = WRITTEN.load(Ordering::Relaxed);
+    let mut since = std::time::Instant::now();
+    loop {
+        match queue().try_send(piece) {
+            Ok(()) | Err(TrySendError::Disconnected(_)) => return,
+            Err(TrySendError::Full(back)) => piece = back,
+        }
+        let now = WRITTEN.load(Ordering::Relaxed);
+        if now != seen {
+            (seen, since) = (now, std::time::Instant::now());
+        }
+        if STALLED.load(Ordering::Relaxed) || since.elapsed() >= STALL {
+            STALLED.store(true, Ordering::Relaxed);
+            DROPPED.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
 

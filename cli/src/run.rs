@@ -65,7 +65,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let (spec, classes) = match PodFiles::read(&args.pod, &args.config) {
         Ok(files) => (files.spec, files.priority_classes),
         Err(e) => {
-            printer::diagnostic(&format!("{e}\n"));
+            printer::report(&format!("{e}\n"));
             return Ok(ExitCode::from(2));
         }
     };
@@ -86,7 +86,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         [] => None,
         [(name, _)] => Some((*name).to_owned()),
         [(_, first), (_, second), ..] => {
-            printer::diagnostic(&format!(
+            printer::report(&format!(
                 "{}: {second}: wasmpod run connects its stdin to one container, and {first} asks \
                  for it too\n",
                 args.pod.display()
@@ -96,7 +96,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     };
     let node = Node::new(args.node.options().priority_classes(classes))?;
     if let Err(why) = node.check_fits(&spec) {
-        printer::diagnostic(&format!("{}: {why}\n", args.pod.display()));
+        printer::report(&format!("{}: {why}\n", args.pod.display()));
         return Ok(ExitCode::from(2));
     }
     let signals = Signals::listen().context("cannot listen for signals")?;
@@ -110,7 +110,7 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let pod = match node.create_pod(spec, options).await {
         Ok(pod) => pod,
         Err(e) => {
-            printer::diagnostic(&format!("{}: {e}\n", args.pod.display()));
+            printer::report(&format!("{}: {e}\n", args.pod.display()));
             return Ok(ExitCode::from(2));
         }
     };
@@ -161,9 +161,9 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     if let Some(events) = events {
         match drain(events, &written).await {
             Some(result) => result.context("cannot write the event stream")?,
-            None => printer::diagnostic(
-                "wasmpod: the event stream could not be written: nobody reads it\n",
-            ),
+            None => {
+                printer::report("wasmpod: the event stream could not be written: nobody reads it\n")
+            }
         }
     }
     if let (Some(path), Some(mut file)) = (&args.status, status_out) {
@@ -246,7 +246,7 @@ fn report_failures(pod: &Path, status: &wasmpod::k8s_openapi::api::core::v1::Pod
                 .as_deref()
                 .map(|m| format!(": {}", m.trim_end()))
                 .unwrap_or_default();
-            printer::diagnostic(&format!(
+            printer::report(&format!(
                 "wasmpod: {}: container {} ended {} (exit code {}){message}\n",
                 pod.display(),
                 c.name,
@@ -256,7 +256,7 @@ fn report_failures(pod: &Path, status: &wasmpod::k8s_openapi::api::core::v1::Pod
         }
     }
     if let Some(message) = &status.message {
-        printer::diagnostic(&format!("wasmpod: {}: {message}\n", pod.display()));
+        printer::report(&format!("wasmpod: {}: {message}\n", pod.display()));
     }
 }
 

@@ -676,7 +676,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_bytes_held_for_a_connection_are_bounded_whatever_the_frame_size() {
+    async fn a_connections_buffer_holds_its_bound_and_a_stall_ends_in_a_reset() {
         let session_room = Arc::new(Semaphore::new(SESSION_BUFFER));
         let mut connections = HashMap::new();
         let (to_pod, _from_client) = mpsc::unbounded_channel();

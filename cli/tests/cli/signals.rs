@@ -181,3 +181,49 @@ spec:
         137
     );
 }
+
+/// A stderr that is read, if slowly, gets everything `run` says at the end: the containers'
+/// lines queued before it and why the container failed after them.
+#[test]
+fn a_slow_stderr_gets_the_failure_report_after_the_lines_before_it() {
+    use std::io::Read as _;
+    let dir = Dir::new();
+    let pod = dir.write(
+        "pod.yaml",
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: { name: loud }
+spec:
+  restartPolicy: Never
+  containers:
+  - { name: c, image: "{p1}", args: [eflood, "2000", exit, "3"] }
+"#,
+    );
+    let mut child = dir
+        .run_command(&pod, &[])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let mut seen = Vec::new();
+    // About 50 KB/s: slower than the guest writes, so the queue is full when `run` reports.
+    let mut buf = [0; 512];
+    loop {
+        match stderr.read(&mut buf).unwrap() {
+            0 => break,
+            n => seen.extend_from_slice(&buf[..n]),
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(child.wait().unwrap().code(), Some(1));
+    let seen = String::from_utf8_lossy(&seen);
+    assert!(seen.contains("[c] stderr flood line 0 "), "{seen:.200}");
+    assert!(
+        seen.trim_end()
+            .ends_with("container c ended Error (exit code 3)"),
+        "{}",
+        &seen[seen.len().saturating_sub(300)..]
+    );
+}
