@@ -264,8 +264,8 @@ async fn declared_tables_are_charged_before_the_guest_runs() {
 }
 
 /// A published port carries a bounded number of connections at once: a flood of idle
-/// connections costs the process a bounded number of descriptors (the rest wait in the
-/// kernel's backlog), and the port serves again once they go.
+/// connections costs the process a bounded number of descriptors (past the bound, the one that
+/// has waited longest for its client is closed), and the port serves again once they go.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_published_port_bounds_its_connections() {
     let node = TestNode::new();
@@ -293,8 +293,8 @@ async fn a_published_port_bounds_its_connections() {
     }
     let fds = || std::fs::read_dir("/proc/self/fd").unwrap().count();
     let before = fds();
-    // Connected at once; those the full backlog holds back give up.
-    let attempts: Vec<_> = (0..1000)
+    // Connected at once; those a full backlog would hold back give up.
+    let attempts: Vec<_> = (0..2000)
         .map(|_| {
             tokio::spawn(tokio::time::timeout(
                 Duration::from_secs(1),
@@ -309,11 +309,12 @@ async fn a_published_port_bounds_its_connections() {
         }
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
-    // 256 a port (docs/security.md), with room for what the tests running beside this one open.
+    // 1,024 a port (docs/security.md), with room for what the tests running beside this one
+    // open.
     let held = fds().saturating_sub(before + idle.len());
     assert!(
-        held < 600,
-        "1,000 idle connections to a published port hold {held} descriptors of the node"
+        held < 1400,
+        "2,000 idle connections to a published port hold {held} descriptors of the node"
     );
     drop(idle);
     let start = std::time::Instant::now();

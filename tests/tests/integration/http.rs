@@ -320,6 +320,49 @@ async fn a_slow_request_head_loses_its_connection() {
     remove(&pod).await;
 }
 
+/// Connections to a published port that send nothing, or stop in the middle of their request
+/// head, do not keep new clients out: past the 1,024 connections a port carries, the one that
+/// has waited longest for its client is closed to make room, and a new client is answered at
+/// once rather than after the header timeout.
+#[tokio::test]
+async fn silent_and_stalled_connections_do_not_starve_a_published_port() {
+    let (_node, pod, addr) = serving("crowd", "").await;
+    let held = tokio::task::spawn_blocking(move || {
+        (0..1200)
+            .map(|i| {
+                let mut s = TcpStream::connect(addr).unwrap();
+                if i % 12 == 0 {
+                    s.write_all(b"GET / HTTP/1.1\r\nHost: test\r\n").unwrap();
+                }
+                s
+            })
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap();
+    let start = Instant::now();
+    assert_eq!(get(addr, "/").await.status, 200);
+    let took = start.elapsed();
+    assert!(took < Duration::from_secs(5), "answered after {took:?}");
+    // The oldest silent connection is the one that made room: closed, long before the header
+    // timeout would have closed it.
+    let mut oldest = held[1].try_clone().unwrap();
+    let eof = tokio::task::spawn_blocking(move || {
+        oldest
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        oldest.read(&mut [0u8; 16])
+    })
+    .await
+    .unwrap();
+    assert!(
+        matches!(eof, Ok(0)),
+        "the oldest silent connection: {eof:?}"
+    );
+    drop(held);
+    remove(&pod).await;
+}
+
 /// A request past `wasmpod.dev/http-request-timeout` is cut: a spinning one is answered 504, one
 /// whose body is still streaming loses its connection; the next request is served.
 #[tokio::test]
