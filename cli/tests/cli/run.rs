@@ -151,6 +151,24 @@ fn run_pulls_a_registry_image() {
     assert_eq!(text(&out.stdout), "[c] from-a-registry\n");
 }
 
+/// A pod of local `.wasm` files makes no registry client and reads no credentials: a registry
+/// config that is not JSON does not stop it (a pull would fail on it, naming the file).
+#[test]
+fn a_local_pod_reads_no_registry_config() {
+    let dir = Dir::new();
+    let pod = dir.write(
+        "pod.yaml",
+        &PodYaml::new("local")
+            .never()
+            .container(r#"{ name: c, image: "{p1}", args: [print, local] }"#)
+            .build(),
+    );
+    let config = dir.write("docker.json", "{ not json");
+    let out = dir.run(&pod, &["--registry-config", config.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "[c] local\n");
+}
+
 #[test]
 fn failed_pod_exits_1() {
     let dir = Dir::new();

@@ -152,29 +152,17 @@ impl Images {
         precompiled: &[String],
         auth_file: Option<&Path>,
         gc: ImageGc,
-    ) -> std::io::Result<Images> {
-        let node_auth = match auth_file {
-            Some(file) => {
-                let text = std::fs::read(file)?;
-                Some(serde_json::from_slice(&text).map_err(|e| {
-                    std::io::Error::new(
-                        std::io::ErrorKind::InvalidData,
-                        format!("{}: {e}", file.display()),
-                    )
-                })?)
-            }
-            None => None,
-        };
-        Ok(Images {
+    ) -> Images {
+        Images {
             root: root.to_owned(),
             store: std::sync::OnceLock::new(),
-            puller: Puller::new(insecure, precompiled, node_auth).map_err(std::io::Error::other)?,
+            puller: Puller::new(insecure, precompiled, auth_file),
             gc,
             inflight: Mutex::default(),
             progress: Mutex::default(),
             in_use: Arc::default(),
             fresh: Mutex::default(),
-        })
+        }
     }
 
     fn store(&self) -> Result<&Store, String> {

@@ -6,6 +6,8 @@
 
 use oci_client::Reference;
 use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::registry::Repository;
@@ -36,11 +38,18 @@ const WASM_LAYERS: &[&str] = &[
 ];
 
 pub(crate) struct Puller {
-    http: reqwest::Client,
     insecure: Vec<String>,
     /// Registries whose precompiled layers the node runs.
     precompiled: Vec<String>,
-    /// The node's docker-style config (`{"auths": {...}}`), if any.
+    /// The node's docker-style config file (`{"auths": {...}}`), if any.
+    auth_file: Option<PathBuf>,
+    /// The HTTP client and the node's credentials, made at the first pull: a node that runs
+    /// only `.wasm` files loads no CA certificates and reads no credentials.
+    made: OnceLock<Result<Made, String>>,
+}
+
+struct Made {
+    http: reqwest::Client,
     node_auth: Option<Value>,
 }
 
@@ -48,35 +57,60 @@ impl Puller {
     pub(crate) fn new(
         insecure: &[String],
         precompiled: &[String],
-        node_auth: Option<Value>,
-    ) -> Result<Puller, String> {
-        // reqwest is built without a default TLS provider: the process's is ring's (as the
-        // node agent's); installing it again is a no-op.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let http = reqwest::Client::builder()
-            .connect_timeout(CONNECT_TIMEOUT)
-            .read_timeout(READ_TIMEOUT)
-            .user_agent(concat!("wasmpod/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| format!("cannot make the registry client: {e}"))?;
-        Ok(Puller {
-            http,
+        auth_file: Option<&Path>,
+    ) -> Puller {
+        Puller {
             insecure: insecure.to_vec(),
             precompiled: precompiled.to_vec(),
-            node_auth,
-        })
+            auth_file: auth_file.map(Path::to_owned),
+            made: OnceLock::new(),
+        }
+    }
+
+    fn made(&self) -> Result<&Made, String> {
+        self.made
+            .get_or_init(|| {
+                let node_auth = match &self.auth_file {
+                    Some(file) => {
+                        let text = std::fs::read(file)
+                            .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+                        Some(
+                            serde_json::from_slice(&text)
+                                .map_err(|e| format!("{}: {e}", file.display()))?,
+                        )
+                    }
+                    None => None,
+                };
+                // reqwest is built without a default TLS provider: the process's is ring's (as
+                // the node agent's); installing it again is a no-op.
+                let _ = rustls::crypto::ring::default_provider().install_default();
+                let http = reqwest::Client::builder()
+                    .connect_timeout(CONNECT_TIMEOUT)
+                    .read_timeout(READ_TIMEOUT)
+                    .user_agent(concat!("wasmpod/", env!("CARGO_PKG_VERSION")))
+                    .build()
+                    .map_err(|e| format!("cannot make the registry client: {e}"))?;
+                Ok(Made { http, node_auth })
+            })
+            .as_ref()
+            .map_err(Clone::clone)
     }
 
     /// `reference`'s repository, with the credentials for its registry: the first pull secret
     /// that has them, then the node's.
-    fn repository(&self, reference: &Reference, secrets: &[Value]) -> Repository<'_> {
+    fn repository(
+        &self,
+        reference: &Reference,
+        secrets: &[Value],
+    ) -> Result<Repository<'_>, String> {
+        let made = self.made()?;
         let registry = reference.resolve_registry();
         let basic = secrets
             .iter()
-            .chain(self.node_auth.as_ref())
+            .chain(made.node_auth.as_ref())
             .find_map(|config| credentials(config, registry));
         let insecure = self.insecure.iter().any(|r| r == registry);
-        Repository::new(&self.http, reference, insecure, basic)
+        Ok(Repository::new(&made.http, reference, insecure, basic))
     }
 
     /// Whether the node runs machine code from `reference`'s registry.
@@ -92,7 +126,7 @@ impl Puller {
         secrets: &[Value],
     ) -> Result<String, String> {
         let (_, digest) = self
-            .repository(reference, secrets)
+            .repository(reference, secrets)?
             .manifest(reference)
             .await?;
         Ok(digest)
@@ -107,7 +141,7 @@ impl Puller {
         command: Option<&str>,
         counters: &Counters,
     ) -> Result<Fetched, String> {
-        let mut repository = self.repository(reference, secrets);
+        let mut repository = self.repository(reference, secrets)?;
         let (manifest, manifest_digest) = repository.manifest(reference).await?;
         let trusted = self.trusts(reference);
         if let Some(layer) = manifest
@@ -307,6 +341,23 @@ fn file_in_layer(bytes: &[u8], gzip: bool, path: &str) -> Result<Option<Vec<u8>>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The node's registry config is read at the first pull, and a broken one fails the pull
+    /// with the file's name.
+    #[tokio::test]
+    async fn the_registry_config_is_read_at_the_first_pull() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("config.json");
+        std::fs::write(&file, "{ not json").unwrap();
+        let puller = Puller::new(&[], &[], Some(&file));
+        assert!(puller.made.get().is_none(), "made before any pull");
+        let reference: Reference = "127.0.0.1:1/app:1.0".parse().unwrap();
+        let error = puller.resolve(&reference, &[]).await.unwrap_err();
+        assert!(
+            error.starts_with(&format!("{}: ", file.display())),
+            "{error}"
+        );
+    }
 
     #[test]
     fn credentials_come_from_docker_configs() {

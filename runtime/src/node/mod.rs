@@ -121,11 +121,7 @@ impl Node {
             &options.precompiled_registries,
             options.registry_config.as_deref(),
             options.image_gc,
-        )
-        .map_err(|source| Error::Io {
-            path: images_root.clone(),
-            source,
-        })?;
+        );
         let context = NodeContext {
             images: Arc::new(images),
             engine,

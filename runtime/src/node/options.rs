@@ -71,7 +71,8 @@ pub struct NodeOptions {
     /// node runs: from every other, only portable `.wasm` layers are taken.
     pub precompiled_registries: Vec<String>,
     /// A docker-style config file (`{"auths": {...}}`) with registry credentials, used when a
-    /// pod's `imagePullSecrets` have none for the registry.
+    /// pod's `imagePullSecrets` have none for the registry. Read at the node's first pull: a
+    /// broken one fails that pull (and every later one), naming the file.
     pub registry_config: Option<PathBuf>,
     /// The image store's garbage collection (the store is under the cache dir, else the
     /// state dir).
