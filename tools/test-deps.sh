@@ -9,7 +9,8 @@
 # - kubectl (preinstalled on the project's machines; Debian's kubernetes-client otherwise):
 #   the node agent's tests drive it with kubectl;
 # - docker-registry and skopeo: the image tests run a real registry and copy images with skopeo;
-# - curl: the agent's tests call its API as a plain HTTP client too.
+# - curl: the agent's tests call its API as a plain HTTP client too;
+# - systemd-analyze: the agent's unit file is verified with it.
 set -euo pipefail
 
 rustup target add wasm32-wasip1 wasm32-wasip2
@@ -26,6 +27,7 @@ declare -A needed=(
     [docker-registry]=docker-registry
     [skopeo]=skopeo
     [curl]=curl
+    [systemd-analyze]=systemd
 )
 missing=()
 for what in "${!needed[@]}"; do

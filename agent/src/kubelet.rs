@@ -53,6 +53,8 @@ pub(crate) struct Kubelet {
     pods: Mutex<HashMap<String, PodHandle>>,
     /// Each pod's stored events, by pod uid.
     events: Mutex<HashMap<String, Recorded>>,
+    /// How many pods brought back by [`Kubelet::restore`] do not run again yet.
+    restoring: tokio::sync::watch::Sender<usize>,
 }
 
 impl std::fmt::Debug for Kubelet {
@@ -91,7 +93,23 @@ impl Kubelet {
             images,
             pods: Mutex::default(),
             events: Mutex::default(),
+            restoring: tokio::sync::watch::Sender::new(0),
         }
+    }
+
+    /// How many pods brought back after a restart do not run again yet
+    /// ([`crate::ready::started_again`]).
+    pub(crate) fn restoring(&self) -> tokio::sync::watch::Receiver<usize> {
+        self.restoring.subscribe()
+    }
+
+    /// The pods the node runs.
+    pub(crate) fn pod_count(&self) -> usize {
+        lock(&self.pods).len()
+    }
+
+    fn restored_one(&self) {
+        self.restoring.send_modify(|n| *n = n.saturating_sub(1));
     }
 
     pub(crate) fn node(&self) -> &Node {
@@ -325,6 +343,9 @@ impl Kubelet {
         let handle = match created {
             Ok(h) => h,
             Err(message) => {
+                if resumed {
+                    self.restored_one();
+                }
                 tracing::warn!(pod = %name, "cannot run the pod: {message}");
                 self.set_status(&ns, &name, &uid, |s| {
                     end_lost(
@@ -378,6 +399,8 @@ impl Kubelet {
         // What was written last, as a digest: the store has the status itself, and the pod
         // its own copy (one more per pod would be a few KiB of the node's memory each).
         let mut last = digest(&PodStatus::default());
+        // A pod brought back counts as restored once the API shows it running again.
+        let mut restoring = resumed;
         loop {
             let status = tokio::select! {
                 s = handle.wait_until(|s| digest(s) != last) => s,
@@ -389,6 +412,13 @@ impl Kubelet {
                 self.set_status(&ns, &name, &uid, |s| *s = value);
                 last = now;
             }
+            if restoring && crate::ready::started_again(&status) {
+                restoring = false;
+                self.restored_one();
+            }
+        }
+        if restoring {
+            self.restored_one();
         }
         if let Some(refresh) = refresh {
             refresh.abort();
@@ -631,6 +661,7 @@ impl Kubelet {
                 });
             }
             let pod = self.store.get("pods", &ns, &name).unwrap_or(pod);
+            self.restoring.send_modify(|n| *n += 1);
             self.resume(pod, status);
         }
     }

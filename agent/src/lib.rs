@@ -32,6 +32,7 @@ mod kubelet;
 mod manifests;
 mod metrics;
 mod object;
+mod ready;
 mod server;
 mod status;
 mod store;
@@ -170,6 +171,10 @@ pub enum Error {
 pub struct Agent {
     addr: SocketAddr,
     kubeconfig: PathBuf,
+    /// What a client of the API trusts and presents: the CA (PEM) and the token.
+    ca_pem: String,
+    token: String,
+    kubelet: Arc<kubelet::Kubelet>,
     stop: watch::Sender<bool>,
     server: tokio::task::JoinHandle<()>,
     /// The metrics sampler, which holds the store too.
@@ -296,7 +301,12 @@ impl Agent {
         let every = options
             .metrics_resolution
             .max(std::time::Duration::from_millis(100));
-        let sampler = tokio::spawn(metrics::sample(metrics, kubelet, every, stopped.clone()));
+        let sampler = tokio::spawn(metrics::sample(
+            metrics,
+            kubelet.clone(),
+            every,
+            stopped.clone(),
+        ));
         if let Some(dir) = options.manifests.clone() {
             let every = options
                 .manifests_every
@@ -313,6 +323,9 @@ impl Agent {
         Ok(Agent {
             addr,
             kubeconfig: credentials.kubeconfig,
+            ca_pem: credentials.ca_pem,
+            token: credentials.token,
+            kubelet,
             stop,
             server,
             sampler,
@@ -327,6 +340,27 @@ impl Agent {
     /// The kubeconfig that reaches this agent (`KUBECONFIG=... kubectl get pods`).
     pub fn kubeconfig(&self) -> &Path {
         &self.kubeconfig
+    }
+
+    /// Waits until every pod the store held when the agent started runs again (made on the
+    /// node again, and a container of it started, or waiting for a reason other than being made,
+    /// or the pod ended), at most `limit`. Returns how many do not run again yet.
+    pub async fn restored(&self, limit: std::time::Duration) -> usize {
+        let mut restoring = self.kubelet.restoring();
+        let _ = tokio::time::timeout(limit, restoring.wait_for(|n| *n == 0)).await;
+        *restoring.borrow()
+    }
+
+    /// Asks the API for the `default` Namespace as a client does (TLS to the listening
+    /// address, the token, a read of the store): `Ok` when it answers within `limit`, else
+    /// why not.
+    pub async fn answers(&self, limit: std::time::Duration) -> Result<(), String> {
+        ready::ask(self.addr, &self.ca_pem, &self.token, limit).await
+    }
+
+    /// How many pods the node runs.
+    pub fn pod_count(&self) -> usize {
+        self.kubelet.pod_count()
     }
 
     /// Stops serving the API, ending its open connections (watches, followed logs, sessions).

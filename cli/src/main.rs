@@ -11,6 +11,8 @@ mod run;
 #[cfg(feature = "agent")]
 mod serve;
 mod signals;
+#[cfg(feature = "agent")]
+mod systemd;
 mod validate;
 
 use std::path::PathBuf;
@@ -25,8 +27,19 @@ use clap::{Parser, Subcommand};
     about = "Run Kubernetes Pods of WASI containers on wasmtime"
 )]
 struct Cli {
+    /// How wasmpod writes its own diagnostics on stderr: `text` for a person, `json` for
+    /// machines (one object a line: time, level, target, message and fields; for journald,
+    /// Loki or Vector). Containers' output is not affected.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -52,16 +65,19 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("WASMPOD_LOG")
-                .unwrap_or_else(|_| "warn".into()),
-        )
-        .with_writer(|| printer::Diagnostics)
-        // Colours only for a person reading a terminal, not in a file or a pipe.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
     let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_env("WASMPOD_LOG")
+        .unwrap_or_else(|_| "warn".into());
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(|| printer::Diagnostics);
+    match cli.log_format {
+        // Colours only for a person reading a terminal, not in a file or a pipe.
+        LogFormat::Text => logs
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+        LogFormat::Json => logs.json().flatten_event(true).init(),
+    }
     match cli.command {
         Command::Validate { pod, config } => validate::validate(&pod, &config),
         #[cfg(feature = "compiler")]

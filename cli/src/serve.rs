@@ -8,6 +8,7 @@ use clap::Args;
 
 use crate::node::NodeArgs;
 use crate::signals::Signals;
+use crate::systemd::Systemd;
 
 #[derive(Args)]
 pub(crate) struct ServeArgs {
@@ -67,7 +68,35 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         agent.local_addr(),
         agent.kubeconfig().display()
     );
-    signals.next().await;
+    let mut systemd = Systemd::from_env();
+    if let Some(systemd) = &mut systemd {
+        tokio::select! {
+            () = systemd.ready(&agent) => {}
+            _ = signals.next() => {
+                systemd.stopping();
+                agent.stop().await;
+                return Ok(());
+            }
+        }
+    }
+    loop {
+        let tick = async {
+            match &mut systemd {
+                Some(systemd) => {
+                    tokio::time::sleep(systemd.period()).await;
+                    systemd.tick(&agent).await;
+                }
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = signals.next() => break,
+            () = tick => {}
+        }
+    }
+    if let Some(systemd) = &systemd {
+        systemd.stopping();
+    }
     agent.stop().await;
     Ok(())
 }

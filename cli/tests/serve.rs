@@ -32,6 +32,11 @@ impl Agent {
 
     /// [`Agent::start_in`], the agent run by the command `wrapper` (e.g. `prlimit`).
     fn start_under(wrapper: &[&str], dir: &Path, extra: &[&str]) -> Agent {
+        Agent::start_with(wrapper, dir, extra, &[])
+    }
+
+    /// [`Agent::start_under`] with `env` in the agent's environment.
+    fn start_with(wrapper: &[&str], dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Agent {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -64,6 +69,7 @@ impl Agent {
             .arg("--images-dir")
             .arg(dir)
             .args(extra)
+            .envs(env.iter().copied())
             .env("WASMPOD_LOG", "wasmpod_agent=debug,warn")
             .stdout(Stdio::piped())
             .stderr(log)
@@ -1024,6 +1030,192 @@ fn a_killed_agent_comes_back_with_nothing_lost() {
     assert_eq!(
         agent.ok(&["get", "configmap", "kept", "-o", "jsonpath={.data.a}"]),
         "b"
+    );
+}
+
+/// What a service manager hears on its notify socket (a datagram a message).
+struct Notifications(std::os::unix::net::UnixDatagram);
+
+impl Notifications {
+    /// The next message, if one comes within `limit`.
+    fn next(&self, limit: Duration) -> Option<String> {
+        self.0.set_read_timeout(Some(limit)).unwrap();
+        let mut buf = [0u8; 4096];
+        let n = self.0.recv(&mut buf).ok()?;
+        Some(String::from_utf8_lossy(&buf[..n]).into_owned())
+    }
+
+    /// Waits for a message with the line `line`, returning the messages before it.
+    fn until(&self, line: &str, limit: Duration) -> Vec<String> {
+        let start = Instant::now();
+        let mut before = Vec::new();
+        while let Some(left) = limit.checked_sub(start.elapsed()) {
+            match self.next(left) {
+                Some(m) if m.lines().any(|l| l == line) => return before,
+                Some(m) => before.push(m),
+                None => break,
+            }
+        }
+        panic!("no {line} within {limit:?}; heard {before:?}");
+    }
+}
+
+/// A TCP proxy on loopback to `to` that holds each connection for `delay` milliseconds (as it
+/// is when the connection comes) before carrying it; returns its `HOST:PORT`.
+fn slow_proxy(to: String, delay: std::sync::Arc<std::sync::atomic::AtomicU64>) -> String {
+    use std::net::{Shutdown, TcpListener, TcpStream};
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        for client in listener.incoming().flatten() {
+            let wait = delay.load(std::sync::atomic::Ordering::Relaxed);
+            let to = to.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(wait));
+                let Ok(server) = TcpStream::connect(&to) else {
+                    return;
+                };
+                let (mut up_from, mut up_to) =
+                    (client.try_clone().unwrap(), server.try_clone().unwrap());
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut up_from, &mut up_to);
+                    let _ = up_to.shutdown(Shutdown::Write);
+                });
+                let (mut down_from, mut down_to) = (server, client);
+                let _ = std::io::copy(&mut down_from, &mut down_to);
+                let _ = down_to.shutdown(Shutdown::Write);
+            });
+        }
+    });
+    addr
+}
+
+/// Under systemd (`Type=notify`, `deploy/systemd/wasmpod.service`): `READY=1` only once the API
+/// answers and the stored pods run again after a `kill -9` (their image slow to come); watchdog pings at half of
+/// `WATCHDOG_USEC`, none while the agent is stopped (SIGSTOP) and again once it goes on;
+/// `STOPPING=1` at SIGTERM. The unit file passes `systemd-analyze verify`.
+#[test]
+fn systemd_hears_ready_watchdog_and_stopping() {
+    let tmp = tempfile::tempdir().unwrap();
+    let socket_path = tmp.path().join("notify.sock");
+    let heard = Notifications(std::os::unix::net::UnixDatagram::bind(&socket_path).unwrap());
+    let socket = socket_path.to_str().unwrap();
+    let env = [("NOTIFY_SOCKET", socket), ("WATCHDOG_USEC", "2000000")];
+    // The pods' image comes from a registry through a proxy that can be made slow.
+    let registry = wasmpod_tests::registry::Registry::start(false);
+    let wasm = std::fs::read(wasmpod_tests::guests::AGNHOST_TERM_P1).unwrap();
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(registry.push_wasm("sleeper:1.0", &wasm));
+    let delay = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let proxy = slow_proxy(registry.host.clone(), delay.clone());
+    let extra = ["--insecure-registry", proxy.as_str()];
+    let agent = Agent::start_with(&[], tmp.path(), &extra, &env);
+    heard.until("READY=1", LIMIT);
+    agent.ok(&["get", "namespace", "default"]);
+    let pods: Vec<String> = (0..3)
+        .map(|i| {
+            PodYaml::new(&format!("kept-{i}"))
+                .container(&format!(
+                    r#"{{ name: main, image: "{proxy}/sleeper:1.0", args: [print, up, sleep, "60000"] }}"#
+                ))
+                .build()
+        })
+        .collect();
+    agent.create(&pods.join("---\n"));
+    agent.ok(&[
+        "wait",
+        "--for=condition=Ready",
+        "pods",
+        "--all",
+        "--timeout=60s",
+    ]);
+    // A write the API acknowledges makes the pods' running status durable with it.
+    agent.ok(&["create", "configmap", "durable", "--from-literal=a=b"]);
+    agent.kill();
+
+    // Brought back without their image, which now takes two seconds to come: READY=1 waits.
+    std::fs::remove_dir_all(tmp.path().join("image-store")).unwrap();
+    delay.store(2000, std::sync::atomic::Ordering::Relaxed);
+    let agent = Agent::start_with(&[], tmp.path(), &extra, &env);
+    heard.until("READY=1", LIMIT);
+    // Nothing has happened since READY=1 but a read: every pod runs again already, its instance
+    // the restart lost counted.
+    let list: Value = serde_json::from_str(&agent.ok(&["get", "pods", "-o", "json"])).unwrap();
+    let items = list["items"].as_array().unwrap();
+    assert_eq!(items.len(), 3);
+    for pod in items {
+        let container = &pod["status"]["containerStatuses"][0];
+        assert_eq!(container["restartCount"], 1, "{pod:#}");
+        assert!(container["state"]["running"].is_object(), "{pod:#}");
+        assert_eq!(
+            container["lastState"]["terminated"]["reason"], "ContainerStatusUnknown",
+            "{pod:#}"
+        );
+    }
+
+    // Pings every second (half of 2 s), each less than the watchdog's 2 s after the last.
+    let mut last = Instant::now();
+    let mut pings = 0;
+    while pings < 4 {
+        heard.until("WATCHDOG=1", Duration::from_secs(2));
+        assert!(
+            last.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            last.elapsed()
+        );
+        last = Instant::now();
+        pings += 1;
+    }
+    let pid = agent.child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-STOP", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    // What was sent before the stop is read; then three seconds of silence.
+    while heard.next(Duration::from_millis(100)).is_some() {}
+    let silent = heard.next(Duration::from_secs(3));
+    assert!(
+        Command::new("kill")
+            .args(["-CONT", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    assert_eq!(silent, None, "a stopped agent pinged");
+    heard.until("WATCHDOG=1", Duration::from_secs(3));
+
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    heard.until("STOPPING=1", LIMIT);
+    let mut agent = agent;
+    assert!(agent.child.wait().unwrap().success());
+
+    // The unit file, with the binary at hand where it names /usr/local/bin/wasmpod.
+    let unit = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/systemd/wasmpod.service"),
+    )
+    .unwrap()
+    .replace("/usr/local/bin/wasmpod", env!("CARGO_BIN_EXE_wasmpod"));
+    let file = tmp.path().join("wasmpod.service");
+    std::fs::write(&file, unit).unwrap();
+    let verified = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&file)
+        .output()
+        .expect("systemd-analyze runs (Debian's systemd)");
+    assert!(
+        verified.status.success() && verified.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&verified.stderr)
     );
 }
 

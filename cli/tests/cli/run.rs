@@ -169,6 +169,35 @@ fn a_local_pod_reads_no_registry_config() {
     assert_eq!(text(&out.stdout), "[c] local\n");
 }
 
+/// `--log-format json`: wasmpod's own diagnostics are one JSON object a line (time, level,
+/// target, message), and the containers' output is printed as ever.
+#[test]
+fn diagnostics_as_json_lines() {
+    let dir = Dir::new();
+    let pod = dir.write(
+        "pod.yaml",
+        &PodYaml::new("json")
+            .never()
+            .container(r#"{ name: c, image: "{p1}", args: [print, plain] }"#)
+            .build(),
+    );
+    let out = dir
+        .run_command(&pod, &["--log-format", "json"])
+        .env("WASMPOD_LOG", "debug")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "[c] plain\n");
+    let stderr = text(&out.stderr);
+    assert!(stderr.lines().count() > 0, "no diagnostics at debug level");
+    for line in stderr.lines() {
+        let object: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        for field in ["timestamp", "level", "target", "message"] {
+            assert!(object[field].is_string(), "{field} missing: {line}");
+        }
+    }
+}
+
 #[test]
 fn failed_pod_exits_1() {
     let dir = Dir::new();
