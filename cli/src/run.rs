@@ -94,7 +94,18 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(2));
         }
     };
-    let node = Node::new(args.node.options().priority_classes(classes))?;
+    let options = args.node.options().priority_classes(classes);
+    // A pod file given to the node runs on it, as the kubelet's file source binds its pods.
+    let mut spec = spec;
+    if let Some(other) = spec.bind_to(&options.node_name) {
+        printer::diagnostic(&format!(
+            "wasmpod: {}: spec.nodeName {other:?} names another node: the pod runs on this one \
+             ({:?})\n",
+            args.pod.display(),
+            options.node_name
+        ));
+    }
+    let node = Node::new(options)?;
     if let Err(why) = node.check_fits(&spec) {
         printer::report(&format!("{}: {why}\n", args.pod.display()));
         return Ok(ExitCode::from(2));

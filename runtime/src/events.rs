@@ -65,6 +65,9 @@ pub enum Reason {
     FailedScheduling,
     /// A pull goes on without `imagePullSecrets` the pod names but was not given (a warning).
     FailedToRetrieveImagePullSecret,
+    /// A volume is mounted without part of what it names; the message says what (a warning;
+    /// the pod runs).
+    FailedMount,
     /// The pod was preempted for a pod of higher priority.
     Preempted,
     /// The pod was evicted under node memory pressure (it fails).

@@ -198,6 +198,62 @@ fn diagnostics_as_json_lines() {
     }
 }
 
+/// A pod exported from a cluster (`kubectl get pod -o yaml`) runs as it is: the
+/// `kube-api-access-*` volume the API server injected is mounted with the namespace but without
+/// the token and CA the cluster kept, and a `FailedMount` warning says so.
+#[cfg(unix)]
+#[test]
+fn an_exported_pod_runs_without_its_clusters_token_and_ca() {
+    use std::io::BufRead;
+    let dir = Dir::new();
+    let exported = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/manifests/exported-from-cluster.yaml"
+    ))
+    .unwrap();
+    // The pod alone: the token Secret and the CA's ConfigMap stay in the cluster.
+    let pod = dir.write("pod.yaml", exported.split("\n---\n").next().unwrap());
+    let mut child = dir
+        .run_command(&pod, &["--events", "-"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            if tx.send(line.unwrap()).is_err() {
+                return;
+            }
+        }
+    });
+    let (mut namespace, mut warning) = (false, None);
+    while !(namespace && warning.is_some()) {
+        let line = rx
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .expect("the exported pod printed its namespace and a FailedMount warning");
+        namespace |= line == "[web] default";
+        if let Ok(event) = serde_json::from_str::<Value>(&line)
+            && event["reason"] == "FailedMount"
+        {
+            warning = Some(event);
+        }
+    }
+    sigterm(&child);
+    child.wait().unwrap();
+    let warning = warning.unwrap();
+    assert_eq!(warning["type"], "Warning");
+    let message = warning["message"].as_str().unwrap();
+    for part in [
+        "kube-api-access-8xq2d",
+        "token",
+        "ca.crt",
+        "kube-root-ca.crt",
+    ] {
+        assert!(message.contains(part), "{message}");
+    }
+}
+
 #[test]
 fn failed_pod_exits_1() {
     let dir = Dir::new();

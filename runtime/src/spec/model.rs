@@ -395,6 +395,10 @@ pub struct PodSpec {
     /// `imagePullSecrets` naming no secret the pod was given: pulls go on without them, with a
     /// warning (as the kubelet's).
     pub(crate) missing_pull_secrets: Vec<String>,
+    /// Volumes mounted without part of what they name (the API server's injected
+    /// `kube-api-access-*` volume without a token or CA): a warning each, as the kubelet's
+    /// `FailedMount`, and the pod runs.
+    pub(crate) incomplete_volumes: Vec<String>,
     /// `spec.runtimeClassName`, resolved by the node at creation.
     pub(crate) runtime_class: Option<String>,
     /// Pod (anti-)affinity and topology spread: evaluated against the node's pods at admission.
@@ -412,6 +416,14 @@ impl PodSpec {
     /// The pod's namespace (`metadata.namespace`, `default` when absent).
     pub fn namespace(&self) -> &str {
         &self.namespace
+    }
+
+    /// Binds the pod to the node named `node`, as the kubelet binds a pod it reads from a file
+    /// (its file source sets `spec.nodeName` to its own name). Returns the node the pod named
+    /// before, when another (a pod exported from a cluster names the cluster's node).
+    pub fn bind_to(&mut self, node: &str) -> Option<String> {
+        let before = self.node_name.replace(node.to_owned());
+        before.filter(|b| b != node)
     }
 
     /// The .wasm files the pod's containers run, one per container in spec order, with the

@@ -29,7 +29,15 @@ pub(super) fn convert(
         .or(spec.service_account.as_deref())
         .unwrap_or("default");
     let restart_policy = restart_policy(spec, errors);
-    let volumes = super::volumes::convert(spec, base_dir, account, store, errors);
+    let mut incomplete_volumes = Vec::new();
+    let volumes = super::volumes::convert(
+        spec,
+        base_dir,
+        account,
+        store,
+        &mut incomplete_volumes,
+        errors,
+    );
     let field_len = |f: &env::FieldRef| downward_len(f, meta, account);
     let context = PodContext {
         base_dir,
@@ -70,6 +78,7 @@ pub(super) fn convert(
         runtime_class: spec.runtime_class_name.clone(),
         pull_secrets,
         missing_pull_secrets,
+        incomplete_volumes,
         dns: super::dns::check(spec, errors),
         placement: super::placement::check(spec, &namespace, &labels, errors),
         node_name: spec.node_name.clone().filter(|n| !n.is_empty()),

@@ -12,11 +12,16 @@ use std::path::{Path, PathBuf};
 
 /// `spec.volumes`: each named once, of exactly one type, converted (a `hostPath` checked against
 /// its type, a ConfigMap's or Secret's keys projected into files, and so on).
+///
+/// The `kube-api-access-*` volume the API server injects (as `kubectl get pod -o yaml` exports
+/// it) is taken without the token or the cluster's CA when the pod was not given them: what is
+/// left out is said in `incomplete`, and the pod runs with the rest.
 pub(super) fn convert(
     spec: &k8s::PodSpec,
     base_dir: &Path,
     account: &str,
     store: &ConfigStore,
+    incomplete: &mut Vec<String>,
     errors: &mut Vec<FieldError>,
 ) -> Vec<Volume> {
     let mut volumes = Vec::new();
@@ -126,13 +131,25 @@ pub(super) fn convert(
             );
             VolumeSource::Files(files)
         } else if let Some(p) = &v.projected {
-            VolumeSource::Files(projected_volume(
+            let mut left_out = Vec::new();
+            let injected = injected_api_access(&v.name, p).then_some(&mut left_out);
+            let files = projected_volume(
                 &path.child("projected"),
                 p,
                 account,
                 store,
+                injected,
                 errors,
-            ))
+            );
+            if !left_out.is_empty() {
+                incomplete.push(format!(
+                    "volume {:?} (the API server's service-account volume) is mounted without {}; \
+                     the pod runs without them",
+                    v.name,
+                    left_out.join(" and ")
+                ));
+            }
+            VolumeSource::Files(files)
         } else {
             continue;
         };
@@ -377,15 +394,39 @@ pub(super) fn downward_api(
     }
 }
 
+/// Whether the volume `name` is the `kube-api-access-*` volume the API server's ServiceAccount
+/// admission injects into a pod: exactly its token (3607 s, the API's audience), the
+/// `kube-root-ca.crt` ConfigMap's `ca.crt`, and the namespace.
+fn injected_api_access(name: &str, volume: &k8s::ProjectedVolumeSource) -> bool {
+    let suffix = name.strip_prefix("kube-api-access-").unwrap_or_default();
+    let [token, ca, namespace] = volume.sources.as_deref().unwrap_or_default() else {
+        return false;
+    };
+    let token = token.service_account_token.as_ref().is_some_and(|t| {
+        t.path == "token" && t.audience.is_none() && t.expiration_seconds == Some(3607)
+    });
+    let ca = ca.config_map.as_ref().is_some_and(|c| {
+        c.name == "kube-root-ca.crt"
+            && matches!(c.items.as_deref(), Some([item]) if item.key == "ca.crt" && item.path == "ca.crt")
+    });
+    let namespace = namespace.downward_api.as_ref().is_some_and(|d| {
+        matches!(d.items.as_deref(), Some([item]) if item.path == "namespace"
+            && item.field_ref.as_ref().is_some_and(|f| f.field_path == "metadata.namespace"))
+    });
+    !suffix.is_empty() && token && ca && namespace
+}
+
 /// The files of a `projected` volume: its sources' files together. A service account token is
 /// the `token` of the Secret of type `kubernetes.io/service-account-token` for the pod's
 /// service account (the node agent, `wasmpod serve`, gives every pod one it issued; `wasmpod run`
-/// issues none).
+/// issues none). For the API server's injected volume (`injected`), a token or CA the pod was
+/// not given is left out and named there rather than refused.
 pub(super) fn projected_volume(
     at: &FieldPath,
     volume: &k8s::ProjectedVolumeSource,
     account: &str,
     store: &ConfigStore,
+    mut injected: Option<&mut Vec<String>>,
     errors: &mut Vec<FieldError>,
 ) -> Vec<(String, FileData)> {
     check_mode(&at.child("defaultMode"), volume.default_mode, errors);
@@ -407,7 +448,12 @@ pub(super) fn projected_volume(
             ));
             continue;
         }
-        if let Some(cm) = &source.config_map {
+        if let Some(cm) = &source.config_map
+            && let Some(left_out) = injected.as_deref_mut()
+            && store.get(Kind::ConfigMap, &cm.name).is_none()
+        {
+            left_out.push(format!("ca.crt (no ConfigMap {:?} was given)", cm.name));
+        } else if let Some(cm) = &source.config_map {
             projected(
                 &sat.child("configMap"),
                 Keys {
@@ -460,6 +506,9 @@ pub(super) fn projected_volume(
                     &tat.child("path"),
                     errors,
                 ),
+                None if let Some(left_out) = injected.as_deref_mut() => left_out.push(format!(
+                    "token (no token for service account {account:?}: wasmpod run issues none)"
+                )),
                 None => errors.push(FieldError::not_found(
                     tat,
                     format!(

@@ -436,6 +436,9 @@ impl PodTask {
             "Pod is Pending".into(),
             Some(Phase::Pending),
         );
+        for message in self.spec.incomplete_volumes.clone() {
+            self.pod_event(EventType::Warning, Reason::FailedMount, message, None);
+        }
         loop {
             self.sync().await;
             let finished = self.finished();

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use wasmpod::Reason;
 use wasmpod_tests::{TestNode, log_lines, read, terminated};
 
 const LIMIT: Duration = Duration::from_secs(20);
@@ -72,7 +73,8 @@ stringData: { user: admin }
 
 /// The `kube-api-access-*` volume every pod exported from a cluster carries: a projected volume
 /// of the service account's token (from its token Secret), the `kube-root-ca.crt` ConfigMap
-/// and the namespace; and a `downwardAPI` volume of the pod's labels and annotations.
+/// and the namespace, taken without what the pod is not given (a `FailedMount` warning says
+/// so); and a `downwardAPI` volume of the pod's labels and annotations.
 #[tokio::test]
 async fn projected_and_downward_api_volumes() {
     let node = TestNode::new();
@@ -121,7 +123,23 @@ metadata: { name: builder-token, annotations: { kubernetes.io/service-account.na
 type: kubernetes.io/service-account-token
 stringData: { token: eyJhbGciOi.test }
 "#;
-    let err = node.invalid(pod);
+    // Without the token: the injected volume is mounted without it, with a warning (the pod
+    // runs, and its `cat` of the token fails)...
+    let (timeline, status) = node.run(pod, LIMIT).await;
+    assert_ne!(terminated(&status, "c").exit_code, 0);
+    let warnings = timeline.pod_positions(Reason::FailedMount);
+    let [warning] = warnings.as_slice() else {
+        panic!("one FailedMount: {timeline}");
+    };
+    let message = &timeline.0[*warning].message;
+    assert!(
+        message.contains("\"kube-api-access-x7k2p\"")
+            && message.contains("token (no token for service account \"builder\"")
+            && !message.contains("ca.crt"),
+        "{message}"
+    );
+    // ... but a volume of that shape the pod names itself must have its token.
+    let err = node.invalid(&pod.replace("kube-api-access-x7k2p", "api-access"));
     assert!(
         err.contains("spec.volumes[0].projected.sources[0].serviceAccountToken: not found: no token for service account \"builder\""),
         "{err}"
