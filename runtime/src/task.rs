@@ -531,11 +531,9 @@ impl Task {
         let names = PodNames {
             hostname: String::new(),
             dns: crate::spec::Dns {
-                aliases: Vec::new(),
-                searches: Vec::new(),
                 ndots: 1,
-                nameservers: Vec::new(),
                 node_resolver: true,
+                ..crate::spec::Dns::default()
             },
         };
         // Always a CPU limit, unlimited unless set, so that a resize can set one.

@@ -9,7 +9,7 @@ use wasmtime_wasi::p2::Pollable;
 
 use super::error::ErrorCode;
 use super::{Egress, PodNetwork};
-use crate::spec::Dns;
+use crate::spec::{Dns, ResolverOptions};
 
 /// The pod's own names and search rules.
 #[derive(Debug, Default)]
@@ -32,10 +32,13 @@ impl PodNames {
             .iter()
             .map(|domain| format!("{name}.{domain}"))
             .filter(|n| n.len() <= 253);
+        // `no-tld-query`: a name without a dot is only tried with the search domains.
+        let as_is =
+            (!self.dns.resolver.no_tld_query || name.contains('.')).then(|| name.to_owned());
         if name.matches('.').count() >= self.dns.ndots {
-            std::iter::once(name.to_owned()).chain(searched).collect()
+            as_is.into_iter().chain(searched).collect()
         } else {
-            searched.chain(std::iter::once(name.to_owned())).collect()
+            searched.chain(as_is).collect()
         }
     }
 
@@ -59,27 +62,45 @@ impl PodNames {
     }
 }
 
-/// A pod's own name servers (`dnsConfig.nameservers`): port 53, UDP then TCP, 2 s a server and
-/// two tries, no cache and no search list (the pod's candidates are asked one by one).
+/// A pod's own name servers (`dnsConfig.nameservers`): port 53, UDP then TCP (TCP only with
+/// `use-vc`), asked one at a time in order (round-robin with `rotate`), each `timeout` (2 s)
+/// and `attempts` (2) times, no cache and no search list (the pod's candidates are asked one by
+/// one).
 pub(crate) struct NameServers(hickory_resolver::TokioResolver);
 
 impl NameServers {
-    pub(crate) fn new(nameservers: &[IpAddr]) -> NameServers {
+    pub(crate) fn new(nameservers: &[IpAddr], how: &ResolverOptions) -> NameServers {
         use hickory_resolver::Resolver;
         use hickory_resolver::config::{
             LookupIpStrategy, NameServerConfigGroup, ResolveHosts, ResolverConfig, ResolverOpts,
+            ServerOrderingStrategy,
         };
         use hickory_resolver::name_server::TokioConnectionProvider;
+        use hickory_resolver::proto::xfer::Protocol;
 
-        let servers = NameServerConfigGroup::from_ips_clear(nameservers, 53, true);
+        let mut servers = NameServerConfigGroup::from_ips_clear(nameservers, 53, true);
+        if how.use_vc {
+            servers.retain(|s| s.protocol == Protocol::Tcp);
+        }
         let config = ResolverConfig::from_parts(None, Vec::new(), servers);
         let mut options = ResolverOpts::default();
-        options.timeout = std::time::Duration::from_secs(2);
-        options.attempts = 2;
+        options.timeout = how.timeout;
+        options.attempts = how.attempts;
+        options.edns0 = how.edns0;
+        options.num_concurrent_reqs = 1;
+        options.server_ordering_strategy = if how.rotate {
+            ServerOrderingStrategy::RoundRobin
+        } else {
+            ServerOrderingStrategy::UserProvidedOrder
+        };
         options.ndots = 0;
         options.cache_size = 0;
         options.use_hosts_file = ResolveHosts::Never;
-        options.ip_strategy = LookupIpStrategy::Ipv4AndIpv6;
+        options.ip_strategy = if how.no_aaaa {
+            LookupIpStrategy::Ipv4Only
+        } else {
+            LookupIpStrategy::Ipv4AndIpv6
+        };
         NameServers(
             Resolver::builder_with_config(config, TokioConnectionProvider::default())
                 .with_options(options)
@@ -163,14 +184,24 @@ pub(crate) fn resolve(pod: &PodNetwork, name: &str) -> ResolveAddresses {
     }
     let dns = &pod.names().dns;
     let node_resolver = dns.node_resolver;
-    let nameservers = (!dns.nameservers.is_empty()).then(|| NameServers::new(&dns.nameservers));
+    let how = dns.resolver.clone();
+    let nameservers =
+        (!dns.nameservers.is_empty()).then(|| NameServers::new(&dns.nameservers, &how));
+    // The node's resolver takes its own options from the node's resolv.conf; the pod's bound
+    // what a lookup may take, and `no-aaaa` what it may give.
+    let node_limit = how.timeout.saturating_mul(how.attempts as u32);
     ResolveAddresses::Pending(tokio::spawn(async move {
         for host in candidates {
             let mut ips: VecDeque<IpAddr> = VecDeque::new();
-            if node_resolver && let Ok(addrs) = tokio::net::lookup_host((host.as_str(), 0)).await {
-                for a in addrs {
-                    if !ips.contains(&a.ip()) {
-                        ips.push_back(a.ip());
+            if node_resolver
+                && let Ok(Ok(addrs)) =
+                    tokio::time::timeout(node_limit, tokio::net::lookup_host((host.as_str(), 0)))
+                        .await
+            {
+                for ip in addrs.map(|a| a.ip()) {
+                    let unwanted = how.no_aaaa && ip.is_ipv6();
+                    if !unwanted && !ips.contains(&ip) {
+                        ips.push_back(ip);
                     }
                 }
             }
@@ -201,6 +232,7 @@ mod tests {
                 ndots: 2,
                 nameservers: Vec::new(),
                 node_resolver: true,
+                resolver: ResolverOptions::default(),
             },
         };
         assert_eq!(names.candidates("db"), ["db.internal", "db.corp", "db"]);
@@ -216,5 +248,10 @@ mod tests {
             Some(vec!["10.1.2.3".parse().unwrap()])
         );
         assert_eq!(names.local("db", ip), None);
+        // `no-tld-query`: a name without a dot only with the search domains.
+        let mut names = names;
+        names.dns.resolver.no_tld_query = true;
+        assert_eq!(names.candidates("db"), ["db.internal", "db.corp"]);
+        assert_eq!(names.candidates("db.x")[0], "db.x.internal");
     }
 }

@@ -5,7 +5,8 @@
 //! the rest (when egress is allowed) the node's resolver and the pod's own
 //! `dnsConfig.nameservers`, in that order — only the pod's name servers under `dnsPolicy: None`,
 //! as a `resolv.conf` with only them would. `dnsConfig.searches` and the `ndots` option give the
-//! names tried, as a `resolv.conf` search list does.
+//! names tried, as a `resolv.conf` search list does, and the other `dnsConfig.options` a glibc
+//! resolver honours shape the lookups as they shape its own ([`ResolverOptions`]).
 
 use std::net::IpAddr;
 
@@ -27,7 +28,48 @@ pub(crate) struct Dns {
     pub nameservers: Vec<IpAddr>,
     /// Whether the node's resolver is asked (all policies but `None`).
     pub node_resolver: bool,
+    /// The `dnsConfig.options` besides `ndots`.
+    pub resolver: ResolverOptions,
 }
+
+/// The `resolv.conf` options (`dnsConfig.options`) that shape a pod's lookups, with glibc's
+/// meaning and bounds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ResolverOptions {
+    /// `timeout:n`: how long the pod's name servers have to answer a query, 1–30 s.
+    pub timeout: std::time::Duration,
+    /// `attempts:n`: how many times each is asked, 1–5.
+    pub attempts: usize,
+    /// `rotate`: the pod's name servers are asked round-robin rather than in order.
+    pub rotate: bool,
+    /// `edns0`: queries carry the EDNS0 extension.
+    pub edns0: bool,
+    /// `use-vc`: queries go over TCP.
+    pub use_vc: bool,
+    /// `no-aaaa`: no AAAA queries, and no IPv6 addresses from DNS.
+    pub no_aaaa: bool,
+    /// `no-tld-query`: a name without a dot is never asked as it is, only with the search
+    /// domains.
+    pub no_tld_query: bool,
+}
+
+impl Default for ResolverOptions {
+    fn default() -> Self {
+        ResolverOptions {
+            timeout: std::time::Duration::from_secs(2),
+            attempts: 2,
+            rotate: false,
+            edns0: false,
+            use_vc: false,
+            no_aaaa: false,
+            no_tld_query: false,
+        }
+    }
+}
+
+/// glibc's bounds on `timeout` and `attempts` (`RES_MAXRETRANS`, `RES_MAXRETRY`).
+const MAX_TIMEOUT: u64 = 30;
+const MAX_ATTEMPTS: usize = 5;
 
 /// The API server's limit on `dnsConfig.nameservers`.
 const MAX_NAMESERVERS: usize = 3;
@@ -49,6 +91,7 @@ pub(super) fn check(spec: &k8s::PodSpec, errors: &mut Vec<FieldError>) -> Dns {
         searches: Vec::new(),
         nameservers: Vec::new(),
         node_resolver: true,
+        resolver: ResolverOptions::default(),
     };
     match spec.dns_policy.as_deref() {
         None | Some("ClusterFirst" | "Default" | "ClusterFirstWithHostNet") => {}
@@ -123,29 +166,108 @@ pub(super) fn check(spec: &k8s::PodSpec, errors: &mut Vec<FieldError>) -> Dns {
         }
     }
     for (i, option) in config.options.iter().flatten().enumerate() {
-        let oat = at.child("options").index(i);
-        match option.name.as_deref() {
-            Some("ndots") => match option.value.as_deref().map(str::parse::<usize>) {
-                // resolv.conf caps ndots at 15.
-                Some(Ok(n)) => dns.ndots = n.min(15),
-                _ => errors.push(FieldError::invalid(
-                    oat.child("value"),
-                    "must be a non-negative integer for ndots",
-                )),
-            },
-            None | Some("") => {
-                errors.push(FieldError::required(oat.child("name"), "Required value"))
-            }
-            Some(other) => errors.push(FieldError::not_supported(
-                oat.child("name"),
-                format!(
-                    "not supported by wasmpod: {other:?} tunes a resolv.conf resolver, which a \
-                     wasm pod does not have (only ndots shapes its name lookup)"
-                ),
-            )),
-        }
+        resolver_option(&at.child("options").index(i), option, &mut dns, errors);
     }
     dns
+}
+
+/// One of `dnsConfig.options`: a glibc resolver option, with its value where it takes one.
+fn resolver_option(
+    at: &FieldPath,
+    option: &k8s::PodDNSConfigOption,
+    dns: &mut Dns,
+    errors: &mut Vec<FieldError>,
+) {
+    let value = option.value.as_deref().filter(|v| !v.is_empty());
+    let number = |max: u64, errors: &mut Vec<FieldError>| match value.map(str::parse::<u64>) {
+        Some(Ok(n)) => Some(n.min(max)),
+        _ => {
+            errors.push(FieldError::invalid(
+                at.child("value"),
+                format!(
+                    "must be a non-negative integer for {}",
+                    option.name.as_deref().unwrap_or_default()
+                ),
+            ));
+            None
+        }
+    };
+    let options = &mut dns.resolver;
+    let mut no_effect = false;
+    let flag = match option.name.as_deref() {
+        // resolv.conf caps ndots at 15.
+        Some("ndots") => {
+            if let Some(n) = number(15, errors) {
+                dns.ndots = n as usize;
+            }
+            return;
+        }
+        Some("timeout") => {
+            if let Some(n) = number(MAX_TIMEOUT, errors) {
+                options.timeout = std::time::Duration::from_secs(n.max(1));
+            }
+            return;
+        }
+        Some("attempts") => {
+            if let Some(n) = number(MAX_ATTEMPTS as u64, errors) {
+                options.attempts = (n as usize).max(1);
+            }
+            return;
+        }
+        Some("rotate") => &mut options.rotate,
+        Some("edns0") => &mut options.edns0,
+        Some("use-vc") => &mut options.use_vc,
+        Some("no-aaaa") => &mut options.no_aaaa,
+        Some("no-tld-query") => &mut options.no_tld_query,
+        // What these change cannot be seen in the addresses a pod is given: its lookups send one
+        // query at a time, check names as loosely as glibc without checks, and hand no DNSSEC
+        // bits to the guest.
+        Some("single-request" | "single-request-reopen" | "no-check-names" | "trust-ad") => {
+            &mut no_effect
+        }
+        None | Some("") => {
+            errors.push(FieldError::required(at.child("name"), "Required value"));
+            return;
+        }
+        Some(
+            name @ ("debug" | "no-reload" | "inet6" | "ip6-bytestring" | "ip6-dotint"
+            | "no-ip6-dotint"),
+        ) => {
+            errors.push(FieldError::not_supported(
+                at.child("name"),
+                format!(
+                    "not supported by wasmpod: {name:?} has no meaning for a pod's resolver \
+                     (it prints resolver debugging, reloads a resolv.conf file, or is a \
+                     removed IPv6 option); supported: ndots, timeout, attempts, rotate, edns0, \
+                     use-vc, no-aaaa, no-tld-query, single-request, single-request-reopen, \
+                     no-check-names, trust-ad"
+                ),
+            ));
+            return;
+        }
+        Some(other) => {
+            errors.push(FieldError::not_supported(
+                at.child("name"),
+                format!(
+                    "not supported by wasmpod: {other:?} is not a resolv.conf option; \
+                     supported: ndots, timeout, attempts, rotate, edns0, use-vc, no-aaaa, \
+                     no-tld-query, single-request, single-request-reopen, no-check-names, \
+                     trust-ad"
+                ),
+            ));
+            return;
+        }
+    };
+    if value.is_some() {
+        errors.push(FieldError::invalid(
+            at.child("value"),
+            format!(
+                "must be empty: {} takes no value",
+                option.name.as_deref().unwrap_or_default()
+            ),
+        ));
+    }
+    *flag = true;
 }
 
 fn aliases(list: &[k8s::HostAlias], errors: &mut Vec<FieldError>) -> Vec<(String, IpAddr)> {

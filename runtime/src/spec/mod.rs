@@ -31,7 +31,7 @@ mod yaml;
 pub(crate) use affinity::terms_match;
 pub use config::{TOKEN_AUDIENCE, TOKEN_EXPIRATION};
 pub(crate) use containers::TERMINATION_MESSAGE_MAX;
-pub(crate) use dns::Dns;
+pub(crate) use dns::{Dns, ResolverOptions};
 pub(crate) use env::{PodInfo, resolve as resolve_env};
 pub use errors::{FieldError, FieldErrorKind, InvalidPod};
 pub use load::PodFiles;

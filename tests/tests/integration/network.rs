@@ -139,7 +139,6 @@ spec:
     for field in [
         "spec.hostAliases[0].ip: Invalid value",
         "spec.dnsConfig.nameservers[1]: Invalid value: \"dns.example\": must be a valid IP address",
-        "spec.dnsConfig.options[0].name: not supported by wasmpod",
     ] {
         assert!(err.contains(field), "{field} not in\n{err}");
     }
@@ -152,7 +151,54 @@ spec:
     );
 }
 
-/// A name server of the tests' own: answers A queries for `names` over UDP, nothing else
+/// A question the tests' name server was asked: the name, the type (1 A, 28 AAAA), whether
+/// it came over TCP, whether it carried EDNS0 (an additional record).
+#[derive(Debug, Clone, PartialEq)]
+struct Question {
+    name: String,
+    qtype: u16,
+    tcp: bool,
+    edns0: bool,
+}
+
+/// The tests' name server's answer to `query`: A records for `names`, NXDOMAIN for any other
+/// name; and the question.
+fn answer(query: &[u8], names: &[(&str, [u8; 4])], tcp: bool) -> Option<(Vec<u8>, Question)> {
+    // The question: labels from byte 12 to a zero length, then type and class.
+    let mut at = 12;
+    let mut labels = Vec::new();
+    while *query.get(at)? != 0 {
+        let len = query[at] as usize;
+        labels.push(String::from_utf8_lossy(query.get(at + 1..at + 1 + len)?).to_lowercase());
+        at += 1 + len;
+    }
+    let end = at + 5;
+    let qtype = u16::from_be_bytes([*query.get(at + 1)?, *query.get(at + 2)?]);
+    let name = labels.join(".");
+    let found = names.iter().find(|(n, _)| *n == name).map(|(_, ip)| ip);
+    let mut reply = query[..2].to_vec();
+    let rcode = if found.is_some() { 0 } else { 3 };
+    reply.extend_from_slice(&[0x81, 0x80 | rcode]);
+    let count = u16::from(found.is_some() && qtype == 1);
+    reply.extend_from_slice(&[0, 1, 0, count as u8, 0, 0, 0, 0]);
+    reply.extend_from_slice(query.get(12..end)?);
+    if let (Some(ip), 1) = (found, count) {
+        reply.extend_from_slice(&[0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4]);
+        reply.extend_from_slice(ip);
+    }
+    let edns0 = u16::from_be_bytes([query[10], query[11]]) > 0;
+    Some((
+        reply,
+        Question {
+            name,
+            qtype,
+            tcp,
+            edns0,
+        },
+    ))
+}
+
+/// A name server of the tests' own over UDP: answers A queries for `names`, nothing else
 /// (NXDOMAIN).
 async fn name_server(socket: tokio::net::UdpSocket, names: &'static [(&'static str, [u8; 4])]) {
     let mut buf = [0u8; 512];
@@ -160,30 +206,145 @@ async fn name_server(socket: tokio::net::UdpSocket, names: &'static [(&'static s
         let Ok((n, peer)) = socket.recv_from(&mut buf).await else {
             return;
         };
-        let query = &buf[..n];
-        // The question: labels from byte 12 to a zero length, then type and class.
-        let mut at = 12;
-        let mut labels = Vec::new();
-        while at < n && query[at] != 0 {
-            let len = query[at] as usize;
-            labels.push(String::from_utf8_lossy(&query[at + 1..at + 1 + len]).to_lowercase());
-            at += 1 + len;
+        if let Some((reply, _)) = answer(&buf[..n], names, false) {
+            let _ = socket.send_to(&reply, peer).await;
         }
-        let end = at + 5;
-        let qtype = u16::from_be_bytes([query[at + 1], query[at + 2]]);
-        let name = labels.join(".");
-        let answer = names.iter().find(|(n, _)| *n == name).map(|(_, ip)| ip);
-        let mut reply = query[..2].to_vec();
-        let rcode = if answer.is_some() { 0 } else { 3 };
-        reply.extend_from_slice(&[0x81, 0x80 | rcode]);
-        let count = u16::from(answer.is_some() && qtype == 1);
-        reply.extend_from_slice(&[0, 1, 0, count as u8, 0, 0, 0, 0]);
-        reply.extend_from_slice(&query[12..end]);
-        if let (Some(ip), 1) = (answer, count) {
-            reply.extend_from_slice(&[0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4]);
-            reply.extend_from_slice(ip);
+    }
+}
+
+/// The tests' name server on UDP and TCP port 53 of `ip` (a loopback address of its own),
+/// noting each question; `None` when port 53 needs a privilege the tests do not have.
+async fn noting_name_server(
+    ip: &str,
+    names: &'static [(&'static str, [u8; 4])],
+) -> Option<std::sync::Arc<std::sync::Mutex<Vec<Question>>>> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let udp = match tokio::net::UdpSocket::bind((ip, 53)).await {
+        Ok(s) => s,
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            eprintln!("skipped: port 53 needs root ({e})");
+            return None;
         }
-        let _ = socket.send_to(&reply, peer).await;
+        Err(e) => panic!("cannot serve DNS on {ip}:53: {e}"),
+    };
+    let tcp = tokio::net::TcpListener::bind((ip, 53)).await.unwrap();
+    let asked = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let noted = asked.clone();
+    tokio::spawn(async move {
+        let mut buf = [0u8; 512];
+        while let Ok((n, peer)) = udp.recv_from(&mut buf).await {
+            if let Some((reply, question)) = answer(&buf[..n], names, false) {
+                noted.lock().unwrap().push(question);
+                let _ = udp.send_to(&reply, peer).await;
+            }
+        }
+    });
+    let noted = asked.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = tcp.accept().await {
+            let noted = noted.clone();
+            tokio::spawn(async move {
+                // Each message after its two-byte length.
+                let mut len = [0u8; 2];
+                while stream.read_exact(&mut len).await.is_ok() {
+                    let mut query = vec![0u8; u16::from_be_bytes(len) as usize];
+                    if stream.read_exact(&mut query).await.is_err() {
+                        return;
+                    }
+                    let Some((reply, question)) = answer(&query, names, true) else {
+                        return;
+                    };
+                    noted.lock().unwrap().push(question);
+                    let mut framed = (reply.len() as u16).to_be_bytes().to_vec();
+                    framed.extend_from_slice(&reply);
+                    if stream.write_all(&framed).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    Some(asked)
+}
+
+/// `dnsConfig.options` shape a pod's lookups as they shape glibc's resolver: `no-aaaa` asks no
+/// AAAA, `no-tld-query` never asks a dotless name as it is, `edns0` adds EDNS0, `use-vc` asks
+/// over TCP, and `timeout`/`attempts` bound how long a silent server is waited for.
+#[tokio::test]
+async fn dns_options_shape_a_pods_lookups() {
+    const NAMES: &[(&str, [u8; 4])] = &[("api.corp.example", [10, 9, 8, 7])];
+    let Some(udp_asked) = noting_name_server("127.0.0.78", NAMES).await else {
+        return;
+    };
+    let Some(tcp_asked) = noting_name_server("127.0.0.79", NAMES).await else {
+        return;
+    };
+    // A server that never answers: bound, silent.
+    let _silent = tokio::net::UdpSocket::bind("127.0.0.80:53").await.unwrap();
+    let node = TestNode::new();
+    let pod = |name: &str, server: &str, options: &str, args: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{ name: {name} }}\nspec:\n  restartPolicy: Never\n  \
+             dnsPolicy: None\n  dnsConfig: {{ nameservers: [{server}], searches: [corp.example], \
+             options: [{options}] }}\n  containers:\n  - {{ name: client, image: \"{{p2}}\", args: [{args}] }}\n"
+        )
+    };
+    let tuned = pod(
+        "tuned",
+        "127.0.0.78",
+        "{ name: no-aaaa }, { name: no-tld-query }, { name: edns0 }, { name: single-request }, \
+         { name: ndots, value: \"1\" }",
+        "resolve, api, resolve, nowhere",
+    );
+    let (_, status) = node.run(&tuned, LIMIT).await;
+    assert_eq!(status.phase.as_deref(), Some("Succeeded"));
+    let asked = udp_asked.lock().unwrap().clone();
+    assert!(!asked.is_empty());
+    for question in &asked {
+        assert_eq!(question.qtype, 1, "no-aaaa: {asked:?}");
+        assert!(question.edns0, "edns0: {asked:?}");
+        assert!(
+            question.name.ends_with(".corp.example"),
+            "no-tld-query: {asked:?}"
+        );
+    }
+
+    let vc = pod("vc", "127.0.0.79", "{ name: use-vc }", "resolve, api");
+    let (_, status) = node.run(&vc, LIMIT).await;
+    assert_eq!(status.phase.as_deref(), Some("Succeeded"));
+    let asked = tcp_asked.lock().unwrap().clone();
+    assert!(
+        !asked.is_empty() && asked.iter().all(|q| q.tcp),
+        "use-vc: {asked:?}"
+    );
+
+    // One second, once: the lookup gives up after about a second (the default is 2 s twice).
+    let quick = pod(
+        "quick",
+        "127.0.0.80",
+        "{ name: timeout, value: \"1\" }, { name: attempts, value: \"1\" }",
+        "resolve, api.corp.example.",
+    );
+    let started = Instant::now();
+    let (_, status) = node.run(&quick, LIMIT).await;
+    let took = started.elapsed();
+    assert_eq!(status.phase.as_deref(), Some("Succeeded"));
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(3),
+        "a silent server was waited for {took:?}"
+    );
+    let err = node.invalid(&pod(
+        "bad",
+        "127.0.0.80",
+        "{ name: debug }, { name: rotate, value: \"2\" }, { name: timeout, value: x }",
+        "resolve, x",
+    ));
+    for field in [
+        "spec.dnsConfig.options[0].name: not supported by wasmpod: \"debug\" has no meaning",
+        "spec.dnsConfig.options[1].value: must be empty: rotate takes no value",
+        "spec.dnsConfig.options[2].value: must be a non-negative integer for timeout",
+    ] {
+        assert!(err.contains(field), "{field} not in\n{err}");
     }
 }
 
