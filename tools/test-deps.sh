@@ -10,7 +10,9 @@
 #   the node agent's tests drive it with kubectl;
 # - docker-registry and skopeo: the image tests run a real registry and copy images with skopeo;
 # - curl: the agent's tests call its API as a plain HTTP client too;
-# - systemd-analyze: the agent's unit file is verified with it.
+# - systemd-analyze: the agent's unit file is verified with it;
+# - a Python venv with the official Kubernetes client (the agent's tests drive it as a user's
+#   script would), at $WASMPOD_TEST_VENV (default ~/.cache/wasmpod-test-venv).
 set -euo pipefail
 
 rustup target add wasm32-wasip1 wasm32-wasip2
@@ -28,16 +30,28 @@ declare -A needed=(
     [skopeo]=skopeo
     [curl]=curl
     [systemd-analyze]=systemd
+    [python3]=python3
 )
 missing=()
 for what in "${!needed[@]}"; do
     if [[ $what == /* ]]; then [[ -x $what ]] && continue; else command -v "$what" >/dev/null && continue; fi
     missing+=("${needed[$what]}")
 done
-[[ ${#missing[@]} -eq 0 ]] && exit 0
+# Debian's python3 makes venvs only with python3-venv.
+command -v python3 >/dev/null && ! python3 -c 'import ensurepip' 2>/dev/null && missing+=(python3-venv)
 
-sudo=()
-[[ $(id -u) -eq 0 ]] || sudo=(sudo)
-echo "installing ${missing[*]}" >&2
-"${sudo[@]}" apt-get update
-"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}"
+if [[ ${#missing[@]} -gt 0 ]]; then
+    sudo=()
+    [[ $(id -u) -eq 0 ]] || sudo=(sudo)
+    echo "installing ${missing[*]}" >&2
+    "${sudo[@]}" apt-get update
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}"
+fi
+
+# The clients the agent's tests drive, at the versions they were written against.
+venv="${WASMPOD_TEST_VENV:-$HOME/.cache/wasmpod-test-venv}"
+python_client="kubernetes==37.0.2"
+if ! "$venv/bin/python" -c 'import kubernetes, sys; sys.exit(kubernetes.__version__ != "37.0.2")' 2>/dev/null; then
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install --quiet "$python_client"
+fi

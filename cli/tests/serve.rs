@@ -2177,6 +2177,82 @@ spec:
 /// port in their environment, a connection from the pod network to 10.96.0.1:443 reaching the
 /// agent, whose certificate names that address and `kubernetes.default.svc` under the CA a
 /// pod's `kube-api-access` volume holds — what in-cluster configuration needs.
+/// The Python interpreter of the venv with the official client (`tools/test-deps.sh` makes it).
+fn python() -> PathBuf {
+    let venv = std::env::var_os("WASMPOD_TEST_VENV").map_or_else(
+        || PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/wasmpod-test-venv"),
+        PathBuf::from,
+    );
+    let python = venv.join("bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: tools/test-deps.sh makes the venv with the Kubernetes client",
+        python.display()
+    );
+    python
+}
+
+/// The official Python client (`kubernetes` 37.0.2), as a user's script drives the agent: exec
+/// with stdin sent as text frames and closed with v5's close of channel 0, exec without stdin,
+/// port-forward over the WebSocket channel protocol (a port served, a port refused on its error
+/// channel), and a missing pod as a Status.
+#[test]
+fn the_python_client_execs_and_forwards_ports() {
+    let (_tmp, agent) = Agent::start();
+    agent.create(
+        &PodYaml::new("web")
+            .container(
+                r#"{ name: server, image: "{p2}", args: [http-server, "0.0.0.0:8080", "200"] }"#,
+            )
+            .container(r#"{ name: shell, image: "{p1}", args: [sleep, "600000"] }"#)
+            .build(),
+    );
+    agent.ok(&["wait", "--for=condition=Ready", "pod/web", "--timeout=30s"]);
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/clients/python_client.py"
+    );
+    let out = Command::new("timeout")
+        .arg("120")
+        .arg(python())
+        .arg(script)
+        .env("KUBECONFIG", &agent.kubeconfig)
+        .env("HOME", &agent.dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        agent.log()
+    );
+    let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(seen["exec_protocol"], "v5.channel.k8s.io", "{seen:#}");
+    assert_eq!(
+        seen["exec_stdout"], "read: first\nread: second\nstdin ended after 2 lines\n",
+        "{seen:#}"
+    );
+    assert_eq!(seen["exec_returncode"], 0, "{seen:#}");
+    assert_eq!(seen["exec_once"], "once\n", "{seen:#}");
+    assert_eq!(seen["forward"], "HTTP/1.1 200 X", "{seen:#}");
+    let refused = seen["refused"].as_str().unwrap_or_default();
+    assert!(
+        refused.starts_with("error forwarding port 9999 to pod web, uid ")
+            && refused.contains("refused"),
+        "{seen:#}"
+    );
+    assert_eq!(seen["missing"]["status"], 404, "{seen:#}");
+    assert_eq!(seen["missing"]["reason"], "NotFound", "{seen:#}");
+    // The server saw the request that came through the forwarded port.
+    assert!(
+        agent
+            .ok(&["logs", "web", "-c", "server"])
+            .contains("request GET /python HTTP/1.1"),
+        "{}",
+        agent.ok(&["logs", "web", "-c", "server"])
+    );
+}
+
 #[test]
 fn pods_reach_the_api_as_the_kubernetes_service() {
     let (_tmp, agent) = Agent::start();

@@ -45,7 +45,7 @@ impl Api {
         // The seat and the upgrade first: the container's stdin writer is taken only for a
         // session that will run, since dropping it ends a `stdinOnce` container's stdin.
         let seat = self.sessions.enter(&uid)?;
-        let (answer, socket) = stream::accept("attach", req, stream::CHANNELS)?;
+        let (answer, socket) = stream::accept_channels("attach", req)?;
         let stdin = if call.query.flag("stdin") {
             Some(
                 handle
@@ -58,7 +58,7 @@ impl Api {
         };
         tokio::spawn(async move {
             let _seat = seat;
-            let Some(mut channels) = socket.await.map(stream::Channels::new) else {
+            let Some(mut channels) = socket.await else {
                 tracing::debug!(pod = %uid, %container, "attach: the connection was not upgraded");
                 return;
             };

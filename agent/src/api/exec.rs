@@ -40,10 +40,10 @@ impl Api {
         let interactive = call.query.flag("stdin");
         let (uid, handle) = (pod.uid, pod.handle);
         let seat = self.sessions.enter(&uid)?;
-        let (answer, socket) = stream::accept("exec", req, stream::CHANNELS)?;
+        let (answer, socket) = stream::accept_channels("exec", req)?;
         tokio::spawn(async move {
             let _seat = seat;
-            let Some(mut channels) = socket.await.map(stream::Channels::new) else {
+            let Some(mut channels) = socket.await else {
                 return;
             };
             let (mut stdin, reader) = tokio::io::duplex(STDIN_BUFFER);

@@ -18,6 +18,7 @@ mod objects;
 mod patch;
 pub(crate) mod pods;
 mod portforward;
+mod portforward_ws;
 mod protobuf;
 pub(crate) mod resources;
 mod select;

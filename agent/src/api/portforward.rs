@@ -38,6 +38,7 @@ use tokio::task::JoinHandle;
 use tokio_tungstenite::tungstenite::Message;
 use wasmpod::PodHandle;
 
+use super::portforward_ws;
 use super::spdy::{self, Frame};
 use super::stream::{self, Socket};
 use super::{Api, Call};
@@ -71,7 +72,7 @@ impl Api {
         &self,
         ns: &str,
         name: &str,
-        _call: &Call,
+        call: &Call,
         req: Request<Incoming>,
     ) -> Result<Response<Body>, ApiError> {
         let pod = stream::running(self, ns, name)?;
@@ -80,8 +81,23 @@ impl Api {
             pod: pod.handle,
             which: format!("pod {name}, uid {}", pod.uid),
         };
+        if let Some(protocol) = stream::chosen(&req, portforward_ws::PROTOCOLS)
+            .filter(|_| !stream::wants(&req, &[TUNNEL]))
+        {
+            let ports = portforward_ws::ports(call.raw_query.as_deref())?;
+            let max = portforward_ws::MAX_MESSAGE;
+            let (answer, socket) = stream::accept("port-forward", req, &[protocol], max)?;
+            tokio::spawn(async move {
+                let _seat = seat;
+                if let Some(socket) = socket.await {
+                    let base64 = protocol.contains("base64");
+                    portforward_ws::session(socket, base64, ports, target).await;
+                }
+            });
+            return Ok(answer);
+        }
         if stream::wants(&req, &[TUNNEL]) {
-            let (answer, socket) = stream::accept("port-forward", req, &[TUNNEL])?;
+            let (answer, socket) = stream::accept("port-forward", req, &[TUNNEL], stream::MESSAGE)?;
             tokio::spawn(async move {
                 let _seat = seat;
                 if let Some(socket) = socket.await {
@@ -104,8 +120,10 @@ impl Api {
             .any(|p| p.trim() == PROTOCOL);
         if !(spdy && protocol) {
             return Err(ApiError::bad_request(format!(
-                "port-forward is served over WebSocket with the {TUNNEL} protocol, or an upgrade to \
-                 SPDY/3.1 with {PROTOCOL}"
+                "port-forward is served over WebSocket with the {TUNNEL} protocol (kubectl's) or \
+                 the {} protocols (with the ports in the query), or an upgrade to SPDY/3.1 with \
+                 {PROTOCOL}",
+                portforward_ws::PROTOCOLS.join(" or ")
             )));
         }
         tokio::spawn(async move {
@@ -162,7 +180,7 @@ fn tunnel(socket: Socket) -> tokio::io::DuplexStream {
 }
 
 /// Where a session's connections go: a pod, or a stand-in in tests.
-pub(super) trait Dial: Send + Sync + 'static {
+pub(crate) trait Dial: Send + Sync + 'static {
     /// A connection into the pod's network.
     type Connection: AsyncRead + AsyncWrite + Send + 'static;
     /// Connects to `port` in the pod.

@@ -1,8 +1,11 @@
-//! The streaming protocol of `exec` and `attach` as kubectl 1.30+ speaks it: a WebSocket with
-//! the `v5.channel.k8s.io` (or `v4.channel.k8s.io`) subprotocol, each binary message a channel
-//! byte and data: 0 stdin (from the client), 1 stdout, 2 stderr, 3 the end as a `Status`, 4
-//! terminal resizes (ignored: there is no terminal). v5 adds 255: the client closed a channel
-//! (`[255, 0]`: end of stdin).
+//! The streaming protocol of `exec` and `attach` as kubectl 1.30+ and the official clients speak
+//! it: a WebSocket with the `v5.channel.k8s.io` (or `v4.channel.k8s.io`) subprotocol, each
+//! message a channel byte and data: 0 stdin (from the client), 1 stdout, 2 stderr, 3 the end as
+//! a `Status`, 4 terminal resizes (ignored: there is no terminal). v5 adds 255: the client
+//! closed a channel (`[255, 0]`: end of stdin). A client's message may be binary or text (the
+//! Python client sends text as text frames, its channel the first character). With
+//! `base64.channel.k8s.io` (or `v4.base64.channel.k8s.io`) every message is text: the channel
+//! as an ASCII digit, then the data in base64.
 //!
 //! A session is bounded: [`MAX_SESSIONS`] per pod at once, frames of at most [`FRAME`] bytes
 //! sent, and stdin read only as fast as the command or container takes it (the WebSocket is
@@ -11,6 +14,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
 use futures_util::{SinkExt, StreamExt};
 use http::{HeaderValue, Request, Response, StatusCode, header};
 use hyper::body::Incoming;
@@ -29,11 +34,16 @@ use crate::status::ApiError;
 /// The largest WebSocket frame sent.
 pub(crate) const FRAME: usize = 32 * 1024;
 /// The largest message taken from a client (kubectl sends stdin in pieces of 32 KiB at most).
-const MESSAGE: usize = 64 * 1024;
+pub(crate) const MESSAGE: usize = 64 * 1024;
 /// `exec`, `attach` and `port-forward` sessions of one pod at once.
 pub(crate) const MAX_SESSIONS: usize = 16;
-/// The subprotocols of `exec` and `attach`.
-pub(crate) const CHANNELS: &[&str] = &["v5.channel.k8s.io", "v4.channel.k8s.io"];
+/// The subprotocols of `exec` and `attach`, the first one a client offers taken.
+pub(crate) const CHANNELS: &[&str] = &[
+    "v5.channel.k8s.io",
+    "v4.channel.k8s.io",
+    "v4.base64.channel.k8s.io",
+    "base64.channel.k8s.io",
+];
 
 /// A WebSocket the client switched to.
 pub(crate) type Socket = WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>;
@@ -98,6 +108,8 @@ pub(crate) enum FromClient {
 /// A session's WebSocket.
 pub(crate) struct Channels {
     ws: Socket,
+    /// Text messages with base64 data (`base64.channel.k8s.io`).
+    base64: bool,
 }
 
 impl std::fmt::Debug for Channels {
@@ -107,28 +119,47 @@ impl std::fmt::Debug for Channels {
 }
 
 impl Channels {
-    pub(crate) fn new(ws: Socket) -> Channels {
-        Channels { ws }
+    /// The session's channels over `ws`, which speaks `protocol`.
+    pub(crate) fn new(ws: Socket, protocol: &str) -> Channels {
+        Channels {
+            ws,
+            base64: protocol.contains("base64"),
+        }
+    }
+
+    /// One message of `data` on `channel`, as the protocol has it.
+    fn message(&self, channel: u8, data: &[u8]) -> Message {
+        if self.base64 {
+            Message::Text(format!("{}{}", channel_digit(channel), BASE64.encode(data)).into())
+        } else {
+            let mut frame = Vec::with_capacity(data.len() + 1);
+            frame.push(channel);
+            frame.extend_from_slice(data);
+            Message::Binary(frame.into())
+        }
     }
 
     /// Sends `bytes` on `channel`, in frames; false when the client is gone.
     pub(crate) async fn send(&mut self, channel: u8, bytes: &[u8]) -> bool {
         for chunk in bytes.chunks(FRAME) {
-            let mut frame = Vec::with_capacity(chunk.len() + 1);
-            frame.push(channel);
-            frame.extend_from_slice(chunk);
-            if self.ws.send(Message::Binary(frame.into())).await.is_err() {
+            if self.ws.send(self.message(channel, chunk)).await.is_err() {
                 return false;
             }
         }
         true
     }
 
-    /// The next thing the client sent (pings and resizes are skipped).
+    /// The next thing the client sent (pings, resizes and what the protocol does not have are
+    /// skipped).
     pub(crate) async fn receive(&mut self) -> FromClient {
         loop {
             let data = match self.ws.next().await {
-                Some(Ok(Message::Binary(data))) => data,
+                Some(Ok(Message::Binary(data))) if !self.base64 => data.to_vec(),
+                Some(Ok(Message::Text(text))) if !self.base64 => text.as_bytes().to_vec(),
+                Some(Ok(Message::Text(text))) => match decode_base64(text.as_str()) {
+                    Some(data) => data,
+                    None => continue,
+                },
                 Some(Ok(Message::Close(_))) | Some(Err(_)) | None => return FromClient::Gone,
                 Some(Ok(_)) => continue,
             };
@@ -144,15 +175,55 @@ impl Channels {
 
     /// Ends the session: its `Status` on channel 3, then a normal close.
     pub(crate) async fn finish(mut self, status: &Value) {
-        let mut frame = vec![ERROR];
-        frame.extend_from_slice(&serde_json::to_vec(status).unwrap_or_default());
-        let _ = self.ws.send(Message::Binary(frame.into())).await;
+        let status = serde_json::to_vec(status).unwrap_or_default();
+        let _ = self.ws.send(self.message(ERROR, &status)).await;
         let normal = CloseFrame {
             code: CloseCode::Normal,
             reason: "".into(),
         };
         let _ = self.ws.close(Some(normal)).await;
     }
+}
+
+/// The character that names `channel` in a base64 message: `'0'` plus the channel.
+pub(crate) fn channel_digit(channel: u8) -> char {
+    char::from(b'0'.wrapping_add(channel))
+}
+
+/// A base64 message's channel byte and data (`"1aGk="`: channel 1, `hi`); `None` when it is
+/// not one.
+pub(crate) fn decode_base64(text: &str) -> Option<Vec<u8>> {
+    let first = text.chars().next()?;
+    let channel = u8::try_from(u32::from(first).checked_sub(u32::from(b'0'))?).ok()?;
+    let mut bytes = vec![channel];
+    bytes.extend(BASE64.decode(&text[first.len_utf8()..]).ok()?);
+    Some(bytes)
+}
+
+/// Accepts an `exec` or `attach` session ([`accept`] with [`CHANNELS`]): the `101`, and the
+/// session's channels once the client switched.
+pub(crate) fn accept_channels(
+    what: &str,
+    req: Request<Incoming>,
+) -> Result<
+    (
+        Response<Body>,
+        impl Future<Output = Option<Channels>> + Send + 'static,
+    ),
+    ApiError,
+> {
+    let protocol = offered(&req, CHANNELS).unwrap_or_default();
+    let (answer, socket) = accept(what, req, CHANNELS, MESSAGE)?;
+    Ok((answer, async move {
+        socket.await.map(|ws| Channels::new(ws, protocol))
+    }))
+}
+
+/// The first of `protocols` the request offers, when it asks to switch to a WebSocket.
+pub(crate) fn chosen(req: &Request<Incoming>, protocols: &[&'static str]) -> Option<&'static str> {
+    upgrades_to_websocket(req)
+        .then(|| offered(req, protocols))
+        .flatten()
 }
 
 /// Whether the request asks to switch to a WebSocket with one of `protocols`.
@@ -183,12 +254,13 @@ fn offered(req: &Request<Incoming>, protocols: &[&'static str]) -> Option<&'stat
 }
 
 /// Accepts a WebSocket session of `what` (`exec`, `attach`, `portforward`) with one of
-/// `protocols`: the `101` to answer with, and the socket once the client switched (to be
-/// awaited after the answer is sent).
+/// `protocols`, taking messages of at most `max_message` bytes: the `101` to answer with, the
+/// socket once the client switched (to be awaited after the answer is sent), and the protocol.
 pub(crate) fn accept(
     what: &str,
     req: Request<Incoming>,
     protocols: &[&'static str],
+    max_message: usize,
 ) -> Result<
     (
         Response<Body>,
@@ -217,8 +289,8 @@ pub(crate) fn accept(
             }
         };
         let config = WebSocketConfig::default()
-            .max_message_size(Some(MESSAGE))
-            .max_frame_size(Some(MESSAGE));
+            .max_message_size(Some(max_message))
+            .max_frame_size(Some(max_message));
         Some(
             WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config))
                 .await,

@@ -1,0 +1,77 @@
+"""The official Kubernetes Python client against `wasmpod serve` (KUBECONFIG names it).
+
+Run by cli/tests/serve.rs in the venv tools/test-deps.sh makes; prints one JSON object of what
+each call gave, for the test to check. The pod `web` runs `http-server` on 8080 and a `shell`
+container (the test guest) to exec in.
+"""
+
+import json
+import time
+
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+from kubernetes.stream import portforward, stream
+
+config.load_kube_config()
+v1 = client.CoreV1Api()
+seen = {}
+
+# exec with stdin: text frames in, the end of stdin as v5's close of channel 0.
+resp = stream(
+    v1.connect_get_namespaced_pod_exec,
+    "web",
+    "default",
+    container="shell",
+    command=["agnhost", "stdin"],
+    stdin=True,
+    stdout=True,
+    stderr=True,
+    tty=False,
+    _preload_content=False,
+)
+resp.write_stdin("first\nsecond\n")
+resp.close_channel(0)
+resp.run_forever(timeout=30)
+seen["exec_stdout"] = resp.read_stdout()
+seen["exec_returncode"] = resp.returncode
+seen["exec_protocol"] = resp.subprotocol
+
+# exec without stdin, preloaded: what the command wrote.
+seen["exec_once"] = stream(
+    v1.connect_get_namespaced_pod_exec,
+    "web",
+    "default",
+    container="shell",
+    command=["agnhost", "print", "once"],
+    stdin=False,
+    stdout=True,
+    stderr=True,
+    tty=False,
+)
+
+# port-forward over the WebSocket channel protocol: one port served, one refused.
+pf = portforward(v1.connect_get_namespaced_pod_portforward, "web", "default", ports="8080,9999")
+sock = pf.socket(8080)
+sock.settimeout(30)
+sock.sendall(b"GET /python HTTP/1.1\r\nHost: web\r\nConnection: close\r\n\r\n")
+answer = b""
+while b"\r\n\r\n" not in answer:
+    chunk = sock.recv(4096)
+    if not chunk:
+        break
+    answer += chunk
+seen["forward"] = answer.decode(errors="replace").split("\r\n")[0]
+deadline = time.time() + 30
+while pf.error(9999) is None and time.time() < deadline:
+    time.sleep(0.05)
+seen["refused"] = pf.error(9999)
+sock.close()
+pf.close()
+
+# an error as a Status
+try:
+    v1.read_namespaced_pod("nowhere", "default")
+except ApiException as e:
+    seen["missing"] = {"status": e.status, "reason": json.loads(e.body)["reason"]}
+
+print(json.dumps(seen))
