@@ -11,8 +11,9 @@
 # - docker-registry and skopeo: the image tests run a real registry and copy images with skopeo;
 # - curl: the agent's tests call its API as a plain HTTP client too;
 # - systemd-analyze: the agent's unit file is verified with it;
-# - a Python venv with the official Kubernetes client (the agent's tests drive it as a user's
-#   script would), at $WASMPOD_TEST_VENV (default ~/.cache/wasmpod-test-venv).
+# - the official Kubernetes clients the agent's tests drive as a user's program would: Python's
+#   in a venv at $WASMPOD_TEST_VENV (default ~/.cache/wasmpod-test-venv), JavaScript's with Node
+#   and npm under $WASMPOD_TEST_NODE (default ~/.cache/wasmpod-test-node).
 set -euo pipefail
 
 rustup target add wasm32-wasip1 wasm32-wasip2
@@ -31,6 +32,8 @@ declare -A needed=(
     [curl]=curl
     [systemd-analyze]=systemd
     [python3]=python3
+    [node]=nodejs
+    [npm]=npm
 )
 missing=()
 for what in "${!needed[@]}"; do
@@ -54,4 +57,10 @@ python_client="kubernetes==37.0.2"
 if ! "$venv/bin/python" -c 'import kubernetes, sys; sys.exit(kubernetes.__version__ != "37.0.2")' 2>/dev/null; then
     python3 -m venv "$venv"
     "$venv/bin/pip" install --quiet "$python_client"
+fi
+node_dir="${WASMPOD_TEST_NODE:-$HOME/.cache/wasmpod-test-node}"
+js_client="@kubernetes/client-node@1.4.0"
+if ! grep -qs '"version": "1.4.0"' "$node_dir/node_modules/@kubernetes/client-node/package.json"; then
+    mkdir -p "$node_dir"
+    npm install --prefix "$node_dir" --no-audit --no-fund --silent "$js_client"
 fi

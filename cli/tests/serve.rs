@@ -2253,6 +2253,66 @@ fn the_python_client_execs_and_forwards_ports() {
     );
 }
 
+/// The official JavaScript client (`@kubernetes/client-node` 1.4.0: 2.0 needs Node 22, whose zstd its HTTP client takes) under Node: a typed list,
+/// a watch from the list's resourceVersion, exec with stdin (binary frames, closed by v5),
+/// port-forward over the WebSocket channel protocol, and a missing pod as a Status.
+#[test]
+fn the_javascript_client_lists_watches_execs_and_forwards() {
+    let node_dir = std::env::var_os("WASMPOD_TEST_NODE").map_or_else(
+        || PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/wasmpod-test-node"),
+        PathBuf::from,
+    );
+    let client = node_dir.join("node_modules/@kubernetes/client-node/dist/index.js");
+    assert!(
+        client.exists(),
+        "{} is missing: tools/test-deps.sh installs the JavaScript client",
+        client.display()
+    );
+    let (_tmp, agent) = Agent::start();
+    agent.create(
+        &PodYaml::new("web")
+            .container(
+                r#"{ name: server, image: "{p2}", args: [http-server, "0.0.0.0:8080", "200"] }"#,
+            )
+            .container(r#"{ name: shell, image: "{p1}", args: [sleep, "600000"] }"#)
+            .build(),
+    );
+    agent.ok(&["wait", "--for=condition=Ready", "pod/web", "--timeout=30s"]);
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/clients/js_client.mjs"
+    );
+    let out = Command::new("timeout")
+        .args(["120", "node", script])
+        .env("KUBECONFIG", &agent.kubeconfig)
+        .env("HOME", &agent.dir)
+        .env("WASMPOD_K8S_JS", &client)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        agent.log()
+    );
+    let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(seen["pods"], serde_json::json!(["web"]), "{seen:#}");
+    assert_eq!(seen["watch"], "ADDED from-js", "{seen:#}");
+    assert_eq!(seen["exec_status"], "Success", "{seen:#}");
+    assert_eq!(
+        seen["exec_stdout"], "read: first\nread: second\nstdin ended after 2 lines\n",
+        "{seen:#}"
+    );
+    assert_eq!(seen["forward"], "HTTP/1.1 200 X", "{seen:#}");
+    assert_eq!(seen["missing"]["code"], 404, "{seen:#}");
+    assert_eq!(seen["missing"]["reason"], "NotFound", "{seen:#}");
+    assert!(
+        agent
+            .ok(&["logs", "web", "-c", "server"])
+            .contains("request GET /javascript HTTP/1.1")
+    );
+}
+
 #[test]
 fn pods_reach_the_api_as_the_kubernetes_service() {
     let (_tmp, agent) = Agent::start();
