@@ -2253,9 +2253,10 @@ fn the_python_client_execs_and_forwards_ports() {
     );
 }
 
-/// The official JavaScript client (`@kubernetes/client-node` 1.4.0: 2.0 needs Node 22, whose zstd its HTTP client takes) under Node: a typed list,
-/// a watch from the list's resourceVersion, exec with stdin (binary frames, closed by v5),
-/// port-forward over the WebSocket channel protocol, and a missing pod as a Status.
+/// The official JavaScript client (`@kubernetes/client-node` 1.4.0; 2.0 needs Node 22, whose
+/// zstd its HTTP client takes) under Node: a typed list, a watch from the list's
+/// resourceVersion, exec with stdin (binary frames, closed by v5), port-forward over the
+/// WebSocket channel protocol, and a missing pod as a Status.
 #[test]
 fn the_javascript_client_lists_watches_execs_and_forwards() {
     let node_dir = std::env::var_os("WASMPOD_TEST_NODE").map_or_else(
