@@ -2314,6 +2314,142 @@ fn the_javascript_client_lists_watches_execs_and_forwards() {
     );
 }
 
+/// kube-rs (`kube` 5, what a Rust program reaches for), as a controller drives the agent: a
+/// typed list, `kube::runtime::watcher` with a reflector's store following a pod created after
+/// it started, exec with stdin, port-forward over the WebSocket channel protocol, and a missing
+/// pod as the API's `Status`.
+#[test]
+fn kube_rs_lists_reflects_execs_and_forwards() {
+    use futures_util::TryStreamExt;
+    use kube::api::{Api, AttachParams, PostParams};
+    use kube::config::{KubeConfigOptions, Kubeconfig};
+    use kube::runtime::{WatchStreamExt, reflector, watcher};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use wasmpod::k8s_openapi::api::core::v1::Pod;
+
+    let (_tmp, agent) = Agent::start();
+    agent.create(
+        &PodYaml::new("web")
+            .container(
+                r#"{ name: server, image: "{p2}", args: [http-server, "0.0.0.0:8080", "200"] }"#,
+            )
+            .container(r#"{ name: shell, image: "{p1}", args: [sleep, "600000"] }"#)
+            .build(),
+    );
+    agent.ok(&["wait", "--for=condition=Ready", "pod/web", "--timeout=30s"]);
+    let second: Pod = typed(&fill(
+        &PodYaml::new("second")
+            .container(r#"{ name: c, image: "{p1}", args: [sleep, "600000"] }"#)
+            .build(),
+    ));
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let kubeconfig = Kubeconfig::read_from(&agent.kubeconfig).unwrap();
+        let config =
+            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                .await
+                .unwrap();
+        let client = kube::Client::try_from(config).unwrap();
+        let pods: Api<Pod> = Api::namespaced(client, "default");
+        let limit = Duration::from_secs(30);
+
+        let listed = pods.list(&Default::default()).await.unwrap();
+        let names: Vec<_> = listed
+            .items
+            .iter()
+            .map(|p| p.metadata.name.clone().unwrap())
+            .collect();
+        assert_eq!(names, ["web"]);
+
+        // A reflector's store follows the watcher: the pod created after it started arrives.
+        let (store, writer) = reflector::store::<Pod>();
+        let follow = reflector(writer, watcher(pods.clone(), watcher::Config::default()))
+            .applied_objects()
+            .try_for_each(|_| async { Ok(()) });
+        let follow = tokio::spawn(follow);
+        tokio::time::timeout(limit, store.wait_until_ready())
+            .await
+            .unwrap()
+            .unwrap();
+        pods.create(&PostParams::default(), &second).await.unwrap();
+        let start = Instant::now();
+        while store.state().len() < 2 {
+            assert!(
+                start.elapsed() < limit,
+                "the reflector never saw the second pod"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        follow.abort();
+
+        // exec with stdin: what it read, and its end as a Status.
+        let params = AttachParams::default()
+            .container("shell")
+            .stdin(true)
+            .stderr(false);
+        let mut attached = pods
+            .exec("web", ["agnhost", "stdin"], &params)
+            .await
+            .unwrap();
+        let mut stdin = attached.stdin().unwrap();
+        stdin.write_all(b"first\nsecond\n").await.unwrap();
+        stdin.shutdown().await.unwrap();
+        drop(stdin);
+        let mut stdout = String::new();
+        let mut out = attached.stdout().unwrap();
+        tokio::time::timeout(limit, out.read_to_string(&mut stdout))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            stdout,
+            "read: first\nread: second\nstdin ended after 2 lines\n"
+        );
+        let status = attached.take_status().unwrap().await.unwrap();
+        assert_eq!(status.status.as_deref(), Some("Success"), "{status:?}");
+
+        // port-forward
+        let mut forward = pods.portforward("web", &[8080]).await.unwrap();
+        let mut stream = forward.take_stream(8080).unwrap();
+        stream
+            .write_all(b"GET /rust HTTP/1.1\r\nHost: web\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !answer.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = tokio::time::timeout(limit, stream.read(&mut buf))
+                .await
+                .unwrap()
+                .unwrap();
+            assert!(n > 0, "the forwarded connection ended: {answer:?}");
+            answer.extend_from_slice(&buf[..n]);
+        }
+        assert!(answer.starts_with(b"HTTP/1.1 200 X\r\n"), "{answer:?}");
+        drop(stream);
+        forward.abort();
+
+        match pods.get("nowhere").await {
+            Err(kube::Error::Api(status)) => {
+                assert_eq!(status.code, 404);
+                assert_eq!(status.reason, "NotFound");
+            }
+            other => panic!("a missing pod: {other:?}"),
+        }
+    });
+    assert!(
+        agent
+            .ok(&["logs", "web", "-c", "server"])
+            .contains("request GET /rust HTTP/1.1")
+    );
+}
+
+/// A typed object from YAML text, read as wasmpod reads it.
+fn typed<T: wasmpod::k8s_openapi::serde::de::DeserializeOwned>(yaml: &str) -> T {
+    let doc = wasmpod::read_documents(yaml.as_bytes()).unwrap().remove(0);
+    serde_json::from_value(doc).unwrap()
+}
+
 #[test]
 fn pods_reach_the_api_as_the_kubernetes_service() {
     let (_tmp, agent) = Agent::start();
