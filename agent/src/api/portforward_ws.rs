@@ -248,6 +248,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_clients_message_is_binary_text_or_base64() {
+        let binary = Message::Binary(vec![2, b'h', b'i'].into());
+        assert_eq!(
+            from_client(binary.clone(), false),
+            Some((2, b"hi".to_vec()))
+        );
+        assert_eq!(from_client(binary, true), None);
+        let text = Message::Text("\u{0}hi".into());
+        assert_eq!(from_client(text, false), Some((0, b"hi".to_vec())));
+        let base64 = Message::Text("2aGk=".into());
+        assert_eq!(from_client(base64, true), Some((2, b"hi".to_vec())));
+        assert_eq!(from_client(Message::Ping(Vec::new().into()), false), None);
+        assert_eq!(from_client(Message::Binary(Vec::new().into()), false), None);
+    }
+
+    #[test]
     fn ports_come_repeated_or_separated_by_commas() {
         assert_eq!(
             ports(Some("ports=8080,9090&ports=7000")).unwrap(),

@@ -373,6 +373,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn base64_messages_carry_their_channel_as_a_digit() {
+        assert_eq!(decode_base64("0aGk=").unwrap(), [STDIN, b'h', b'i']);
+        assert_eq!(decode_base64("3").unwrap(), [ERROR]);
+        assert_eq!(channel_digit(STDERR), '2');
+        // Past 9 the digit goes on as the character after it, both ways.
+        assert_eq!(
+            decode_base64(&format!("{}aGk=", channel_digit(12))).unwrap()[0],
+            12
+        );
+        for bad in ["", "/aGk=", "1%%%"] {
+            assert_eq!(decode_base64(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
     fn a_pod_has_at_most_its_sessions_and_gets_them_back() {
         let sessions = Sessions::default();
         let seats: Vec<Seat> = (0..MAX_SESSIONS)
