@@ -1,9 +1,10 @@
 //! HTTP handler containers against `wasmtime serve`: the same `wasi:http/proxy` component (the
 //! test handler's `GET /`, a short plain-text answer) served twice in one run, by a wasmpod pod
 //! through a published port and by `wasmtime serve`, each driven by the same load generator in
-//! this process: CONNECTIONS keep-alive connections sending GETs back to back for SECONDS,
-//! alternating A B A B. Reports requests per second and per-request latency p50/p99 (from
-//! writing the request to reading the whole response).
+//! this process, alternating A B A B: 16 and 256 keep-alive connections sending GETs back to
+//! back, and 16 clients each making a new connection per request (`Connection: close`), for
+//! SECONDS each. Reports requests per second and per-request latency p50/p99 (from writing the
+//! request, or connecting, to reading the whole response).
 //!
 //! `wasmtime serve` is found through `$WASMTIME` or `PATH` (wasmtime-cli 48 with its `serve`
 //! feature); without it only wasmpod is measured. `cargo bench -p wasmpod-cli --bench http`;
@@ -19,9 +20,42 @@ use tokio::net::TcpStream;
 use wasmpod::{Node, NodeOptions, PodOptions, PodSpec};
 use wasmpod_tests::free_port;
 
-const CONNECTIONS: usize = 16;
 const SECONDS: f64 = 4.0;
 const ROUNDS: usize = 2;
+
+/// How the load generator drives a server: this many clients at once, on keep-alive
+/// connections or a new connection per request.
+#[derive(Debug, Clone, Copy)]
+struct Case {
+    connections: usize,
+    keep_alive: bool,
+}
+
+impl Case {
+    /// The name of the case's figures in the JSON (the first case's are unprefixed, as before).
+    fn prefix(self) -> String {
+        match (self.connections, self.keep_alive) {
+            (16, true) => String::new(),
+            (n, true) => format!("c{n}_"),
+            (n, false) => format!("close_c{n}_"),
+        }
+    }
+}
+
+const CASES: [Case; 3] = [
+    Case {
+        connections: 16,
+        keep_alive: true,
+    },
+    Case {
+        connections: 256,
+        keep_alive: true,
+    },
+    Case {
+        connections: 16,
+        keep_alive: false,
+    },
+];
 
 #[derive(Debug, Default, Clone, Copy)]
 struct Figures {
@@ -32,10 +66,23 @@ struct Figures {
 
 /// One connection's GET: the time until the whole (chunked or sized) response was read.
 async fn get(stream: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result<Duration> {
-    let start = Instant::now();
-    stream
-        .write_all(b"GET / HTTP/1.1\r\nHost: bench\r\n\r\n")
-        .await?;
+    request(
+        stream,
+        buf,
+        b"GET / HTTP/1.1\r\nHost: bench\r\n\r\n",
+        Instant::now(),
+    )
+    .await
+}
+
+/// Sends `req` and reads the whole response: the time since `start`.
+async fn request(
+    stream: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    req: &[u8],
+    start: Instant,
+) -> std::io::Result<Duration> {
+    stream.write_all(req).await?;
     buf.clear();
     let mut chunk = [0u8; 4096];
     loop {
@@ -68,18 +115,28 @@ fn complete(buf: &[u8]) -> bool {
     }
 }
 
-/// Drives `addr` with CONNECTIONS connections for `seconds`.
-async fn load(addr: SocketAddr, seconds: f64) -> Figures {
+/// Drives `addr` as `case` says for `seconds`.
+async fn load(addr: SocketAddr, case: Case, seconds: f64) -> Figures {
     let deadline = Instant::now() + Duration::from_secs_f64(seconds);
-    let workers: Vec<_> = (0..CONNECTIONS)
+    let workers: Vec<_> = (0..case.connections)
         .map(|_| {
             tokio::spawn(async move {
-                let mut stream = TcpStream::connect(addr).await.unwrap();
-                stream.set_nodelay(true).unwrap();
                 let mut buf = Vec::new();
                 let mut times = Vec::new();
-                while Instant::now() < deadline {
-                    times.push(get(&mut stream, &mut buf).await.unwrap());
+                if case.keep_alive {
+                    let mut stream = TcpStream::connect(addr).await.unwrap();
+                    stream.set_nodelay(true).unwrap();
+                    while Instant::now() < deadline {
+                        times.push(get(&mut stream, &mut buf).await.unwrap());
+                    }
+                } else {
+                    let close = b"GET / HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n";
+                    while Instant::now() < deadline {
+                        let start = Instant::now();
+                        let mut stream = TcpStream::connect(addr).await.unwrap();
+                        stream.set_nodelay(true).unwrap();
+                        times.push(request(&mut stream, &mut buf, close, start).await.unwrap());
+                    }
                 }
                 times
             })
@@ -191,56 +248,65 @@ spec:
     }
 
     // Warm both up (compiled code paged in, connection pools, the allocator).
-    load(wasmpod_addr, 0.5).await;
+    load(wasmpod_addr, CASES[0], 0.5).await;
     if serve.is_some() {
-        load(serve_addr, 0.5).await;
+        load(serve_addr, CASES[0], 0.5).await;
     }
-    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
-    for _ in 0..ROUNDS {
-        ours.push(load(wasmpod_addr, SECONDS).await);
-        if serve.is_some() {
-            theirs.push(load(serve_addr, SECONDS).await);
-        }
-    }
-    drop(serve);
-    pod.delete(Some(Duration::ZERO));
-    pod.deleted().await;
-
     let best = |f: &[Figures]| {
         f.iter()
             .copied()
             .max_by(|a, b| a.rps.total_cmp(&b.rps))
             .unwrap_or_default()
     };
-    let (ours, theirs) = (best(&ours), best(&theirs));
-    println!(
-        "{CONNECTIONS} connections, best of {ROUNDS} runs of {SECONDS} s, GET / of the test handler"
-    );
-    println!(
-        "  wasmpod pod (published port)  {:>9.0} req/s  p50 {:>7.0} us  p99 {:>7.0} us",
-        ours.rps, ours.p50_us, ours.p99_us
-    );
-    if theirs.rps > 0.0 {
+    let mut results = serde_json::Map::new();
+    println!("best of {ROUNDS} runs of {SECONDS} s a case, GET / of the test handler");
+    for case in CASES {
+        let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+        for _ in 0..ROUNDS {
+            ours.push(load(wasmpod_addr, case, SECONDS).await);
+            if serve.is_some() {
+                theirs.push(load(serve_addr, case, SECONDS).await);
+            }
+        }
+        let (ours, theirs) = (best(&ours), best(&theirs));
+        let how = if case.keep_alive {
+            "keep-alive connections"
+        } else {
+            "clients, a connection per request"
+        };
+        println!("{} {how}", case.connections);
         println!(
-            "  wasmtime serve                {:>9.0} req/s  p50 {:>7.0} us  p99 {:>7.0} us",
-            theirs.rps, theirs.p50_us, theirs.p99_us
+            "  wasmpod pod (published port)  {:>9.0} req/s  p50 {:>7.0} us  p99 {:>7.0} us",
+            ours.rps, ours.p50_us, ours.p99_us
         );
-        println!(
-            "  ratio wasmpod / wasmtime       {:>9.2} (req/s)  {:.2} (p50)  {:.2} (p99)",
-            ours.rps / theirs.rps,
-            ours.p50_us / theirs.p50_us,
-            ours.p99_us / theirs.p99_us
-        );
+        if theirs.rps > 0.0 {
+            println!(
+                "  wasmtime serve                {:>9.0} req/s  p50 {:>7.0} us  p99 {:>7.0} us",
+                theirs.rps, theirs.p50_us, theirs.p99_us
+            );
+            println!(
+                "  ratio wasmpod / wasmtime       {:>9.2} (req/s)  {:.2} (p50)  {:.2} (p99)",
+                ours.rps / theirs.rps,
+                ours.p50_us / theirs.p50_us,
+                ours.p99_us / theirs.p99_us
+            );
+        }
+        let p = case.prefix();
+        for (key, value) in [
+            ("wasmpod_rps", ours.rps),
+            ("wasmpod_p50_us", ours.p50_us),
+            ("wasmpod_p99_us", ours.p99_us),
+            ("wasmtime_serve_rps", theirs.rps),
+            ("wasmtime_serve_p50_us", theirs.p50_us),
+            ("wasmtime_serve_p99_us", theirs.p99_us),
+        ] {
+            results.insert(format!("{p}{key}"), json!(value));
+        }
     }
-    let results = json!({
-        "connections": CONNECTIONS,
-        "wasmpod_rps": ours.rps,
-        "wasmpod_p50_us": ours.p50_us,
-        "wasmpod_p99_us": ours.p99_us,
-        "wasmtime_serve_rps": theirs.rps,
-        "wasmtime_serve_p50_us": theirs.p50_us,
-        "wasmtime_serve_p99_us": theirs.p99_us,
-    });
+    drop(serve);
+    pod.delete(Some(Duration::ZERO));
+    pod.deleted().await;
+    let results = serde_json::Value::Object(results);
     wasmpod_tests::compare_bench(
         "http",
         &results,
