@@ -2177,6 +2177,50 @@ spec:
 /// port in their environment, a connection from the pod network to 10.96.0.1:443 reaching the
 /// agent, whose certificate names that address and `kubernetes.default.svc` under the CA a
 /// pod's `kube-api-access` volume holds — what in-cluster configuration needs.
+/// The pod the client tests drive: `server` answers HTTP on 8080, `shell` is there to exec in.
+fn client_pod(agent: &Agent) {
+    agent.create(
+        &PodYaml::new("web")
+            .container(
+                r#"{ name: server, image: "{p2}", args: [http-server, "0.0.0.0:8080", "200"] }"#,
+            )
+            .container(r#"{ name: shell, image: "{p1}", args: [sleep, "600000"] }"#)
+            .build(),
+    );
+    agent.ok(&["wait", "--for=condition=Ready", "pod/web", "--timeout=30s"]);
+}
+
+/// The script `name` of `tests/clients/`.
+fn client_script(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/clients")
+        .join(name)
+}
+
+/// Runs a client program (`command`, bounded to two minutes) against the agent, with `env`:
+/// the JSON object it printed of what each call gave.
+fn run_client(
+    agent: &Agent,
+    command: &[&std::ffi::OsStr],
+    env: &[(&str, &std::ffi::OsStr)],
+) -> Value {
+    let out = Command::new("timeout")
+        .arg("120")
+        .args(command)
+        .env("KUBECONFIG", &agent.kubeconfig)
+        .env("HOME", &agent.dir)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        agent.log()
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 /// The Python interpreter of the venv with the official client (`tools/test-deps.sh` makes it).
 fn python() -> PathBuf {
     let venv = std::env::var_os("WASMPOD_TEST_VENV").map_or_else(
@@ -2199,34 +2243,9 @@ fn python() -> PathBuf {
 #[test]
 fn the_python_client_execs_and_forwards_ports() {
     let (_tmp, agent) = Agent::start();
-    agent.create(
-        &PodYaml::new("web")
-            .container(
-                r#"{ name: server, image: "{p2}", args: [http-server, "0.0.0.0:8080", "200"] }"#,
-            )
-            .container(r#"{ name: shell, image: "{p1}", args: [sleep, "600000"] }"#)
-            .build(),
-    );
-    agent.ok(&["wait", "--for=condition=Ready", "pod/web", "--timeout=30s"]);
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../tests/clients/python_client.py"
-    );
-    let out = Command::new("timeout")
-        .arg("120")
-        .arg(python())
-        .arg(script)
-        .env("KUBECONFIG", &agent.kubeconfig)
-        .env("HOME", &agent.dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        agent.log()
-    );
-    let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
+    client_pod(&agent);
+    let script = client_script("python_client.py");
+    let seen = run_client(&agent, &[python().as_os_str(), script.as_os_str()], &[]);
     assert_eq!(seen["exec_protocol"], "v5.channel.k8s.io", "{seen:#}");
     assert_eq!(
         seen["exec_stdout"], "read: first\nread: second\nstdin ended after 2 lines\n",
@@ -2270,33 +2289,13 @@ fn the_javascript_client_lists_watches_execs_and_forwards() {
         client.display()
     );
     let (_tmp, agent) = Agent::start();
-    agent.create(
-        &PodYaml::new("web")
-            .container(
-                r#"{ name: server, image: "{p2}", args: [http-server, "0.0.0.0:8080", "200"] }"#,
-            )
-            .container(r#"{ name: shell, image: "{p1}", args: [sleep, "600000"] }"#)
-            .build(),
+    client_pod(&agent);
+    let script = client_script("js_client.mjs");
+    let seen = run_client(
+        &agent,
+        &["node".as_ref(), script.as_os_str()],
+        &[("WASMPOD_K8S_JS", client.as_os_str())],
     );
-    agent.ok(&["wait", "--for=condition=Ready", "pod/web", "--timeout=30s"]);
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../tests/clients/js_client.mjs"
-    );
-    let out = Command::new("timeout")
-        .args(["120", "node", script])
-        .env("KUBECONFIG", &agent.kubeconfig)
-        .env("HOME", &agent.dir)
-        .env("WASMPOD_K8S_JS", &client)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        agent.log()
-    );
-    let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(seen["pods"], serde_json::json!(["web"]), "{seen:#}");
     assert_eq!(seen["watch"], "ADDED from-js", "{seen:#}");
     assert_eq!(seen["exec_status"], "Success", "{seen:#}");
@@ -2328,15 +2327,7 @@ fn kube_rs_lists_reflects_execs_and_forwards() {
     use wasmpod::k8s_openapi::api::core::v1::Pod;
 
     let (_tmp, agent) = Agent::start();
-    agent.create(
-        &PodYaml::new("web")
-            .container(
-                r#"{ name: server, image: "{p2}", args: [http-server, "0.0.0.0:8080", "200"] }"#,
-            )
-            .container(r#"{ name: shell, image: "{p1}", args: [sleep, "600000"] }"#)
-            .build(),
-    );
-    agent.ok(&["wait", "--for=condition=Ready", "pod/web", "--timeout=30s"]);
+    client_pod(&agent);
     let second: Pod = typed(&fill(
         &PodYaml::new("second")
             .container(r#"{ name: c, image: "{p1}", args: [sleep, "600000"] }"#)
