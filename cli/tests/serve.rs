@@ -2239,7 +2239,8 @@ fn python() -> PathBuf {
 /// The official Python client (`kubernetes` 37.0.2), as a user's script drives the agent: exec
 /// with stdin sent as text frames and closed with v5's close of channel 0, exec without stdin,
 /// port-forward over the WebSocket channel protocol (a port served, a port refused on its error
-/// channel), and a missing pod as a Status.
+/// channel), logs (tail with timestamps, follow), the dynamic client through discovery, and a
+/// missing pod as a Status.
 #[test]
 fn the_python_client_execs_and_forwards_ports() {
     let (_tmp, agent) = Agent::start();
@@ -2262,6 +2263,22 @@ fn the_python_client_execs_and_forwards_ports() {
     );
     assert_eq!(seen["missing"]["status"], 404, "{seen:#}");
     assert_eq!(seen["missing"]["reason"], "NotFound", "{seen:#}");
+    // Logs: the last line (the request through the port) after its RFC 3339 time; a followed
+    // log from its start. The dynamic client finds ConfigMaps through discovery.
+    let tail = seen["log_tail"].as_str().unwrap_or_default();
+    let (time, line) = tail.split_once(' ').unwrap_or_default();
+    assert!(time.ends_with('Z') && time.contains('T'), "{seen:#}");
+    assert!(line.starts_with("request GET /python"), "{seen:#}");
+    assert_eq!(
+        seen["log_follow_first"], "listening 0.0.0.0:8080\n",
+        "{seen:#}"
+    );
+    assert_eq!(seen["dynamic_get"], "b", "{seen:#}");
+    assert_eq!(
+        seen["dynamic_list"],
+        serde_json::json!(["from-python"]),
+        "{seen:#}"
+    );
     // The server saw the request that came through the forwarded port.
     assert!(
         agent

@@ -68,6 +68,24 @@ seen["refused"] = pf.error(9999)
 sock.close()
 pf.close()
 
+# logs: the last line with its timestamp, and a followed log's first line
+tail = v1.read_namespaced_pod_log("web", "default", container="server", tail_lines=1, timestamps=True)
+seen["log_tail"] = tail
+followed = v1.read_namespaced_pod_log(
+    "web", "default", container="server", follow=True, _preload_content=False
+)
+seen["log_follow_first"] = followed.readline().decode()
+followed.release_conn()
+
+# the dynamic client, through discovery
+from kubernetes.dynamic import DynamicClient
+
+dynamic = DynamicClient(client.ApiClient())
+config_maps = dynamic.resources.get(api_version="v1", kind="ConfigMap")
+config_maps.create(body={"metadata": {"name": "from-python"}, "data": {"a": "b"}}, namespace="default")
+seen["dynamic_get"] = config_maps.get(name="from-python", namespace="default").data.a
+seen["dynamic_list"] = sorted(i.metadata.name for i in config_maps.get(namespace="default").items)
+
 # an error as a Status
 try:
     v1.read_namespaced_pod("nowhere", "default")
