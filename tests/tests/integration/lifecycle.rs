@@ -14,7 +14,7 @@ const LIMIT: Duration = Duration::from_secs(20);
 
 /// Kubernetes: init containers run one at a time, in order, before the regular container.
 #[tokio::test]
-async fn s01_init_containers_run_one_at_a_time() {
+async fn init_containers_run_one_at_a_time_in_order() {
     let node = TestNode::new();
     let (t, status) = node
         .run(
@@ -54,7 +54,7 @@ spec:
 
 /// Kubernetes: a failed init container under Never fails the pod; the regular one never starts.
 #[tokio::test]
-async fn s04_init_fails_under_never() {
+async fn a_failed_init_container_under_never_fails_the_pod() {
     let node = TestNode::new();
     let (t, status) = node
         .run(
@@ -94,7 +94,7 @@ spec:
 /// Pending; later containers wait with `PodInitializing`; Initialized never goes back to False
 /// once True (here: it never becomes True).
 #[tokio::test]
-async fn s06_init_fails_under_always() {
+async fn a_failing_init_container_under_always_restarts_with_backoff() {
     let node = TestNode::new();
     let pod = node
         .start(
@@ -145,7 +145,7 @@ spec:
 /// Kubernetes: a failing regular container under Always restarts with the kubelet's
 /// backoff: immediately, then initial, doubling to the cap, and waits in CrashLoopBackOff.
 #[tokio::test]
-async fn s10_s44_crash_loop_backoff() {
+async fn a_crashing_container_restarts_with_the_kubelets_backoff() {
     let node = TestNode::new();
     let pod = node
         .start(
@@ -211,7 +211,7 @@ spec:
 /// Kubernetes: inits are not re-run when the main container restarts. (Kubernetes' R1 exits
 /// 255; a preview1 guest exits 125 here, since wasmtime traps on exit statuses of 126 and above.)
 #[tokio::test]
-async fn s11_inits_not_rerun_on_restart() {
+async fn init_containers_do_not_run_again_when_the_main_one_restarts() {
     let node = TestNode::new();
     let pod = node
         .start(
@@ -248,7 +248,7 @@ spec:
 /// Kubernetes: inits and sidecars interleaved; sidecars run alongside the regular
 /// container and are stopped after it; the pod Succeeds.
 #[tokio::test]
-async fn s14_inits_and_sidecars_interleaved() {
+async fn inits_and_sidecars_interleave_and_sidecars_stop_last() {
     let node = TestNode::new();
     let (t, status) = node
         .run(
@@ -297,7 +297,7 @@ spec:
 
 /// Kubernetes: a long-running sidecar does not keep the pod alive (N and OF).
 #[tokio::test]
-async fn s15_sidecar_does_not_keep_pod_alive() {
+async fn a_sidecar_does_not_keep_the_pod_alive() {
     for policy in ["Never", "OnFailure"] {
         let node = TestNode::new();
         let (t, status) = node
@@ -330,7 +330,7 @@ spec:
 /// Kubernetes: a sidecar that exits is always restarted, whatever the pod's policy, and
 /// its exit codes do not change the phase.
 #[tokio::test]
-async fn s17_sidecar_always_restarted() {
+async fn a_sidecar_is_always_restarted() {
     for (policy, code) in [("Never", "0"), ("OnFailure", "1"), ("Never", "1")] {
         let node = TestNode::new();
         let (t, status) = node
@@ -371,7 +371,7 @@ spec:
 
 /// Kubernetes (restartPolicy Always): the regular container is restarted too.
 #[tokio::test]
-async fn s17_sidecar_restarted_under_always() {
+async fn under_always_the_regular_container_restarts_too() {
     let node = TestNode::new();
     let pod = node
         .start(
@@ -404,7 +404,7 @@ spec:
 
 /// Kubernetes: sidecars shut down in reverse order, each after every later one exited.
 #[tokio::test]
-async fn s23_sidecars_shut_down_in_reverse_order() {
+async fn sidecars_shut_down_in_reverse_order() {
     let node = TestNode::new();
     let (t, status) = node
         .run(
@@ -451,7 +451,7 @@ spec:
 /// Kubernetes: OnFailure with a failed container is Running (it restarts); Never fails;
 /// Never with all succeeded is Succeeded; and a never-started container keeps the pod Pending.
 #[tokio::test]
-async fn s46_phase_table() {
+async fn the_pod_phase_follows_the_kubelets_table() {
     let node = TestNode::new();
     let yaml = |policy: &str, code: &str| {
         format!(
@@ -499,7 +499,7 @@ spec:
 /// Kubernetes: ContainersReady lists unready containers; readiness gates with no condition
 /// keep Ready False.
 #[tokio::test]
-async fn s47_conditions_and_readiness_gates() {
+async fn containers_ready_lists_unready_containers_and_gates_hold_ready() {
     let node = TestNode::new();
     let pod = node
         .start(

@@ -29,7 +29,7 @@ fn with_probe_dir(yaml: &str, dir: &std::path::Path) -> String {
 
 /// Kubernetes: a sidecar's startup probe gates the next container.
 #[tokio::test]
-async fn s20_startup_probe_gates_the_next_container() {
+async fn a_sidecars_startup_probe_gates_the_next_container() {
     let (node, dir) = node();
     let yaml = with_probe_dir(
         r#"
@@ -97,7 +97,7 @@ spec:
 /// Kubernetes: Ready turns True no sooner than the readiness initial delay; a sidecar's
 /// readiness counts toward the pod's.
 #[tokio::test]
-async fn s28_readiness_initial_delay() {
+async fn ready_waits_for_the_readiness_initial_delay() {
     let (node, dir) = node();
     std::fs::write(dir.join("readiness"), "").unwrap();
     let yaml = with_probe_dir(
@@ -152,7 +152,7 @@ spec:
 /// Kubernetes: an exec liveness probe that starts failing restarts the container; one that
 /// keeps passing never does.
 #[tokio::test]
-async fn s30_exec_liveness_probe() {
+async fn a_failing_exec_liveness_probe_restarts_the_container() {
     let (node, dir) = node();
     let yaml = |name: &str, deletes: bool| {
         let script = if deletes {
@@ -209,7 +209,7 @@ spec:
 
 /// Kubernetes: a failing startup probe kills even when liveness passes.
 #[tokio::test]
-async fn s33_failing_startup_probe_kills() {
+async fn a_failing_startup_probe_kills_even_when_liveness_passes() {
     let (node, dir) = node();
     std::fs::write(dir.join("liveness"), "").unwrap();
     let yaml = with_probe_dir(
@@ -247,7 +247,7 @@ spec:
 
 /// Kubernetes: the startup probe holds liveness off.
 #[tokio::test]
-async fn s34_startup_probe_holds_liveness_off() {
+async fn the_startup_probe_holds_liveness_off() {
     let (node, dir) = node();
     let yaml = with_probe_dir(
         r#"
@@ -288,7 +288,7 @@ spec:
 
 /// Kubernetes: a liveness kill uses the probe's own grace period, not the pod's.
 #[tokio::test]
-async fn s37_probe_level_grace_period() {
+async fn a_liveness_kill_uses_the_probes_own_grace_period() {
     let (node, dir) = node();
     let yaml = with_probe_dir(
         r#"
@@ -327,7 +327,7 @@ spec:
 
 /// Kubernetes: a probe kill runs preStop first; under Never there is no restart.
 #[tokio::test]
-async fn s40_probe_kill_runs_pre_stop() {
+async fn a_probe_kill_runs_pre_stop_first() {
     let (node, dir) = node();
     let yaml = with_probe_dir(
         r#"

@@ -252,7 +252,7 @@ async fn pre_stop_runs_before_term() {
 /// Kubernetes: a preStop that never returns is cut off at the grace period: TERM at g,
 /// KILL at g + 2 s.
 #[tokio::test]
-async fn s43_hanging_pre_stop_gives_kill_at_grace_plus_two() {
+async fn a_hanging_pre_stop_is_killed_at_grace_plus_two_seconds() {
     let node = TestNode::new();
     let dir = probe_dir(&node);
     let yaml = format!(
