@@ -17,9 +17,8 @@ use sha2::Digest;
 use tokio::sync::watch;
 
 use crate::api::Api;
+use crate::api::pods::MIRROR;
 
-/// The annotation that marks a mirror pod; its value is the manifest's hash.
-pub(crate) const MIRROR: &str = "kubernetes.io/config.mirror";
 /// The most manifests read from the directory, and the largest one.
 const MAX_FILES: usize = 1000;
 const MAX_FILE: u64 = 3 << 20;

@@ -6,6 +6,33 @@ use std::sync::{Arc, Mutex};
 use serde::Serialize;
 use tokio::sync::watch;
 
+/// A pod's phase (`status.phase`, and the event stream's `phase`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub enum Phase {
+    /// Admitted or not yet, its containers not all started.
+    Pending,
+    /// Its containers started; one at least runs or will run again.
+    Running,
+    /// Every container ended with success and none restarts.
+    Succeeded,
+    /// Every container ended, one at least in failure, or the pod was stopped for good
+    /// (deadline, eviction).
+    Failed,
+}
+
+impl Phase {
+    /// The phase as Kubernetes writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Pending => "Pending",
+            Phase::Running => "Running",
+            Phase::Succeeded => "Succeeded",
+            Phase::Failed => "Failed",
+        }
+    }
+}
+
 /// `Normal` or `Warning`, as Kubernetes events are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum EventType {
@@ -101,7 +128,7 @@ pub struct Event {
     /// The container's restart count, on container events.
     pub restart_count: Option<i32>,
     /// The new phase, on `PhaseChanged`.
-    pub phase: Option<crate::PodPhase>,
+    pub phase: Option<Phase>,
 }
 
 pub(crate) fn now_micros() -> String {

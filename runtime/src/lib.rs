@@ -53,7 +53,7 @@ pub use container::{ContainerStdin, ContainerUsage, ExecOutput};
 #[cfg(feature = "compiler")]
 pub use engine::compile;
 pub use engine::{AddressSpace, CompileTarget, LoadError};
-pub use events::{Event, EventStream, EventType, Reason};
+pub use events::{Event, EventStream, EventType, Phase as PodPhase, Reason};
 pub use images::{ImageGc, PullProgress};
 pub use network::{Egress, KUBERNETES_SERVICE, PodConnection};
 pub use node::{
@@ -65,7 +65,7 @@ pub use spec::{
     FieldError, FieldErrorKind, InvalidPod, PodFiles, PodSpec, TOKEN_AUDIENCE, TOKEN_EXPIRATION,
     read_documents, read_priority_classes,
 };
-pub use supervisor::{BackoffOptions, Phase as PodPhase};
+pub use supervisor::BackoffOptions;
 
 /// The Kubernetes API types wasmpod speaks (`Pod`, `PodStatus`, ...), re-exported.
 pub use k8s_openapi;

@@ -387,12 +387,16 @@ impl Api {
     }
 }
 
+/// The annotation that marks a static pod's mirror (the API refuses it from clients); its
+/// value is the manifest's hash.
+pub(crate) const MIRROR: &str = "kubernetes.io/config.mirror";
+
 /// Whether the pod is a static pod's mirror.
 pub(crate) fn is_mirror(pod: &Object) -> bool {
     pod.metadata
         .annotations
         .as_ref()
-        .is_some_and(|a| a.contains_key(crate::manifests::MIRROR))
+        .is_some_and(|a| a.contains_key(MIRROR))
 }
 
 fn mirror_annotation_refused(name: &str) -> ApiError {
@@ -402,7 +406,7 @@ fn mirror_annotation_refused(name: &str) -> ApiError {
         format!(
             "pods \"{name}\" is forbidden: metadata.annotations[{}]: only the node sets it, on \
              the mirrors of its static pods",
-            crate::manifests::MIRROR
+            MIRROR
         ),
     )
 }

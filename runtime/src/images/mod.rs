@@ -7,7 +7,6 @@
 mod offline;
 #[cfg(feature = "registry")]
 mod pull;
-mod reference;
 #[cfg(feature = "registry")]
 mod registry;
 mod store;
@@ -21,11 +20,11 @@ use oci_spec::distribution::Reference;
 use serde_json::Value;
 use tokio::sync::OnceCell;
 
+pub(crate) use crate::spec::{PullPolicy, shown};
 #[cfg(not(feature = "registry"))]
 use offline::Puller;
 #[cfg(feature = "registry")]
 use pull::Puller;
-pub(crate) use reference::{PullPolicy, is_path, parse, shown};
 use store::{Record, Store, now_secs};
 
 /// The kubelet's image garbage collection, over the store's size.

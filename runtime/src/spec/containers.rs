@@ -5,6 +5,7 @@ use super::env;
 use super::env::{check_expansion, convert_env};
 use super::errors::{FieldError, FieldPath};
 use super::handlers::{convert_probe, exec_handler, http_get};
+use super::image::PullPolicy;
 use super::model::{
     ContainerPort, ContainerSpec, Handler, HostCreate, ImagePull, Mount, Role, Volume, VolumeSource,
 };
@@ -12,7 +13,6 @@ use super::names::{bounded_seconds, check_label, check_wasm_file, resolve};
 use super::resources::convert_resources;
 use super::security;
 use super::volumes::check_relative_path;
-use crate::images::PullPolicy;
 use k8s_openapi::api::core::v1 as k8s;
 use std::path::{Path, PathBuf};
 
@@ -190,8 +190,8 @@ fn image(
             PathBuf::new()
         }
         // A registry image is pulled when the container first starts.
-        Some(image) if !crate::images::is_path(image) && !resolve(base_dir, image).is_file() => {
-            match crate::images::parse(image) {
+        Some(image) if !super::image::is_path(image) && !resolve(base_dir, image).is_file() => {
+            match super::image::parse(image) {
                 Ok(reference) => {
                     let policy = match c.image_pull_policy.as_deref() {
                         Some("Always") => PullPolicy::Always,
@@ -200,7 +200,7 @@ fn image(
                         _ => PullPolicy::default_for(&reference),
                     };
                     pull = Some(ImagePull {
-                        shown: crate::images::shown(&reference),
+                        shown: super::image::shown(&reference),
                         reference,
                         policy,
                         command: c.command.clone(),

@@ -84,7 +84,7 @@ pub(crate) struct ImagePull {
     pub reference: oci_spec::distribution::Reference,
     /// The reference as `status.containerStatuses[].image` shows it.
     pub shown: String,
-    pub policy: crate::images::PullPolicy,
+    pub policy: super::image::PullPolicy,
     /// The container's `command` and `args`: with the image config's `Entrypoint` and `Cmd`
     /// they make argv, as Kubernetes makes it.
     pub command: Option<Vec<String>>,

@@ -8,6 +8,7 @@
 
 mod backoff;
 mod container;
+mod error;
 mod plan;
 mod probe;
 mod pull;
@@ -27,12 +28,12 @@ use k8s_openapi::api::core::v1 as k8s;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
+pub(crate) use crate::events::Phase;
 pub use backoff::BackoffOptions;
 use container::{Container, Instance};
+pub use error::ContainerError;
 use probe::{HookKind, ProbeKind};
-pub use status::Phase;
 
-use crate::ContainerError;
 use crate::container::{CpuLimit, Exit, PodMeters};
 use crate::engine::{Engine, Image, Pull};
 use crate::events::{EventType, Journal, Reason};

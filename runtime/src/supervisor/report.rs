@@ -4,8 +4,9 @@
 use jiff::Timestamp;
 
 use super::container::Container;
-use super::status::{self, Phase};
+use super::status;
 use super::{Condition, PodTask, ShutdownCause, Snapshot, Stage};
+use crate::events::Phase;
 use crate::events::{Event, EventType, Reason, now_micros};
 use crate::spec::Role;
 use k8s_openapi::api::core::v1 as k8s;

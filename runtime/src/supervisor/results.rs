@@ -5,10 +5,10 @@ use tokio::time::Instant;
 use jiff::Timestamp;
 use tokio::sync::oneshot;
 
+use super::ContainerError;
 use super::PodTask;
 use super::container::{HookState, State, Terminated};
 use super::probe::{HookKind, ProbeKind};
-use crate::ContainerError;
 use crate::container::Exit;
 use crate::events::{EventType, Reason};
 use crate::spec::Role;

@@ -2,34 +2,8 @@
 //! (`getPhase` and `pkg/kubelet/status/generate.go`).
 
 use super::container::{Container, State};
+use crate::events::Phase;
 use crate::spec::{RestartPolicy, Role};
-
-/// A pod's phase (`status.phase`, and the event stream's `phase`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[non_exhaustive]
-pub enum Phase {
-    /// Admitted or not yet, its containers not all started.
-    Pending,
-    /// Its containers started; one at least runs or will run again.
-    Running,
-    /// Every container ended with success and none restarts.
-    Succeeded,
-    /// Every container ended, one at least in failure, or the pod was stopped for good
-    /// (deadline, eviction).
-    Failed,
-}
-
-impl Phase {
-    /// The phase as Kubernetes writes it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Phase::Pending => "Pending",
-            Phase::Running => "Running",
-            Phase::Succeeded => "Succeeded",
-            Phase::Failed => "Failed",
-        }
-    }
-}
 
 /// kubelet `getPhase`. `terminal` is true once the pod is being shut down for good.
 pub(crate) fn phase(policy: RestartPolicy, containers: &[Container], terminal: bool) -> Phase {
