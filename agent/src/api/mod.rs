@@ -18,7 +18,6 @@ mod objects;
 mod patch;
 pub(crate) mod pods;
 mod portforward;
-mod portforward_ws;
 mod protobuf;
 pub(crate) mod resources;
 mod select;

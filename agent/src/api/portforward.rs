@@ -38,7 +38,8 @@ use tokio::task::JoinHandle;
 use tokio_tungstenite::tungstenite::Message;
 use wasmpod::PodHandle;
 
-use super::portforward_ws;
+mod channels;
+
 use super::spdy::{self, Frame};
 use super::stream::{self, Socket};
 use super::{Api, Call};
@@ -81,17 +82,17 @@ impl Api {
             pod: pod.handle,
             which: format!("pod {name}, uid {}", pod.uid),
         };
-        if let Some(protocol) = stream::chosen(&req, portforward_ws::PROTOCOLS)
-            .filter(|_| !stream::wants(&req, &[TUNNEL]))
+        if let Some(protocol) =
+            stream::chosen(&req, channels::PROTOCOLS).filter(|_| !stream::wants(&req, &[TUNNEL]))
         {
-            let ports = portforward_ws::ports(call.raw_query.as_deref())?;
-            let max = portforward_ws::MAX_MESSAGE;
+            let ports = channels::ports(call.raw_query.as_deref())?;
+            let max = channels::MAX_MESSAGE;
             let (answer, socket) = stream::accept("port-forward", req, &[protocol], max)?;
             tokio::spawn(async move {
                 let _seat = seat;
                 if let Some(socket) = socket.await {
                     let base64 = protocol.contains("base64");
-                    portforward_ws::session(socket, base64, ports, target).await;
+                    channels::session(socket, base64, ports, target).await;
                 }
             });
             return Ok(answer);
@@ -123,7 +124,7 @@ impl Api {
                 "port-forward is served over WebSocket with the {TUNNEL} protocol (kubectl's) or \
                  the {} protocols (with the ports in the query), or an upgrade to SPDY/3.1 with \
                  {PROTOCOL}",
-                portforward_ws::PROTOCOLS.join(" or ")
+                channels::PROTOCOLS.join(" or ")
             )));
         }
         tokio::spawn(async move {

@@ -6,7 +6,7 @@
 //! opens; one nothing listens on gets its error and stays silent while the others go on. The
 //! session ends when the client leaves, the pod goes, or every port's connection has ended.
 //!
-//! Bounded as kubectl's tunnel is ([`super::portforward`]): at most [`MAX_PORTS`] ports, the
+//! Bounded as kubectl's tunnel is ([`super`]): at most [`MAX_PORTS`] ports, the
 //! client's bytes held at most [`CONNECTION_BUFFER`] a port (a port whose pod side reads nothing
 //! for [`STALL`] while they wait is closed with its error, and the others go on), a client's
 //! message for a port at most [`stream::MESSAGE`] bytes (a larger one closes that port), any
@@ -24,8 +24,8 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 
-use super::portforward::{CONNECTION_BUFFER, Dial, STALL};
-use super::stream::{self, Socket};
+use super::{CONNECTION_BUFFER, Dial, STALL};
+use crate::api::stream::{self, Socket};
 use crate::status::ApiError;
 
 /// The subprotocols of this port-forward.
@@ -42,7 +42,7 @@ const QUEUE: usize = 8;
 /// The ports of the request's `ports` parameters (repeated, or separated by commas).
 pub(super) fn ports(raw_query: Option<&str>) -> Result<Vec<u16>, ApiError> {
     let mut ports = Vec::new();
-    for value in super::repeated(raw_query, "ports") {
+    for value in crate::api::repeated(raw_query, "ports") {
         for part in value.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             match part.parse::<u16>() {
                 Ok(port) if port > 0 => ports.push(port),
