@@ -153,21 +153,13 @@ impl Channels {
     /// skipped).
     pub(crate) async fn receive(&mut self) -> FromClient {
         loop {
-            let data = match self.ws.next().await {
-                Some(Ok(Message::Binary(data))) if !self.base64 => data.to_vec(),
-                Some(Ok(Message::Text(text))) if !self.base64 => text.as_bytes().to_vec(),
-                Some(Ok(Message::Text(text))) => match decode_base64(text.as_str()) {
-                    Some(data) => data,
-                    None => continue,
-                },
+            let message = match self.ws.next().await {
                 Some(Ok(Message::Close(_))) | Some(Err(_)) | None => return FromClient::Gone,
-                Some(Ok(_)) => continue,
+                Some(Ok(message)) => message,
             };
-            match data.split_first() {
-                Some((&STDIN, rest)) if !rest.is_empty() => {
-                    return FromClient::Stdin(rest.to_vec());
-                }
-                Some((&CLOSE, [STDIN])) => return FromClient::StdinClosed,
+            match from_client(&message, self.base64) {
+                Some((STDIN, data)) if !data.is_empty() => return FromClient::Stdin(data),
+                Some((CLOSE, data)) if data == [STDIN] => return FromClient::StdinClosed,
                 _ => continue,
             }
         }
@@ -190,14 +182,26 @@ pub(crate) fn channel_digit(channel: u8) -> char {
     char::from(b'0'.wrapping_add(channel))
 }
 
-/// A base64 message's channel byte and data (`"1aGk="`: channel 1, `hi`); `None` when it is
-/// not one.
-pub(crate) fn decode_base64(text: &str) -> Option<Vec<u8>> {
+/// A client's message as its channel and data: binary, or text (the channel its first
+/// character, as the Python client sends text), or with `base64` text whose channel is an ASCII
+/// digit and whose data is base64. `None` for any other message (a ping) or one without a
+/// channel.
+pub(crate) fn from_client(message: &Message, base64: bool) -> Option<(u8, Vec<u8>)> {
+    let raw: &[u8] = match message {
+        Message::Binary(b) if !base64 => b,
+        Message::Text(t) if !base64 => t.as_bytes(),
+        Message::Text(t) => return decode_base64(t.as_str()),
+        _ => return None,
+    };
+    let (&channel, data) = raw.split_first()?;
+    Some((channel, data.to_vec()))
+}
+
+/// A base64 message's channel and data (`"1aGk="`: channel 1, `hi`); `None` when it is not one.
+fn decode_base64(text: &str) -> Option<(u8, Vec<u8>)> {
     let first = text.chars().next()?;
     let channel = u8::try_from(u32::from(first).checked_sub(u32::from(b'0'))?).ok()?;
-    let mut bytes = vec![channel];
-    bytes.extend(BASE64.decode(&text[first.len_utf8()..]).ok()?);
-    Some(bytes)
+    Some((channel, BASE64.decode(&text[first.len_utf8()..]).ok()?))
 }
 
 /// Accepts an `exec` or `attach` session ([`accept`] with [`CHANNELS`]): the `101`, and the
@@ -374,12 +378,14 @@ mod tests {
 
     #[test]
     fn base64_messages_carry_their_channel_as_a_digit() {
-        assert_eq!(decode_base64("0aGk=").unwrap(), [STDIN, b'h', b'i']);
-        assert_eq!(decode_base64("3").unwrap(), [ERROR]);
+        assert_eq!(decode_base64("0aGk=").unwrap(), (STDIN, b"hi".to_vec()));
+        assert_eq!(decode_base64("3").unwrap(), (ERROR, Vec::new()));
         assert_eq!(channel_digit(STDERR), '2');
         // Past 9 the digit goes on as the character after it, both ways.
         assert_eq!(
-            decode_base64(&format!("{}aGk=", channel_digit(12))).unwrap()[0],
+            decode_base64(&format!("{}aGk=", channel_digit(12)))
+                .unwrap()
+                .0,
             12
         );
         for bad in ["", "/aGk=", "1%%%"] {

@@ -71,6 +71,8 @@ pub(super) fn ports(raw_query: Option<&str>) -> Result<Vec<u16>, ApiError> {
 struct Port {
     port: u16,
     to_pod: Option<mpsc::Sender<Vec<u8>>>,
+    /// The task carrying its connection (none for a port that could not connect).
+    carried: Option<tokio::task::AbortHandle>,
 }
 
 /// A session: `ports` of the pod `target` over `ws`, base64 text messages when `base64`.
@@ -111,10 +113,11 @@ pub(super) async fn session<D: Dial>(ws: Socket, base64: bool, ports: Vec<u16>, 
         match target.connect(port).await {
             Ok(connection) => {
                 let (to_pod, from_client) = mpsc::channel(CONNECTION_BUFFER / CHUNK);
-                carried.spawn(carry(connection, port, data, from_client, out.clone()));
+                let task = carried.spawn(carry(connection, port, data, from_client, out.clone()));
                 open.push(Port {
                     port,
                     to_pod: Some(to_pod),
+                    carried: Some(task),
                 });
             }
             Err(e) => {
@@ -124,7 +127,11 @@ pub(super) async fn session<D: Dial>(ws: Socket, base64: bool, ports: Vec<u16>, 
                     target.which()
                 );
                 let _ = out.send((error, message.into_bytes())).await;
-                open.push(Port { port, to_pod: None });
+                open.push(Port {
+                    port,
+                    to_pod: None,
+                    carried: None,
+                });
             }
         }
     }
@@ -132,7 +139,7 @@ pub(super) async fn session<D: Dial>(ws: Socket, base64: bool, ports: Vec<u16>, 
         tokio::select! {
             message = messages.next() => {
                 let Some((channel, data)) = (match message {
-                    Some(Ok(m)) => from_client(m, base64),
+                    Some(Ok(m)) => stream::from_client(&m, base64),
                     _ => break,
                 }) else {
                     continue;
@@ -144,7 +151,11 @@ pub(super) async fn session<D: Dial>(ws: Socket, base64: bool, ports: Vec<u16>, 
                 };
                 if let Err(why) = deliver(p, data).await {
                     tracing::debug!(port = p.port, "port-forward: {why}");
+                    // The port's connection closes both ways; the others go on.
                     p.to_pod = None;
+                    if let Some(task) = p.carried.take() {
+                        task.abort();
+                    }
                     let message = format!("error forwarding port {} to {}: {why}", p.port, target.which());
                     if out.send((channel + 1, message.into_bytes())).await.is_err() {
                         break;
@@ -167,19 +178,6 @@ pub(super) async fn session<D: Dial>(ws: Socket, base64: bool, ports: Vec<u16>, 
 /// The data channel of the `i`th port.
 fn channel(i: usize) -> u8 {
     u8::try_from(i * 2).unwrap_or(u8::MAX - 1)
-}
-
-/// A client's message as (channel, data): binary, or text (the channel its first character),
-/// or base64 text (the channel an ASCII digit); `None` for what is not data.
-fn from_client(message: Message, base64: bool) -> Option<(u8, Vec<u8>)> {
-    let bytes = match message {
-        Message::Binary(b) if !base64 => b.to_vec(),
-        Message::Text(t) if !base64 => t.as_bytes().to_vec(),
-        Message::Text(t) => stream::decode_base64(t.as_str())?,
-        _ => return None,
-    };
-    let (&channel, data) = bytes.split_first()?;
-    Some((channel, data.to_vec()))
 }
 
 /// Hands the client's `data` to the port's connection, within the bounds.
@@ -251,16 +249,25 @@ mod tests {
     fn a_clients_message_is_binary_text_or_base64() {
         let binary = Message::Binary(vec![2, b'h', b'i'].into());
         assert_eq!(
-            from_client(binary.clone(), false),
+            stream::from_client(&binary.clone(), false),
             Some((2, b"hi".to_vec()))
         );
-        assert_eq!(from_client(binary, true), None);
+        assert_eq!(stream::from_client(&binary, true), None);
         let text = Message::Text("\u{0}hi".into());
-        assert_eq!(from_client(text, false), Some((0, b"hi".to_vec())));
+        assert_eq!(stream::from_client(&text, false), Some((0, b"hi".to_vec())));
         let base64 = Message::Text("2aGk=".into());
-        assert_eq!(from_client(base64, true), Some((2, b"hi".to_vec())));
-        assert_eq!(from_client(Message::Ping(Vec::new().into()), false), None);
-        assert_eq!(from_client(Message::Binary(Vec::new().into()), false), None);
+        assert_eq!(
+            stream::from_client(&base64, true),
+            Some((2, b"hi".to_vec()))
+        );
+        assert_eq!(
+            stream::from_client(&Message::Ping(Vec::new().into()), false),
+            None
+        );
+        assert_eq!(
+            stream::from_client(&Message::Binary(Vec::new().into()), false),
+            None
+        );
     }
 
     #[test]
