@@ -13,6 +13,8 @@
 //! - [`service`]: the task API, one method per request.
 //! - [`container`] and [`process`]: a container and its processes (the entry point and execs),
 //!   a process's state as an enum with a method per transition.
+//! - [`install`]: `install` and `uninstall`, the shim put on a node and registered with its
+//!   containerd (the binary's own subcommands; containerd's calls never start with them).
 //! - [`bundle`]: the OCI bundle (config.json and root filesystem) as a task's options.
 //! - [`stdio`]: containerd's fifos; [`stats`]: the metrics containerd reads; [`cgroup`]: the
 //!   cgroup the shim's process runs in.
@@ -21,6 +23,7 @@ mod bundle;
 mod cgroup;
 mod container;
 mod failure;
+mod install;
 mod process;
 mod service;
 mod shim;
@@ -28,6 +31,9 @@ mod stats;
 mod stdio;
 
 fn main() {
+    if let Some(code) = install::from_command_line() {
+        std::process::exit(code);
+    }
     diagnostics();
     containerd_shim::run::<shim::WasmpodShim>(shim::RUNTIME, None);
 }

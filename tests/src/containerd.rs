@@ -19,10 +19,23 @@ pub const RUNTIME: &str = "io.containerd.wasmpod.v1";
 /// (any image does: the shim runs nothing in a sandbox container).
 pub const SANDBOX_IMAGE: &str = "docker.io/wasmpod/pause:latest";
 
+/// What a test's containerd is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// No CRI.
+    Plain,
+    /// The CRI with the handler `wasmpod`.
+    Cri,
+    /// The CRI without it, supervised.
+    Stock,
+}
+
 /// A running containerd; its tasks are killed and it is stopped when dropped.
 #[derive(Debug)]
 pub struct Containerd {
+    /// containerd, or the shell that supervises it ([`Containerd::start_stock`]).
     child: Child,
+    supervised: bool,
     socket: PathBuf,
     namespace: String,
     dir: tempfile::TempDir,
@@ -44,9 +57,23 @@ impl Drop for Containerd {
         for id in self.lines(&["container", "ls", "-q"]) {
             let _ = self.ctr(&["container", "delete", &id]);
         }
-        // SAFETY: signalling our own child process, which has not been waited for.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let _ = self.child.wait();
+        if self.supervised {
+            // The supervisor first, so that it starts nothing again; then its containerd.
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+            if let Some(pid) = self.pid() {
+                // SAFETY: signalling a containerd this test started, found by its config.
+                unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while self.pid() == Some(pid) && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+        } else {
+            // SAFETY: signalling our own child process, which has not been waited for.
+            unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+            let _ = self.child.wait();
+        }
         // The containers' cgroups are gone with them; their namespace's parent cgroups stay.
         if let Ok(hierarchies) = std::fs::read_dir("/sys/fs/cgroup") {
             for h in hierarchies.flatten() {
@@ -60,7 +87,7 @@ impl Drop for Containerd {
 impl Containerd {
     /// Starts containerd with `shim` (the `containerd-shim-wasmpod-v1` binary) on its `PATH`.
     pub fn start(shim: &Path) -> Containerd {
-        Containerd::start_with(shim, false)
+        Containerd::start_with(shim, Kind::Plain)
     }
 
     /// Starts containerd with its CRI plugin too, as a kubelet's node runs it: the runtime
@@ -69,7 +96,40 @@ impl Containerd {
     /// (see [`Containerd::import`]), the streaming server on a free port. Its namespace is the
     /// CRI's, `k8s.io`.
     pub fn start_cri(shim: &Path) -> Containerd {
-        Containerd::start_with(shim, true)
+        Containerd::start_with(shim, Kind::Cri)
+    }
+
+    /// Starts containerd as a node has it before wasmpod is installed: the CRI with runc as
+    /// its only runtime (with systemd's cgroup driver, as kubeadm sets it) and no `wasmpod`
+    /// handler, the rest as [`Containerd::start_cri`]; the shim is not on its `PATH`.
+    /// containerd runs under a supervisor (a shell loop) that starts it again when it ends, as
+    /// systemd does for a node's containerd.
+    pub fn start_stock(shim: &Path) -> Containerd {
+        Containerd::start_with(shim, Kind::Stock)
+    }
+
+    /// Its config file.
+    pub fn config(&self) -> PathBuf {
+        self.dir.path().join("config.toml")
+    }
+
+    /// The pid of the containerd that runs now (a supervised one's changes when it restarts).
+    pub fn pid(&self) -> Option<u32> {
+        if !self.supervised {
+            return Some(self.child.id());
+        }
+        let config = self.config();
+        std::fs::read_dir("/proc")
+            .ok()?
+            .flatten()
+            .find_map(|entry| {
+                let pid = entry.file_name().to_str()?.parse::<u32>().ok()?;
+                let args = std::fs::read(entry.path().join("cmdline")).ok()?;
+                let args: Vec<&[u8]> = args.split(|b| *b == 0).collect();
+                let ours = args.first().is_some_and(|a| a.ends_with(b"containerd"))
+                    && args.contains(&config.as_os_str().as_encoded_bytes());
+                ours.then_some(pid)
+            })
     }
 
     /// The socket of its gRPC API (the CRI's too).
@@ -82,12 +142,15 @@ impl Containerd {
         self.dir.path()
     }
 
-    fn start_with(shim: &Path, cri: bool) -> Containerd {
+    fn start_with(shim: &Path, kind: Kind) -> Containerd {
         static N: AtomicUsize = AtomicUsize::new(0);
+        let cri = kind != Kind::Plain;
         let dir = tempfile::Builder::new().prefix("ctd").tempdir().unwrap();
         let bin = dir.path().join("bin");
         std::fs::create_dir(&bin).unwrap();
-        std::os::unix::fs::symlink(shim, bin.join("containerd-shim-wasmpod-v1")).unwrap();
+        if kind != Kind::Stock {
+            std::os::unix::fs::symlink(shim, bin.join("containerd-shim-wasmpod-v1")).unwrap();
+        }
         let socket = dir.path().join("c.sock");
         let config = dir.path().join("config.toml");
         let disabled = if cri {
@@ -96,7 +159,7 @@ impl Containerd {
             "disabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n"
         };
         let mut toml = format!(
-            "version = 2\nroot = \"{root}\"\nstate = \"{state}\"\n{disabled}\
+            "# containerd's config on this test's node\nversion = 2\nroot = \"{root}\"\nstate = \"{state}\"\n{disabled}\
              [grpc]\n  address = \"{sock}\"\n[ttrpc]\n  address = \"{sock}.ttrpc\"\n",
             root = dir.path().join("root").display(),
             state = dir.path().join("state").display(),
@@ -127,15 +190,27 @@ impl Containerd {
                 "[plugins.\"io.containerd.grpc.v1.cri\"]\n\
                  \x20 sandbox_image = \"{SANDBOX_IMAGE}\"\n\
                  \x20 stream_server_port = \"0\"\n\
-                 [plugins.\"io.containerd.grpc.v1.cri\".containerd]\n\
-                 \x20 default_runtime_name = \"wasmpod\"\n\
-                 [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.wasmpod]\n\
-                 \x20 runtime_type = \"{RUNTIME}\"\n\
-                 \x20 pod_annotations = [\"wasmpod.dev/*\"]\n\
+                 {runtimes}\
                  [plugins.\"io.containerd.grpc.v1.cri\".cni]\n\
                  \x20 bin_dir = \"/usr/lib/cni\"\n\
                  \x20 conf_dir = \"{cni}\"\n",
                 cni = cni.display(),
+                runtimes = if kind == Kind::Stock {
+                    "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n\
+                     \x20 runtime_type = \"io.containerd.runc.v2\"\n\
+                     \x20 # kubeadm's cgroup driver\n\
+                     [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc.options]\n\
+                     \x20 SystemdCgroup = true\n"
+                        .to_owned()
+                } else {
+                    format!(
+                        "[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n\
+                         \x20 default_runtime_name = \"wasmpod\"\n\
+                         [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.wasmpod]\n\
+                         \x20 runtime_type = \"{RUNTIME}\"\n\
+                         \x20 pod_annotations = [\"wasmpod.dev/*\"]\n"
+                    )
+                },
             ));
         }
         std::fs::write(&config, toml).unwrap();
@@ -145,9 +220,20 @@ impl Containerd {
             bin.display(),
             std::env::var("PATH").unwrap_or_default()
         );
-        let child = Command::new("containerd")
-            .arg("--config")
-            .arg(&config)
+        let mut command = if kind == Kind::Stock {
+            let mut sh = Command::new("sh");
+            sh.args([
+                "-c",
+                "while :; do containerd --config \"$0\"; sleep 0.05; done",
+            ])
+            .arg(&config);
+            sh
+        } else {
+            let mut containerd = Command::new("containerd");
+            containerd.arg("--config").arg(&config);
+            containerd
+        };
+        let child = command
             .env("PATH", path)
             .stdout(log.try_clone().unwrap())
             .stderr(log)
@@ -164,6 +250,7 @@ impl Containerd {
         };
         let containerd = Containerd {
             child,
+            supervised: kind == Kind::Stock,
             socket,
             namespace,
             dir,

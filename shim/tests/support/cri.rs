@@ -23,6 +23,40 @@ pub(crate) struct Node {
     pub(crate) logs: PathBuf,
 }
 
+/// A client of the CRI at `socket`, once the CRI says it is ready.
+async fn connect(socket: &Path) -> RuntimeServiceClient<Channel> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let socket = socket.to_owned();
+        let channel = tonic::transport::Endpoint::try_from("http://[::]:50051")
+            .unwrap()
+            .connect_with_connector(tower::service_fn(move |_| {
+                let socket = socket.clone();
+                async move {
+                    let stream = tokio::net::UnixStream::connect(socket).await?;
+                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
+                }
+            }))
+            .await;
+        if let Ok(channel) = channel {
+            let mut client = RuntimeServiceClient::new(channel);
+            let ready = client
+                .status(cri::StatusRequest { verbose: false })
+                .await
+                .is_ok_and(|s| {
+                    s.into_inner()
+                        .status
+                        .is_some_and(|s| s.conditions.iter().all(|c| c.status))
+                });
+            if ready {
+                return client;
+            }
+        }
+        assert!(Instant::now() < deadline, "the CRI is not ready");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// This test process's pods' cgroups go under this one.
 pub(crate) fn cgroup_root() -> String {
     format!("/wasmpod-cri-{}", std::process::id())
@@ -111,7 +145,16 @@ impl<'a> Spec<'a> {
 impl Node {
     /// Starts containerd (with the CRI) with `shim`, and a client.
     pub(crate) fn start(shim: &str) -> Node {
-        let ctd = Containerd::start_cri(shim.as_ref());
+        Node::on(Containerd::start_cri(shim.as_ref()))
+    }
+
+    /// Starts containerd as a node has it before wasmpod is installed (see
+    /// [`Containerd::start_stock`]), and a client.
+    pub(crate) fn start_stock(shim: &str) -> Node {
+        Node::on(Containerd::start_stock(shim.as_ref()))
+    }
+
+    fn on(ctd: Containerd) -> Node {
         ctd.import("pause", guests::AGNHOST_P1.as_ref());
         assert_eq!(
             SANDBOX_IMAGE, "docker.io/wasmpod/pause:latest",
@@ -121,38 +164,7 @@ impl Node {
             .enable_all()
             .build()
             .unwrap();
-        let socket = ctd.socket().to_owned();
-        let client = rt.block_on(async {
-            let deadline = Instant::now() + Duration::from_secs(20);
-            loop {
-                let socket = socket.clone();
-                let channel = tonic::transport::Endpoint::try_from("http://[::]:50051")
-                    .unwrap()
-                    .connect_with_connector(tower::service_fn(move |_| {
-                        let socket = socket.clone();
-                        async move {
-                            let stream = tokio::net::UnixStream::connect(socket).await?;
-                            Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
-                        }
-                    }))
-                    .await
-                    .unwrap();
-                let mut client = RuntimeServiceClient::new(channel);
-                let ready = client
-                    .status(cri::StatusRequest { verbose: false })
-                    .await
-                    .is_ok_and(|s| {
-                        s.into_inner()
-                            .status
-                            .is_some_and(|s| s.conditions.iter().all(|c| c.status))
-                    });
-                if ready {
-                    break client;
-                }
-                assert!(Instant::now() < deadline, "the CRI is not ready");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        });
+        let client = rt.block_on(connect(ctd.socket()));
         let logs = ctd.dir().join("pods");
         Node {
             ctd,
@@ -160,6 +172,11 @@ impl Node {
             client,
             logs,
         }
+    }
+
+    /// A new client, once the CRI is ready (after containerd restarted).
+    pub(crate) fn reconnect(&mut self) {
+        self.client = self.rt.block_on(connect(self.ctd.socket()));
     }
 
     pub(crate) fn sandbox_config(
@@ -191,13 +208,21 @@ impl Node {
 
     /// RunPodSandbox: the pod's id.
     pub(crate) fn run_pod(&mut self, config: &cri::PodSandboxConfig) -> String {
+        self.try_run_pod(config)
+            .unwrap_or_else(|e| panic!("{e}\n{}", self.ctd.log()))
+    }
+
+    /// RunPodSandbox with the handler `wasmpod`: the pod's id, or the CRI's refusal.
+    pub(crate) fn try_run_pod(
+        &mut self,
+        config: &cri::PodSandboxConfig,
+    ) -> Result<String, tonic::Status> {
         let request = cri::RunPodSandboxRequest {
             config: Some(config.clone()),
             runtime_handler: "wasmpod".to_owned(),
         };
-        let response = self.rt.block_on(self.client.run_pod_sandbox(request));
-        let response = response.unwrap_or_else(|e| panic!("{e}\n{}", self.ctd.log()));
-        response.into_inner().pod_sandbox_id
+        let response = self.rt.block_on(self.client.run_pod_sandbox(request))?;
+        Ok(response.into_inner().pod_sandbox_id)
     }
 
     /// CreateContainer and StartContainer: the container's id.
