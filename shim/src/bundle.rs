@@ -24,7 +24,7 @@ use wasmpod::task::TaskOptions;
 const SYSTEM: [&str; 3] = ["/proc", "/sys", "/dev"];
 
 /// The largest `.wasm` a container may name.
-const MAX_WASM: u64 = 512 << 20;
+pub(crate) const MAX_WASM: u64 = 512 << 20;
 
 /// The annotation the CRI marks a pod's sandbox (pause) container with.
 const CONTAINER_TYPE: &str = "io.kubernetes.cri.container-type";
@@ -108,32 +108,10 @@ impl Bundle {
     /// directory), or a name looked up in the container's `PATH`. Read within the root: a
     /// symbolic link in the image cannot lead out of it.
     pub(crate) fn wasm(&self) -> anyhow::Result<(PathBuf, Vec<u8>)> {
-        let args = self.args();
-        let Some(program) = args.first() else {
-            bail!("config.json: process.args is empty: there is no .wasm to run");
-        };
+        let candidates = self.candidates()?;
         let root = Dir::open_ambient_dir(&self.rootfs, ambient_authority()).with_context(|| {
             format!("cannot open the root filesystem {}", self.rootfs.display())
         })?;
-        let cwd = self
-            .spec
-            .process()
-            .as_ref()
-            .map(|p| p.cwd().clone())
-            .unwrap_or_else(|| "/".into());
-        let candidates: Vec<PathBuf> = if program.contains('/') {
-            vec![cwd.join(program)]
-        } else {
-            let path = self
-                .env()
-                .iter()
-                .find_map(|kv| kv.strip_prefix("PATH=").map(str::to_owned))
-                .unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".to_owned());
-            path.split(':')
-                .map(|dir| Path::new(dir).join(program))
-                .chain([Path::new("/").join(program)])
-                .collect()
-        };
         for candidate in &candidates {
             let inside = in_root(candidate);
             let Ok(file) = root.open(&inside) else {
@@ -160,7 +138,38 @@ impl Bundle {
             }
             return Ok((candidate.clone(), wasm));
         }
-        bail!("{program}: no such file in the container's root filesystem");
+        bail!(
+            "{}: no such file in the container's root filesystem",
+            self.args()[0]
+        );
+    }
+
+    /// Where the guest's `.wasm` may be (absolute paths in the root filesystem): `args[0]`
+    /// against the working directory, or a name looked up in the container's `PATH`.
+    pub(crate) fn candidates(&self) -> anyhow::Result<Vec<PathBuf>> {
+        let args = self.args();
+        let Some(program) = args.first() else {
+            bail!("config.json: process.args is empty: there is no .wasm to run");
+        };
+        let cwd = self
+            .spec
+            .process()
+            .as_ref()
+            .map(|p| p.cwd().clone())
+            .unwrap_or_else(|| "/".into());
+        Ok(if program.contains('/') {
+            vec![cwd.join(program)]
+        } else {
+            let path = self
+                .env()
+                .iter()
+                .find_map(|kv| kv.strip_prefix("PATH=").map(str::to_owned))
+                .unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".to_owned());
+            path.split(':')
+                .map(|dir| Path::new(dir).join(program))
+                .chain([Path::new("/").join(program)])
+                .collect()
+        })
     }
 
     /// The task's options: argv, environment, directories, working directory, limits and the

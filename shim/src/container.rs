@@ -11,6 +11,7 @@ use wasmpod::task::{Task, TaskEngine};
 
 use crate::bundle::{self, Bundle};
 use crate::failure::Failure;
+use crate::image::Images;
 use crate::process::{Outcome, Process};
 use crate::stdio::Stdio;
 
@@ -46,6 +47,7 @@ impl Container {
         rootfs: &[containerd_shim::protos::types::mount::Mount],
         stdio: Stdio,
         engine: &TaskEngine,
+        images: &Images,
     ) -> anyhow::Result<Container> {
         let bundle = Bundle::load(bundle_dir)?;
         let mounted = bundle::mount_rootfs(&bundle.rootfs, rootfs)?;
@@ -54,7 +56,14 @@ impl Container {
                 Guest::Sandbox(watch::channel(false).0)
             } else {
                 let options = bundle.options()?;
-                let (name, wasm) = bundle.wasm()?;
+                let (name, wasm) = match bundle.wasm() {
+                    Ok(found) => found,
+                    // Not unpacked into the root filesystem: a wasm artifact, or an image
+                    // containerd did not unpack.
+                    Err(e) => images
+                        .wasm(id, &bundle.candidates()?)
+                        .map_err(|second| e.context(format!("{second:#}")))?,
+                };
                 let task = engine.task(&name, &wasm, options)?;
                 Guest::Wasm(Arc::new(task))
             };

@@ -15,6 +15,8 @@
 //!   a process's state as an enum with a method per transition.
 //! - [`install`]: `install` and `uninstall`, the shim put on a node and registered with its
 //!   containerd (the binary's own subcommands; containerd's calls never start with them).
+//! - [`image`]: the guest from the image's layers in containerd's content store, when the root
+//!   filesystem has none (wasm OCI artifacts; images containerd did not unpack).
 //! - [`bundle`]: the OCI bundle (config.json and root filesystem) as a task's options.
 //! - [`stdio`]: containerd's fifos; [`stats`]: the metrics containerd reads; [`cgroup`]: the
 //!   cgroup the shim's process runs in.
@@ -23,6 +25,7 @@ mod bundle;
 mod cgroup;
 mod container;
 mod failure;
+mod image;
 mod install;
 mod process;
 mod service;

@@ -28,6 +28,7 @@ use wasmpod::task::TaskEngine;
 use crate::cgroup;
 use crate::container::{Container, Guest};
 use crate::failure::Failure;
+use crate::image::Images;
 use crate::process::{Exited, Outcome};
 use crate::stdio::Stdio;
 
@@ -41,13 +42,15 @@ pub(crate) struct Service {
     engine: Mutex<Option<Arc<TaskEngine>>>,
     containers: Mutex<HashMap<String, Arc<Container>>>,
     events: Events,
+    /// containerd's images, where a guest the root filesystem lacks is looked for.
+    images: Images,
     exit: Arc<ExitSignal>,
     cgroup: Mutex<Option<cgroup::Joined>>,
     pid: u32,
 }
 
 impl Service {
-    pub(crate) fn new(publisher: RemotePublisher, namespace: &str, exit: Arc<ExitSignal>) -> Self {
+    pub(crate) fn new(publisher: RemotePublisher, images: Images, exit: Arc<ExitSignal>) -> Self {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .thread_name("wasmpod-shim")
             .enable_all()
@@ -57,7 +60,8 @@ impl Service {
             rt,
             engine: Mutex::default(),
             containers: Mutex::default(),
-            events: Events::start(publisher, namespace.to_owned()),
+            events: Events::start(publisher, images.namespace.clone()),
+            images,
             exit,
             cgroup: Mutex::default(),
             pid: std::process::id(),
@@ -109,8 +113,9 @@ impl Service {
         let engine = self.engine()?;
         let _runtime = self.rt.enter();
         let bundle = Path::new(&req.bundle);
-        let container = Container::create(&req.id, bundle, &req.rootfs, stdio, &engine)
-            .with_context(|| format!("cannot create {}", req.id))?;
+        let container =
+            Container::create(&req.id, bundle, &req.rootfs, stdio, &engine, &self.images)
+                .with_context(|| format!("cannot create {}", req.id))?;
         self.join_cgroup(&container);
         let container = Arc::new(container);
         let mut containers = self.containers();

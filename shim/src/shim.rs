@@ -22,6 +22,8 @@ pub(crate) const SANDBOX_ID: &str = "io.kubernetes.cri.sandbox-id";
 
 pub(crate) struct WasmpodShim {
     namespace: String,
+    /// containerd's gRPC socket.
+    address: String,
     exit: Arc<ExitSignal>,
 }
 
@@ -31,6 +33,7 @@ impl containerd_shim::Shim for WasmpodShim {
     fn new(_runtime_id: &str, args: &Flags, _config: &mut Config) -> Self {
         WasmpodShim {
             namespace: args.namespace.clone(),
+            address: args.address.clone(),
             exit: Arc::default(),
         }
     }
@@ -72,7 +75,11 @@ impl containerd_shim::Shim for WasmpodShim {
     }
 
     fn create_task_service(&self, publisher: RemotePublisher) -> Service {
-        Service::new(publisher, &self.namespace, self.exit.clone())
+        let images = crate::image::Images {
+            address: self.address.clone(),
+            namespace: self.namespace.clone(),
+        };
+        Service::new(publisher, images, self.exit.clone())
     }
 }
 

@@ -392,3 +392,112 @@ for _ in range(2):
     ctd.kill("web", "SIGTERM");
     assert_run(&web.finish(), 0);
 }
+
+/// A container whose root filesystem has no `.wasm` (an empty snapshot, as containerd 2.1's CRI
+/// gives an image of platform `wasi/wasm` it did not unpack, or any wasm OCI artifact): the
+/// shim reads the guest from the image's layers in containerd's content store, through
+/// containerd's API.
+#[test]
+fn a_guest_missing_from_the_root_filesystem_is_read_from_the_images_layers() {
+    use containerd_client::services::v1::{Container, CreateContainerRequest, container};
+    use containerd_client::tonic::Request;
+    use containerd_client::with_namespace;
+
+    let ctd = Containerd::start(SHIM.as_ref());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let client = rt
+        .block_on(containerd_client::Client::from_path(ctd.socket()))
+        .unwrap();
+    let spec = ctd.ctr(&["oci", "spec"]);
+    let mut spec: serde_json::Value = serde_json::from_slice(&spec.stdout).unwrap();
+    spec["root"]["path"] = "rootfs".into();
+    for (n, artifact) in [true, false].into_iter().enumerate() {
+        let kind = if artifact { "artifact" } else { "packed image" };
+        let image = ctd.import_packed(
+            &format!("packed-{n}"),
+            guests::AGNHOST_P1.as_ref(),
+            artifact,
+        );
+        let id = format!("packed-{n}");
+        spec["process"]["args"] =
+            serde_json::json!(["/app.wasm", "print", format!("from the {kind}")]);
+        let prepared = ctd.ctr(&["snapshots", "prepare", &id]);
+        assert!(prepared.status.success(), "{prepared:?}");
+        let container = Container {
+            id: id.clone(),
+            image: image.clone(),
+            runtime: Some(container::Runtime {
+                name: wasmpod_tests::containerd::RUNTIME.to_owned(),
+                options: None,
+            }),
+            spec: Some(prost_types::Any {
+                type_url: "types.containerd.io/opencontainers/runtime-spec/1/Spec".to_owned(),
+                value: spec.to_string().into_bytes(),
+            }),
+            snapshotter: "overlayfs".to_owned(),
+            snapshot_key: id.clone(),
+            ..Default::default()
+        };
+        let request = CreateContainerRequest {
+            container: Some(container),
+        };
+        rt.block_on(
+            client
+                .containers()
+                .create(with_namespace!(request, ctd.namespace())),
+        )
+        .unwrap();
+        let out = ctd.ctr(&["task", "start", &id]);
+        assert_eq!(
+            (
+                out.status.code(),
+                String::from_utf8_lossy(&out.stdout).as_ref()
+            ),
+            (Some(0), format!("from the {kind}\n").as_str()),
+            "{kind}: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            ctd.log()
+        );
+    }
+    // An image whose layers hold no such file: the reason names the image.
+    spec["process"]["args"] = serde_json::json!(["/missing.wasm"]);
+    let image = ctd.import_packed("packed-2", guests::AGNHOST_P1.as_ref(), false);
+    assert!(
+        ctd.ctr(&["snapshots", "prepare", "packed-2"])
+            .status
+            .success()
+    );
+    let request = CreateContainerRequest {
+        container: Some(Container {
+            id: "packed-2".to_owned(),
+            image: image.clone(),
+            runtime: Some(container::Runtime {
+                name: wasmpod_tests::containerd::RUNTIME.to_owned(),
+                options: None,
+            }),
+            spec: Some(prost_types::Any {
+                type_url: "types.containerd.io/opencontainers/runtime-spec/1/Spec".to_owned(),
+                value: spec.to_string().into_bytes(),
+            }),
+            snapshotter: "overlayfs".to_owned(),
+            snapshot_key: "packed-2".to_owned(),
+            ..Default::default()
+        }),
+    };
+    rt.block_on(
+        client
+            .containers()
+            .create(with_namespace!(request, ctd.namespace())),
+    )
+    .unwrap();
+    let out = ctd.ctr(&["task", "start", "packed-2"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("/missing.wasm: no such file") && stderr.contains(&image),
+        "{stderr}"
+    );
+}

@@ -137,6 +137,11 @@ impl Containerd {
         &self.socket
     }
 
+    /// The containerd namespace its containers are in.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
     /// The test's directory (containerd's root and state are in it).
     pub fn dir(&self) -> &Path {
         self.dir.path()
@@ -341,14 +346,35 @@ impl Containerd {
     /// Imports `wasm` as image `name` (`docker.io/wasmpod/NAME:latest`): an ordinary image whose
     /// one layer holds `/app.wasm` (and an empty `/data`), named by its entry point.
     pub fn import(&self, name: &str, wasm: &Path) -> String {
+        self.import_layout(name, wasm, image_layout, &[])
+    }
+
+    /// Imports `wasm` as image `name` into the content store only, without unpacking it into a
+    /// snapshot, as containerd 2.1's CRI leaves a `wasi/wasm` image: a wasm OCI artifact
+    /// (`artifact`, its one layer `application/wasm`) or the image [`Containerd::import`] makes.
+    pub fn import_packed(&self, name: &str, wasm: &Path, artifact: bool) -> String {
+        let layout = if artifact {
+            artifact_layout
+        } else {
+            image_layout
+        };
+        self.import_layout(name, wasm, layout, &["--no-unpack"])
+    }
+
+    fn import_layout(
+        &self,
+        name: &str,
+        wasm: &Path,
+        layout: fn(&str, &[u8]) -> Vec<u8>,
+        flags: &[&str],
+    ) -> String {
         let reference = format!("docker.io/wasmpod/{name}:latest");
         let tar = self.dir.path().join(format!("{name}.tar"));
-        std::fs::write(
-            &tar,
-            image_layout(&reference, &std::fs::read(wasm).unwrap()),
-        )
-        .unwrap();
-        let out = self.ctr(&["images", "import", tar.to_str().unwrap()]);
+        std::fs::write(&tar, layout(&reference, &std::fs::read(wasm).unwrap())).unwrap();
+        let mut args = vec!["images", "import"];
+        args.extend(flags);
+        args.push(tar.to_str().unwrap());
+        let out = self.ctr(&args);
         assert!(
             out.status.success(),
             "import: {}",
@@ -487,7 +513,37 @@ fn image_layout(reference: &str, wasm: &[u8]) -> Vec<u8> {
         .append_data(&mut dir, "data/", std::io::empty())
         .unwrap();
     let layer = layer.into_inner().unwrap();
+    let diff_id = format!("sha256:{:x}", Sha256::digest(&layer));
+    let config = serde_json::json!({
+        "architecture": "amd64", "os": "linux",
+        "config": {"Entrypoint": ["/app.wasm"]},
+        "rootfs": {"type": "layers", "diff_ids": [diff_id]},
+    });
+    layout(
+        reference,
+        ("application/vnd.oci.image.config.v1+json", config),
+        ("application/vnd.oci.image.layer.v1.tar", layer),
+    )
+}
 
+/// A wasm OCI artifact (the CNCF wasm working group's): a config of its own media type and
+/// one layer, the module or component itself.
+fn artifact_layout(reference: &str, wasm: &[u8]) -> Vec<u8> {
+    let config = serde_json::json!({
+        "architecture": "wasm", "os": "wasip1",
+        "layerDigests": [format!("sha256:{:x}", Sha256::digest(wasm))],
+        "component": {},
+    });
+    layout(
+        reference,
+        ("application/vnd.wasm.config.v0+json", config),
+        ("application/wasm", wasm.to_vec()),
+    )
+}
+
+/// An OCI layout of one manifest, `config` and one `layer` (media types first), named
+/// `reference`.
+fn layout(reference: &str, config: (&str, serde_json::Value), layer: (&str, Vec<u8>)) -> Vec<u8> {
     let mut out = tar::Builder::new(Vec::new());
     let mut blob = |data: &[u8]| {
         let digest = format!("sha256:{:x}", Sha256::digest(data));
@@ -498,21 +554,13 @@ fn image_layout(reference: &str, wasm: &[u8]) -> Vec<u8> {
         out.append_data(&mut h, path, data).unwrap();
         (digest, data.len())
     };
-    let (layer_digest, layer_size) = blob(&layer);
-    let config = serde_json::json!({
-        "architecture": "amd64", "os": "linux",
-        "config": {"Entrypoint": ["/app.wasm"]},
-        "rootfs": {"type": "layers", "diff_ids": [layer_digest]},
-    })
-    .to_string();
-    let (config_digest, config_size) = blob(config.as_bytes());
+    let (layer_digest, layer_size) = blob(&layer.1);
+    let (config_digest, config_size) = blob(config.1.to_string().as_bytes());
     let manifest = serde_json::json!({
         "schemaVersion": 2,
         "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
-                   "digest": config_digest, "size": config_size},
-        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar",
-                    "digest": layer_digest, "size": layer_size}],
+        "config": {"mediaType": config.0, "digest": config_digest, "size": config_size},
+        "layers": [{"mediaType": layer.0, "digest": layer_digest, "size": layer_size}],
     })
     .to_string();
     let (manifest_digest, manifest_size) = blob(manifest.as_bytes());
