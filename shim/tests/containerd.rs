@@ -411,6 +411,33 @@ fn a_guest_missing_from_the_root_filesystem_is_read_from_the_images_layers() {
     let client = rt
         .block_on(containerd_client::Client::from_path(ctd.socket()))
         .unwrap();
+    // A container of `image` on the snapshot `id`, made through containerd's API.
+    let create = |id: &str, image: &str, spec: &serde_json::Value| {
+        let container = Container {
+            id: id.to_owned(),
+            image: image.to_owned(),
+            runtime: Some(container::Runtime {
+                name: wasmpod_tests::containerd::RUNTIME.to_owned(),
+                options: None,
+            }),
+            spec: Some(prost_types::Any {
+                type_url: "types.containerd.io/opencontainers/runtime-spec/1/Spec".to_owned(),
+                value: spec.to_string().into_bytes(),
+            }),
+            snapshotter: "overlayfs".to_owned(),
+            snapshot_key: id.to_owned(),
+            ..Default::default()
+        };
+        let request = CreateContainerRequest {
+            container: Some(container),
+        };
+        rt.block_on(
+            client
+                .containers()
+                .create(with_namespace!(request, ctd.namespace())),
+        )
+        .unwrap();
+    };
     let spec = ctd.ctr(&["oci", "spec"]);
     let mut spec: serde_json::Value = serde_json::from_slice(&spec.stdout).unwrap();
     spec["root"]["path"] = "rootfs".into();
@@ -426,30 +453,7 @@ fn a_guest_missing_from_the_root_filesystem_is_read_from_the_images_layers() {
             serde_json::json!(["/app.wasm", "print", format!("from the {kind}")]);
         let prepared = ctd.ctr(&["snapshots", "prepare", &id]);
         assert!(prepared.status.success(), "{prepared:?}");
-        let container = Container {
-            id: id.clone(),
-            image: image.clone(),
-            runtime: Some(container::Runtime {
-                name: wasmpod_tests::containerd::RUNTIME.to_owned(),
-                options: None,
-            }),
-            spec: Some(prost_types::Any {
-                type_url: "types.containerd.io/opencontainers/runtime-spec/1/Spec".to_owned(),
-                value: spec.to_string().into_bytes(),
-            }),
-            snapshotter: "overlayfs".to_owned(),
-            snapshot_key: id.clone(),
-            ..Default::default()
-        };
-        let request = CreateContainerRequest {
-            container: Some(container),
-        };
-        rt.block_on(
-            client
-                .containers()
-                .create(with_namespace!(request, ctd.namespace())),
-        )
-        .unwrap();
+        create(&id, &image, &spec);
         let out = ctd.ctr(&["task", "start", &id]);
         assert_eq!(
             (
@@ -470,29 +474,7 @@ fn a_guest_missing_from_the_root_filesystem_is_read_from_the_images_layers() {
             .status
             .success()
     );
-    let request = CreateContainerRequest {
-        container: Some(Container {
-            id: "packed-2".to_owned(),
-            image: image.clone(),
-            runtime: Some(container::Runtime {
-                name: wasmpod_tests::containerd::RUNTIME.to_owned(),
-                options: None,
-            }),
-            spec: Some(prost_types::Any {
-                type_url: "types.containerd.io/opencontainers/runtime-spec/1/Spec".to_owned(),
-                value: spec.to_string().into_bytes(),
-            }),
-            snapshotter: "overlayfs".to_owned(),
-            snapshot_key: "packed-2".to_owned(),
-            ..Default::default()
-        }),
-    };
-    rt.block_on(
-        client
-            .containers()
-            .create(with_namespace!(request, ctd.namespace())),
-    )
-    .unwrap();
+    create("packed-2", &image, &spec);
     let out = ctd.ctr(&["task", "start", "packed-2"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
