@@ -29,6 +29,10 @@ const WASM_LAYERS: [&str; 4] = [
     "application/vnd.bytecodealliance.wasm.component.layer.v0+wasm",
 ];
 
+/// What is set aside for a blob before its bytes arrive: its descriptor's size (which the
+/// image's author wrote) reserves no more.
+const RESERVE: usize = 1 << 20;
+
 /// A manifest or index is JSON of a few KiB; more is not one.
 const MAX_MANIFEST: i64 = 4 << 20;
 
@@ -194,7 +198,7 @@ impl Images {
             .await
             .with_context(|| format!("containerd's content store has no {digest}"))?
             .into_inner();
-        let mut blob = Vec::with_capacity(size as usize);
+        let mut blob = Vec::with_capacity((size as usize).min(RESERVE));
         while let Some(chunk) = stream.message().await? {
             blob.extend_from_slice(&chunk.data);
             if blob.len() as i64 > size {
@@ -252,7 +256,7 @@ fn in_layer(
                 entry.size()
             );
         }
-        let mut wasm = Vec::with_capacity(entry.size() as usize);
+        let mut wasm = Vec::with_capacity((entry.size() as usize).min(RESERVE));
         entry.by_ref().take(MAX_WASM).read_to_end(&mut wasm)?;
         return Ok(Some((found.clone(), wasm)));
     }

@@ -127,10 +127,11 @@ fn install_makes_a_stock_containerd_run_wasm_pods_and_uninstall_puts_it_back_byt
         "restored as it was before install",
         "containerd: restarted",
         "cri: containerd no longer lists the handler `wasmpod`",
-        "shim: ",
     ] {
         assert!(out.contains(line), "{line:?} not in:\n{out}");
     }
+    let removed = format!("shim: {} removed", shim.display());
+    assert!(out.contains(&removed), "{removed:?} not in:\n{out}");
     assert_eq!(std::fs::read(&config).unwrap(), before, "byte for byte");
     assert!(!shim.exists());
     let dir: Vec<_> = std::fs::read_dir(config.parent().unwrap())

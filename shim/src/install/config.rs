@@ -8,7 +8,7 @@
 
 use std::fmt;
 
-use toml_edit::{Array, DocumentMut, Item, Table, Value};
+use toml_edit::{Array, DocumentMut, Item, Table};
 
 /// The runtime handler's name: what a RuntimeClass's `handler` names.
 pub(crate) const HANDLER: &str = "wasmpod";
@@ -323,7 +323,7 @@ fn lookup<'d>(mut table: &'d Table, path: &[&str]) -> Result<Option<&'d Table>, 
         match table.get(key) {
             None => return Ok(None),
             Some(Item::Table(next)) => table = next,
-            Some(Item::Value(Value::InlineTable(_))) | Some(_) => {
+            Some(_) => {
                 return Err(ConfigError::NotATable((*key).to_owned()));
             }
         }

@@ -192,13 +192,13 @@ fn unit(pid: u32) -> Option<String> {
 }
 
 /// Waits until containerd answers on `socket` and its CRI lists the handler (`listed`) or no
-/// longer lists it; returns how long that took.
+/// longer lists it.
 pub(crate) fn wait_for_handler(
     socket: &Path,
     handler: &str,
     listed: bool,
     timeout: Duration,
-) -> anyhow::Result<Duration> {
+) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -206,9 +206,7 @@ pub(crate) fn wait_for_handler(
     let mut last = String::from("no answer yet");
     while start.elapsed() < timeout {
         match rt.block_on(handlers(socket)) {
-            Ok(names) if names.iter().any(|n| n == handler) == listed => {
-                return Ok(start.elapsed());
-            }
+            Ok(names) if names.iter().any(|n| n == handler) == listed => return Ok(()),
             Ok(names) => last = format!("its CRI lists the runtime handlers {names:?}"),
             Err(e) => last = format!("{e:#}"),
         }
