@@ -54,7 +54,7 @@ pub use container::{ContainerStdin, ContainerUsage, ExecOutput};
 pub use engine::compile;
 pub use engine::{AddressSpace, CompileTarget, LoadError};
 pub use events::{Event, EventStream, EventType, Phase as PodPhase, Reason};
-pub use images::{ImageGc, PullProgress};
+pub use images::{Artifact, ArtifactLayer, ImageGc, InvalidKey, PullProgress, VerifyKey};
 pub use network::{Egress, KUBERNETES_SERVICE, PodConnection};
 pub use node::{
     Allocatable, ContainerError, Error, ExecError, Node, NodeOptions, PodHandle, PodOptions,

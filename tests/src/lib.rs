@@ -7,6 +7,7 @@
 //! `wasi:http/proxy` handler component, `{p3}` for the WASI 0.3 command and `{p3-http}` for the WASI 0.3 HTTP handler.
 
 pub mod containerd;
+pub mod cosign;
 pub mod registry;
 
 use std::path::{Path, PathBuf};

@@ -24,6 +24,7 @@ pub struct Registry {
     pub storage: PathBuf,
     /// The request lines it logged (`GET /v2/...`).
     log: Arc<Mutex<Vec<String>>>,
+    config: PathBuf,
     _dir: tempfile::TempDir,
 }
 
@@ -69,42 +70,29 @@ impl Registry {
             ),
         )
         .unwrap();
-        let mut child = Command::new("docker-registry")
-            .arg("serve")
-            .arg(&config)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("docker-registry runs (Debian's docker-registry package)");
         let log = Arc::new(Mutex::new(Vec::new()));
-        for out in [
-            Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
-            Box::new(child.stderr.take().unwrap()),
-        ] {
-            let log = log.clone();
-            std::thread::spawn(move || {
-                for line in BufReader::new(out).lines().map_while(Result::ok) {
-                    log.lock().unwrap().push(line);
-                }
-            });
-        }
         let host = format!("127.0.0.1:{port}");
-        let start = Instant::now();
-        while std::net::TcpStream::connect(&host).is_err() {
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "the registry did not start: {:?}",
-                log.lock().unwrap()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let child = spawn(&config, &host, &log);
         Registry {
             child,
             host,
             storage,
             log,
+            config,
             _dir: dir,
         }
+    }
+
+    /// Stops the registry (its storage stays): pulls from it fail as from an unreachable one.
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts the stopped registry again, on its port, with its storage.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.child = spawn(&self.config, &self.host, &self.log);
     }
 
     fn client(&self) -> Client {
@@ -190,8 +178,88 @@ impl Registry {
         self.push(name, vec![layer], config).await
     }
 
+    /// Pushes an artifact as `flux push artifact` makes it at `name` (`repo:tag`): an empty
+    /// Flux config, one tar+gzip content layer holding `files` (path, text), and the source's
+    /// `revision` in the manifest's annotations. Returns the manifest digest.
+    pub async fn push_flux(&self, name: &str, files: &[(&str, &str)], revision: &str) -> String {
+        let layer = ImageLayer::new(
+            tar_gz(files),
+            "application/vnd.cncf.flux.content.v1.tar+gzip".into(),
+            None,
+        );
+        let config = Config::new(
+            b"{}".to_vec(),
+            "application/vnd.cncf.flux.config.v1+json".into(),
+            None,
+        );
+        let annotations = [
+            ("org.opencontainers.image.revision", revision),
+            (
+                "org.opencontainers.image.source",
+                "https://example.com/fleet.git",
+            ),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        self.push_annotated(name, vec![layer], config, Some(annotations))
+            .await
+    }
+
+    /// Stores a cosign signature of the manifest `digest` of `repository` (its payload and its
+    /// base64 signature) where cosign does: a manifest at the tag `sha256-<hex>.sig` with one
+    /// simple-signing layer per signature.
+    pub async fn push_signature(
+        &self,
+        repository: &str,
+        digest: &str,
+        signed: &[(Vec<u8>, String)],
+    ) {
+        let layers = signed
+            .iter()
+            .map(|(payload, signature)| {
+                ImageLayer::new(
+                    payload.clone(),
+                    "application/vnd.dev.cosign.simplesigning.v1+json".into(),
+                    Some(
+                        [(
+                            "dev.cosignproject.cosign/signature".to_owned(),
+                            signature.clone(),
+                        )]
+                        .into_iter()
+                        .collect(),
+                    ),
+                )
+            })
+            .collect();
+        let config = Config::new(
+            br#"{"architecture":"","config":{},"os":"","rootfs":{"type":"layers","diff_ids":[]}}"#
+                .to_vec(),
+            "application/vnd.oci.image.config.v1+json".into(),
+            None,
+        );
+        let tag = format!("{repository}:{}.sig", digest.replacen(':', "-", 1));
+        self.push(&tag, layers, config).await;
+    }
+
+    /// Signs the manifest `digest` of `repository` with `signer`, as `cosign sign --key` does.
+    pub async fn sign(&self, signer: &crate::cosign::Signer, repository: &str, digest: &str) {
+        let signed = signer.sign(&format!("{}/{repository}", self.host), digest);
+        self.push_signature(repository, digest, &[signed]).await;
+    }
+
     async fn push(&self, name: &str, layers: Vec<ImageLayer>, config: Config) -> String {
-        let manifest = OciImageManifest::build(&layers, &config, None);
+        self.push_annotated(name, layers, config, None).await
+    }
+
+    async fn push_annotated(
+        &self,
+        name: &str,
+        layers: Vec<ImageLayer>,
+        config: Config,
+        annotations: Option<std::collections::BTreeMap<String, String>>,
+    ) -> String {
+        let manifest = OciImageManifest::build(&layers, &config, annotations);
         let auth = RegistryAuth::Basic("puller".into(), "s3cret".into());
         let response = self
             .client()
@@ -254,6 +322,54 @@ impl Registry {
         use sha2::Digest as _;
         format!("sha256:{:x}", sha2::Sha256::digest(data))
     }
+}
+
+/// Runs `docker-registry` with `config` until it listens on `host`, its output into `log`.
+fn spawn(config: &std::path::Path, host: &str, log: &Arc<Mutex<Vec<String>>>) -> Child {
+    let mut child = Command::new("docker-registry")
+        .arg("serve")
+        .arg(config)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("docker-registry runs (Debian's docker-registry package)");
+    for out in [
+        Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
+        Box::new(child.stderr.take().unwrap()),
+    ] {
+        let log = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                log.lock().unwrap().push(line);
+            }
+        });
+    }
+    let start = Instant::now();
+    while std::net::TcpStream::connect(host).is_err() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the registry did not start: {:?}",
+            log.lock().unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child
+}
+
+/// A tar+gzip of `files` (path, text).
+fn tar_gz(files: &[(&str, &str)]) -> Vec<u8> {
+    let mut tar = tar::Builder::new(flate2::write::GzEncoder::new(
+        Vec::new(),
+        flate2::Compression::fast(),
+    ));
+    for (path, text) in files {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(text.len() as u64);
+        header.set_mode(0o644);
+        header.set_cksum();
+        tar.append_data(&mut header, path, text.as_bytes()).unwrap();
+    }
+    tar.into_inner().unwrap().finish().unwrap()
 }
 
 /// A layer to push: its data, media type and annotations.

@@ -9,6 +9,7 @@ mod offline;
 mod pull;
 #[cfg(feature = "registry")]
 mod registry;
+mod signature;
 mod store;
 
 use std::collections::HashMap;
@@ -25,6 +26,7 @@ pub(crate) use crate::spec::{PullPolicy, shown};
 use offline::Puller;
 #[cfg(feature = "registry")]
 use pull::Puller;
+pub use signature::{InvalidKey, VerifyKey};
 use store::{Record, Store, now_secs};
 
 /// The kubelet's image garbage collection, over the store's size.
@@ -83,6 +85,83 @@ pub(crate) enum PullError {
     NeverPull,
     /// The pull failed.
     Failed(String),
+    /// The node requires a signature of the image that it does not have (why not).
+    #[cfg_attr(
+        not(feature = "registry"),
+        allow(dead_code, reason = "only a pull checks signatures")
+    )]
+    Unsigned(String),
+}
+
+impl std::fmt::Display for PullError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PullError::NeverPull => f.write_str("not present, and the pull policy is Never"),
+            PullError::Failed(why) => f.write_str(why),
+            PullError::Unsigned(why) => write!(f, "signature: {why}"),
+        }
+    }
+}
+
+/// An OCI artifact pulled whole ([`Node::pull_artifact`](crate::Node::pull_artifact)).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Artifact {
+    /// The digest of its manifest (`sha256:...`).
+    pub digest: String,
+    /// Its config's media type, which says what kind of artifact it is.
+    pub config_media_type: String,
+    /// Its manifest's annotations (`org.opencontainers.image.revision`, ...).
+    pub annotations: std::collections::BTreeMap<String, String>,
+    /// Its layers, in the manifest's order, each checked against its digest.
+    pub layers: Vec<ArtifactLayer>,
+}
+
+/// One layer of an [`Artifact`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ArtifactLayer {
+    /// Its media type.
+    pub media_type: String,
+    /// Its digest.
+    pub digest: String,
+    /// Its bytes.
+    pub data: Vec<u8>,
+}
+
+/// Which images must be signed, and with which key: the longest prefix of the image's
+/// `registry/repository` decides.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SignaturePolicy(Vec<(String, VerifyKey)>);
+
+impl SignaturePolicy {
+    pub(crate) fn new(entries: &[(String, VerifyKey)]) -> SignaturePolicy {
+        SignaturePolicy(entries.to_vec())
+    }
+
+    /// The key `reference` must be signed with, if any.
+    pub(crate) fn key_for(&self, reference: &Reference) -> Option<&VerifyKey> {
+        let name = format!(
+            "{}/{}",
+            reference.resolve_registry(),
+            reference.repository()
+        );
+        self.0
+            .iter()
+            .filter(|(prefix, _)| covers(prefix, &name))
+            .max_by_key(|(prefix, _)| prefix.len())
+            .map(|(_, key)| key)
+    }
+}
+
+/// Whether the policy prefix `prefix` covers the image name `name` (`registry/repository`): the
+/// name itself, or a path below it.
+fn covers(prefix: &str, name: &str) -> bool {
+    let prefix = prefix.trim_end_matches('/');
+    name == prefix
+        || name
+            .strip_prefix(prefix)
+            .is_some_and(|rest| rest.starts_with('/'))
 }
 
 /// A pull under way, as [`Node::pulls`](crate::Node::pulls) shows it.
@@ -126,7 +205,7 @@ impl Drop for Lease {
     }
 }
 
-type Flight = Arc<OnceCell<Result<Record, String>>>;
+type Flight = Arc<OnceCell<Result<Record, PullError>>>;
 
 /// The node's images.
 pub(crate) struct Images {
@@ -135,6 +214,7 @@ pub(crate) struct Images {
     /// files has no image store.
     store: std::sync::OnceLock<Result<Store, String>>,
     puller: Puller,
+    signatures: SignaturePolicy,
     gc: ImageGc,
     inflight: Mutex<HashMap<String, Flight>>,
     progress: Mutex<HashMap<String, Arc<Counters>>>,
@@ -151,11 +231,13 @@ impl Images {
         precompiled: &[String],
         auth_file: Option<&Path>,
         gc: ImageGc,
+        signatures: SignaturePolicy,
     ) -> Images {
         Images {
             root: root.to_owned(),
             store: std::sync::OnceLock::new(),
             puller: Puller::new(insecure, precompiled, auth_file),
+            signatures,
             gc,
             inflight: Mutex::default(),
             progress: Mutex::default(),
@@ -206,11 +288,14 @@ impl Images {
         let name = shown(reference);
         let started = Instant::now();
         let store = self.store().map_err(PullError::Failed)?;
-        // Machine code stays unused once the node no longer trusts its registry with it: the
-        // image is pulled again (its portable layer).
+        let key = self.signatures.key_for(reference);
+        // Machine code stays unused once the node no longer trusts its registry with it, and
+        // an image once the node wants it signed with a key it was not checked against: the
+        // image is pulled again (its portable layer; its signature checked).
         let stored = store
             .record(&name)
             .filter(|r| !r.precompiled || self.puller.trusts(reference))
+            .filter(|r| key.is_none_or(|k| r.signed_by.as_deref() == Some(k.id())))
             .and_then(|r| Some((store.verified(&r.wasm)?, r)));
         let fresh_enough = match (&stored, policy) {
             (Some(_), PullPolicy::IfNotPresent | PullPolicy::Never) => true,
@@ -242,14 +327,14 @@ impl Images {
             .or_default()
             .clone();
         let record = flight
-            .get_or_init(|| self.fetch(reference, &name, secrets, command))
+            .get_or_init(|| self.fetch(reference, &name, secrets, command, key))
             .await
             .clone();
         self.inflight
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&name);
-        let record = record.map_err(PullError::Failed)?;
+        let record = record?;
         // Its digest was checked when the pull wrote it, a moment ago.
         let wasm = store.existing(&record.wasm);
         let digest = record.wasm.clone();
@@ -276,6 +361,19 @@ impl Images {
         }
     }
 
+    /// Pulls the artifact `reference` whole (at most `limit` bytes of layers), checking its
+    /// signature when `key` is given; `None` when it is still the manifest `unless`. Artifacts
+    /// are not kept in the image store.
+    pub(crate) async fn artifact(
+        &self,
+        reference: &Reference,
+        key: Option<&VerifyKey>,
+        limit: u64,
+        unless: Option<&str>,
+    ) -> Result<Option<Artifact>, PullError> {
+        self.puller.artifact(reference, key, limit, unless).await
+    }
+
     /// The pulls under way.
     pub(crate) fn pulls(&self) -> Vec<PullProgress> {
         use std::sync::atomic::Ordering::Relaxed;
@@ -299,7 +397,8 @@ impl Images {
         name: &str,
         secrets: &[Value],
         command: Option<&str>,
-    ) -> Result<Record, String> {
+        key: Option<&VerifyKey>,
+    ) -> Result<Record, PullError> {
         let counters = Arc::new(Counters::default());
         self.progress
             .lock()
@@ -307,15 +406,17 @@ impl Images {
             .insert(name.to_owned(), counters.clone());
         let fetched = self
             .puller
-            .fetch(reference, secrets, command, &counters)
+            .fetch(reference, secrets, command, &counters, key)
             .await;
         self.progress
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(name);
         let fetched = fetched?;
-        let store = self.store()?;
-        let wasm = store.put_blob(fetched.wasm_digest.as_deref(), &fetched.wasm)?;
+        let store = self.store().map_err(PullError::Failed)?;
+        let wasm = store
+            .put_blob(fetched.wasm_digest.as_deref(), &fetched.wasm)
+            .map_err(PullError::Failed)?;
         self.fresh
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -333,10 +434,11 @@ impl Images {
             cmd: fetched.cmd,
             last_used: now_secs(),
             precompiled: fetched.precompiled,
+            signed_by: key.map(|k| k.id().to_owned()),
         };
         store
             .put_record(&record)
-            .map_err(|e| format!("cannot record the image: {e}"))?;
+            .map_err(|e| PullError::Failed(format!("cannot record the image: {e}")))?;
         self.collect(&record.wasm);
         Ok(record)
     }

@@ -6,7 +6,8 @@
 use oci_spec::distribution::Reference;
 use serde_json::Value;
 
-use super::{Counters, Fetched};
+use super::signature::VerifyKey;
+use super::{Artifact, Counters, Fetched, PullError};
 
 /// Why nothing is pulled.
 const NO_REGISTRY: &str = "this wasmpod is built without registry images (its `registry` \
@@ -42,7 +43,18 @@ impl Puller {
         _secrets: &[Value],
         _command: Option<&str>,
         _counters: &Counters,
-    ) -> Result<Fetched, String> {
-        Err(NO_REGISTRY.into())
+        _key: Option<&VerifyKey>,
+    ) -> Result<Fetched, PullError> {
+        Err(PullError::Failed(NO_REGISTRY.into()))
+    }
+
+    pub(crate) async fn artifact(
+        &self,
+        _reference: &Reference,
+        _key: Option<&VerifyKey>,
+        _limit: u64,
+        _unless: Option<&str>,
+    ) -> Result<Option<Artifact>, PullError> {
+        Err(PullError::Failed(NO_REGISTRY.into()))
     }
 }

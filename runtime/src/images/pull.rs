@@ -11,7 +11,8 @@ use std::sync::OnceLock;
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::registry::Repository;
-use super::{Counters, Fetched};
+use super::signature::VerifyKey;
+use super::{Artifact, ArtifactLayer, Counters, Fetched, PullError};
 
 /// The most bytes of one layer or `.wasm` wasmpod takes from a registry.
 pub(crate) const MAX_BLOB: u64 = 512 << 20;
@@ -125,11 +126,63 @@ impl Puller {
         reference: &Reference,
         secrets: &[Value],
     ) -> Result<String, String> {
-        let (_, digest) = self
+        let (_, digest, _) = self
             .repository(reference, secrets)?
             .manifest(reference)
             .await?;
         Ok(digest)
+    }
+
+    /// Pulls the artifact `reference` whole, its layers together at most `limit` bytes; when
+    /// `key` is given, only once its signature by that key is checked. `None` when its manifest
+    /// is still `unless`.
+    pub(crate) async fn artifact(
+        &self,
+        reference: &Reference,
+        key: Option<&VerifyKey>,
+        limit: u64,
+        unless: Option<&str>,
+    ) -> Result<Option<Artifact>, PullError> {
+        let mut repository = self.repository(reference, &[]).map_err(PullError::Failed)?;
+        let (manifest, digest, signed) = repository
+            .manifest(reference)
+            .await
+            .map_err(PullError::Failed)?;
+        if unless == Some(digest.as_str()) {
+            return Ok(None);
+        }
+        if let Some(key) = key {
+            repository
+                .check_signed(&signed, key)
+                .await
+                .map_err(PullError::Unsigned)?;
+        }
+        let total = manifest.layers.iter().fold(0u64, |n, l| {
+            n.saturating_add(u64::try_from(l.size).unwrap_or(u64::MAX))
+        });
+        if total > limit {
+            return Err(PullError::Failed(format!(
+                "the artifact's layers hold {total} bytes: at most {limit} are taken"
+            )));
+        }
+        let mut layers = Vec::with_capacity(manifest.layers.len());
+        for layer in &manifest.layers {
+            let data = repository
+                .blob(layer, limit, &Counters::default())
+                .await
+                .map_err(PullError::Failed)?;
+            layers.push(ArtifactLayer {
+                media_type: layer.media_type.clone(),
+                digest: layer.digest.clone(),
+                data,
+            });
+        }
+        Ok(Some(Artifact {
+            digest,
+            config_media_type: manifest.config.media_type.clone(),
+            annotations: manifest.annotations.clone().unwrap_or_default(),
+            layers,
+        }))
     }
 
     /// Pulls the image; `command` is the container's (it names the `.wasm` of an ordinary
@@ -140,9 +193,42 @@ impl Puller {
         secrets: &[Value],
         command: Option<&str>,
         counters: &Counters,
+        key: Option<&VerifyKey>,
+    ) -> Result<Fetched, PullError> {
+        let mut repository = self
+            .repository(reference, secrets)
+            .map_err(PullError::Failed)?;
+        let (manifest, manifest_digest, signed) = repository
+            .manifest(reference)
+            .await
+            .map_err(PullError::Failed)?;
+        if let Some(key) = key {
+            repository
+                .check_signed(&signed, key)
+                .await
+                .map_err(PullError::Unsigned)?;
+        }
+        self.fetch_layers(
+            &mut repository,
+            reference,
+            manifest,
+            manifest_digest,
+            command,
+            counters,
+        )
+        .await
+        .map_err(PullError::Failed)
+    }
+
+    async fn fetch_layers(
+        &self,
+        repository: &mut Repository<'_>,
+        reference: &Reference,
+        manifest: oci_client::manifest::OciImageManifest,
+        manifest_digest: String,
+        command: Option<&str>,
+        counters: &Counters,
     ) -> Result<Fetched, String> {
-        let mut repository = self.repository(reference, secrets)?;
-        let (manifest, manifest_digest) = repository.manifest(reference).await?;
         let trusted = self.trusts(reference);
         if let Some(layer) = manifest
             .layers

@@ -12,6 +12,7 @@ use reqwest::{Response, StatusCode};
 use sha2::{Digest as _, Sha256};
 
 use super::Counters;
+use super::signature::{self, VerifyKey};
 
 /// The most bytes of a manifest or index (containerd's limit too).
 const MAX_MANIFEST: u64 = 4 << 20;
@@ -58,12 +59,13 @@ impl<'a> Repository<'a> {
         }
     }
 
-    /// The image manifest `reference` names, and its digest: an index is resolved to its wasm
-    /// entry, else this node's platform.
+    /// The image manifest `reference` names, its digest, and the digest `reference` resolved
+    /// to (what a signature signs: an index's, when it names one): an index is resolved to its
+    /// wasm entry, else this node's platform.
     pub(super) async fn manifest(
         &mut self,
         reference: &Reference,
-    ) -> Result<(OciImageManifest, String), String> {
+    ) -> Result<(OciImageManifest, String, String), String> {
         let name = reference
             .digest()
             .or(reference.tag())
@@ -71,7 +73,7 @@ impl<'a> Repository<'a> {
             .to_owned();
         let (manifest, digest) = self.manifest_named(&name, reference.digest()).await?;
         match manifest {
-            OciManifest::Image(image) => Ok((image, digest)),
+            OciManifest::Image(image) => Ok((image, digest.clone(), digest)),
             OciManifest::ImageIndex(index) => {
                 let entry = platform(&index.manifests).ok_or_else(|| {
                     format!(
@@ -82,7 +84,7 @@ impl<'a> Repository<'a> {
                 })?;
                 let entry = entry.digest.clone();
                 match self.manifest_named(&entry, Some(&entry)).await? {
-                    (OciManifest::Image(image), digest) => Ok((image, digest)),
+                    (OciManifest::Image(image), entry) => Ok((image, entry, digest)),
                     (OciManifest::ImageIndex(_), _) => Err(format!(
                         "the image index's entry {entry} is an index itself"
                     )),
@@ -98,7 +100,74 @@ impl<'a> Repository<'a> {
     ) -> Result<(OciManifest, String), String> {
         let url = format!("{}/manifests/{name}", self.base);
         let response = self.get(&url, Some(MANIFEST_TYPES)).await?;
-        let body = read(response, MAX_MANIFEST, &url, |_| {}).await?;
+        self.read_manifest(response, &url, name, digest).await
+    }
+
+    /// Checks that the manifest `digest` is signed with `key` (cosign's signatures, stored
+    /// under the tag `sha256-<hex>.sig` of this repository): `Err` says why not, as a person
+    /// reads it.
+    pub(super) async fn check_signed(
+        &mut self,
+        digest: &str,
+        key: &VerifyKey,
+    ) -> Result<(), String> {
+        let tag = signature::signature_tag(digest);
+        let url = format!("{}/manifests/{tag}", self.base);
+        let Some(response) = self.get_optional(&url, Some(MANIFEST_TYPES)).await? else {
+            return Err(format!(
+                "{digest} is not signed: the repository {} has no cosign signature tag {tag}",
+                self.repository
+            ));
+        };
+        let OciManifest::Image(signatures) =
+            self.read_manifest(response, &url, &tag, None).await?.0
+        else {
+            return Err(format!(
+                "the signature tag {tag} names an index, not cosign's signatures"
+            ));
+        };
+        let mut reasons = Vec::new();
+        for layer in signatures
+            .layers
+            .iter()
+            .filter(|l| l.media_type == signature::SIMPLE_SIGNING)
+            .take(signature::MAX_SIGNATURES)
+        {
+            let Some(sig) = layer
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(signature::SIGNATURE_ANNOTATION))
+            else {
+                reasons.push("a layer without a signature".to_owned());
+                continue;
+            };
+            let payload = self
+                .blob(layer, signature::MAX_PAYLOAD, &Counters::default())
+                .await?;
+            match signature::check_layer(key, digest, &payload, sig) {
+                Ok(()) => return Ok(()),
+                Err(why) => reasons.push(why),
+            }
+        }
+        if reasons.is_empty() {
+            reasons.push("no signature layers".to_owned());
+        }
+        reasons.dedup();
+        Err(format!(
+            "{digest} is not signed with the key {}: its signature tag {tag} has {}",
+            key.id(),
+            reasons.join("; ")
+        ))
+    }
+
+    async fn read_manifest(
+        &mut self,
+        response: Response,
+        url: &str,
+        name: &str,
+        digest: Option<&str>,
+    ) -> Result<(OciManifest, String), String> {
+        let body = read(response, MAX_MANIFEST, url, |_| {}).await?;
         let actual = sha256(&body);
         if let Some(want) = digest
             && want != actual
@@ -162,6 +231,32 @@ impl<'a> Repository<'a> {
 
     /// A successful answer to `GET url`, after answering the registry's challenge once.
     async fn get(&mut self, url: &str, accept: Option<&str>) -> Result<Response, String> {
+        let response = self.send(url, accept).await?;
+        if !response.status().is_success() {
+            return Err(failure(response, url).await);
+        }
+        Ok(response)
+    }
+
+    /// As [`Repository::get`], with `None` for 404 Not Found.
+    async fn get_optional(
+        &mut self,
+        url: &str,
+        accept: Option<&str>,
+    ) -> Result<Option<Response>, String> {
+        let response = self.send(url, accept).await?;
+        if response.status() == StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        if !response.status().is_success() {
+            return Err(failure(response, url).await);
+        }
+        Ok(Some(response))
+    }
+
+    /// The answer to `GET url`, whatever its status, after answering the registry's challenge
+    /// once.
+    async fn send(&mut self, url: &str, accept: Option<&str>) -> Result<Response, String> {
         let mut answered = false;
         loop {
             let mut request = self.http.get(url);
@@ -176,9 +271,6 @@ impl<'a> Repository<'a> {
                 answered = true;
                 self.authorization = Some(self.answer(&response).await?);
                 continue;
-            }
-            if !response.status().is_success() {
-                return Err(failure(response, url).await);
             }
             return Ok(response);
         }

@@ -27,6 +27,9 @@ pub(crate) struct Record {
     /// registry with machine code.
     #[serde(default)]
     pub precompiled: bool,
+    /// The id of the key whose cosign signature of the image was checked at its pull.
+    #[serde(default)]
+    pub signed_by: Option<String>,
 }
 
 pub(crate) struct Store {
@@ -234,6 +237,7 @@ mod tests {
                     cmd: None,
                     last_used: i as u64,
                     precompiled: false,
+                    signed_by: None,
                 })
                 .unwrap();
         }

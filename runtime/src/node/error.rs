@@ -89,6 +89,17 @@ pub enum Error {
     /// `metadata.uid`.
     #[error("metadata.uid: {0:?} is in use by another pod sharing this state dir")]
     UidInUse(String),
+    /// An artifact could not be pulled ([`crate::Node::pull_artifact`]).
+    #[error("{reference}: {message}")]
+    Artifact {
+        /// The artifact's reference.
+        reference: String,
+        /// Why, as a person reads it.
+        message: String,
+        /// Its signature was missing or wrong (rather than the registry unreachable or the
+        /// artifact malformed).
+        unsigned: bool,
+    },
     /// A file or directory of the node's state could not be made.
     #[error("{}: {source}", path.display())]
     Io {

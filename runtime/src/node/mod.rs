@@ -121,6 +121,7 @@ impl Node {
             &options.precompiled_registries,
             options.registry_config.as_deref(),
             options.image_gc,
+            crate::images::SignaturePolicy::new(&options.signed_images),
         );
         let context = NodeContext {
             images: Arc::new(images),
@@ -359,6 +360,38 @@ impl Node {
                 source: std::io::Error::new(std::io::ErrorKind::InvalidInput, other.to_string()),
             },
         })
+    }
+
+    /// Pulls the OCI artifact `reference` (`registry/repository:tag` or `@sha256:...`) whole,
+    /// with the node's registry credentials and insecure registries, its layers together at
+    /// most `limit` bytes, each checked against its digest. With `key`, the artifact is
+    /// returned only if a cosign signature by that key names the digest its reference
+    /// resolved to. When the reference still names the manifest `unless`, nothing more is
+    /// fetched and the answer is `None` (a poll that finds nothing new). Artifacts are not kept
+    /// in the node's image store.
+    pub async fn pull_artifact(
+        &self,
+        reference: &str,
+        key: Option<&crate::VerifyKey>,
+        limit: u64,
+        unless: Option<&str>,
+    ) -> Result<Option<crate::Artifact>, Error> {
+        let failed = |message: String, unsigned: bool| Error::Artifact {
+            reference: reference.to_owned(),
+            message,
+            unsigned,
+        };
+        let parsed = reference
+            .parse()
+            .map_err(|e| failed(format!("not an image reference: {e}"), false))?;
+        self.context
+            .images
+            .artifact(&parsed, key, limit, unless)
+            .await
+            .map_err(|e| {
+                let unsigned = matches!(e, crate::images::PullError::Unsigned(_));
+                failed(e.to_string(), unsigned)
+            })
     }
 
     /// The registry pulls under way, with their progress.

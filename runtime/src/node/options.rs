@@ -1,7 +1,7 @@
 //! The settings of a node and of one pod: where state lives, backoff, limits, egress, what the
 //! node has for pods, PriorityClasses, log limits; and a pod's published ports and output tap.
 
-use crate::images::ImageGc;
+use crate::images::{ImageGc, VerifyKey};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -74,6 +74,11 @@ pub struct NodeOptions {
     /// pod's `imagePullSecrets` have none for the registry. Read at the node's first pull: a
     /// broken one fails that pull (and every later one), naming the file.
     pub registry_config: Option<PathBuf>,
+    /// Images that run only with a cosign signature by a key: each entry a prefix of the
+    /// image's `registry/repository` (`registry.example/team`, which covers
+    /// `registry.example/team/app`) and the key; the longest prefix that covers an image
+    /// decides. An image without such a signature waits in `SignatureValidationFailed`.
+    pub signed_images: Vec<(String, VerifyKey)>,
     /// The image store's garbage collection (the store is under the cache dir, else the
     /// state dir).
     pub image_gc: ImageGc,
@@ -188,6 +193,7 @@ impl Default for NodeOptions {
             precompiled_registries: Vec::new(),
             precompiled_dirs: None,
             registry_config: None,
+            signed_images: Vec::new(),
             image_gc: ImageGc::default(),
         }
     }
@@ -221,6 +227,13 @@ impl NodeOptions {
     /// Sets [`NodeOptions::registry_config`].
     pub fn registry_config(mut self, file: Option<PathBuf>) -> Self {
         self.registry_config = file;
+        self
+    }
+
+    /// Adds an entry to [`NodeOptions::signed_images`]: images under `prefix` run only when
+    /// signed with `key`.
+    pub fn signed_images(mut self, prefix: impl Into<String>, key: VerifyKey) -> Self {
+        self.signed_images.push((prefix.into(), key));
         self
     }
 

@@ -1,8 +1,8 @@
 //! A container's registry image: pulled when the container is to start (as the kubelet's
 //! `EnsureImageExists`), in a task of its own so that the pod's supervisor goes on (a deletion
 //! during a pull is handled at once); with the kubelet's events and waiting reasons
-//! (`Pulling`, `Pulled`, `Failed` with `ErrImagePull` or `ErrImageNeverPull`, then
-//! `ImagePullBackOff` under the image backoff).
+//! (`Pulling`, `Pulled`, `Failed` with `ErrImagePull`, `ErrImageNeverPull` or
+//! `SignatureValidationFailed`, then `ImagePullBackOff` under the image backoff).
 
 use tokio::time::Instant;
 
@@ -11,6 +11,22 @@ use super::start::fmt_duration;
 use super::{Msg, PodTask};
 use crate::events::{EventType, Reason};
 use crate::images::{PullError, PullPolicy, Resolved};
+
+/// The waiting reason of a container whose image has no signature the node accepts.
+pub(super) const SIGNATURE_FAILED: &str = "SignatureValidationFailed";
+
+impl super::container::Container {
+    /// Whether the container's last pull failed (and waits out the image backoff).
+    pub(super) fn pull_failed(&self) -> bool {
+        matches!(
+            self.state,
+            State::Waiting {
+                reason: "ErrImagePull" | SIGNATURE_FAILED,
+                ..
+            }
+        )
+    }
+}
 
 impl PodTask {
     /// Whether container `index` has the registry image it needs for this start; if not, its
@@ -129,6 +145,12 @@ impl PodTask {
                 "ErrImagePull",
                 format!("Failed to pull image {shown:?}: {why}"),
             ),
+            // The container runtime's error for an image the node's policy refuses unsigned
+            // (CRI's `ErrSignatureValidationFailed`), backed off as a failed pull.
+            Err(PullError::Unsigned(why)) => (
+                SIGNATURE_FAILED,
+                format!("Failed to pull image {shown:?}: signature: {why}"),
+            ),
         };
         // The kubelet's image backoff: the next pull waits, doubling.
         c.image_failed(now, &options);
@@ -138,16 +160,13 @@ impl PodTask {
         self.container_event(index, EventType::Warning, Reason::Failed, error, None);
     }
 
-    /// A container waiting out the image backoff after `ErrImagePull` shows `ImagePullBackOff`.
+    /// A container waiting out the image backoff after `ErrImagePull` (or
+    /// `SignatureValidationFailed`) shows `ImagePullBackOff`.
     pub(super) fn image_backoff(&mut self, index: usize) {
         let c = &mut self.containers[index];
-        let State::Waiting {
-            reason: "ErrImagePull",
-            ..
-        } = c.state
-        else {
+        if !c.pull_failed() {
             return;
-        };
+        }
         let Some(pull) = &c.spec.pull else {
             return;
         };

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::container::{Container, HookState, State};
+use super::container::{Container, HookState};
 use super::plan::{self, Action, ContainerState, Grace, PodState};
 use super::{PodTask, ShutdownCause, Stage, VOLUME_CHECK, after};
 use crate::container::EXIT_KILLED;
@@ -157,13 +157,7 @@ impl Container {
             succeeded: self.succeeded(),
             changed: self.changed,
             retry_at: self.retry_at,
-            pull_failed: matches!(
-                self.state,
-                State::Waiting {
-                    reason: "ErrImagePull",
-                    ..
-                }
-            ),
+            pull_failed: self.pull_failed(),
             backoff: self.backoff,
             stopping: instance.is_some_and(|i| i.stop != super::stopping::Stopping::No),
             kill_at: instance

@@ -600,3 +600,124 @@ async fn precompiled_layers_run_only_from_trusted_registries() {
         "{failed}"
     );
 }
+
+/// Images under a signed prefix run only with a cosign signature by the node's key: unsigned,
+/// signed with another key, and tampered with (the tag moved to other content after signing)
+/// each wait in `SignatureValidationFailed` with the reason, then `ImagePullBackOff`, and run
+/// nothing; a signed one runs, and images outside the prefix need no signature. A stored image
+/// pulled before the node required a signature is checked again.
+#[tokio::test]
+async fn signed_prefixes_run_only_what_their_key_signed() {
+    use wasmpod_tests::cosign::Signer;
+    let registry = Registry::start(false);
+    let (ours, theirs) = (Signer::new(), Signer::new());
+    let signed = registry.push_wasm("signed/app:1.0", &p1()).await;
+    registry.sign(&ours, "signed/app", &signed).await;
+    let other = registry.push_wasm("signed/other:1.0", &p1()).await;
+    registry.sign(&theirs, "signed/other", &other).await;
+    registry.push_wasm("signed/bare:1.0", &p1()).await;
+    registry.push_wasm("free/app:1.0", &p1()).await;
+    let host = registry.host.clone();
+    let key = wasmpod::VerifyKey::from_pem(ours.public_pem().as_bytes()).unwrap();
+    let prefix = format!("{host}/signed");
+    let node =
+        TestNode::with(move |o: NodeOptions| o.insecure_registry(host).signed_images(prefix, key));
+    let h = &registry.host;
+
+    let p = node
+        .start(&pod("signed", &format!("{h}/signed/app:1.0"), ""))
+        .await;
+    assert_eq!(ended(&p).await.phase.as_deref(), Some("Succeeded"));
+    assert_eq!(out(&p), ["hi"]);
+    let p = node
+        .start(&pod("free", &format!("{h}/free/app:1.0"), ""))
+        .await;
+    assert_eq!(ended(&p).await.phase.as_deref(), Some("Succeeded"));
+
+    for (name, image, why) in [
+        ("bare", "signed/bare:1.0", "has no cosign signature tag"),
+        ("other", "signed/other:1.0", "not made with the key"),
+    ] {
+        let p = node.start(&pod(name, &format!("{h}/{image}"), "")).await;
+        let failed = refused(&p).await;
+        assert!(
+            failed
+                .iter()
+                .any(|m| m.contains("signature: ") && m.contains(why)),
+            "{failed:?}"
+        );
+        p.delete(Some(Duration::ZERO));
+    }
+
+    // The tag moves to other content after it was signed: the signature names the old digest.
+    registry
+        .push_image(
+            "signed/app:1.0",
+            &[("app.wasm", &p1())],
+            &["/app.wasm"],
+            &[],
+        )
+        .await;
+    let p = node
+        .start(&pod("moved", &format!("{h}/signed/app:1.0"), ""))
+        .await;
+    // `IfNotPresent` runs what the store holds (checked when it was pulled); `Always` asks again.
+    assert_eq!(ended(&p).await.phase.as_deref(), Some("Succeeded"));
+    let always = PodYaml::new("always")
+        .never()
+        .container(&format!(
+            "{{ name: c, image: \"{h}/signed/app:1.0\", imagePullPolicy: Always, args: [print, hi] }}"
+        ))
+        .build();
+    let p = node.start(&always).await;
+    let failed = refused(&p).await;
+    assert!(
+        failed.iter().any(|m| m.contains("is not signed")),
+        "{failed:?}"
+    );
+    p.delete(Some(Duration::ZERO));
+}
+
+/// An image pulled while the node required no signature is not run unchecked once it does.
+#[tokio::test]
+async fn a_stored_unchecked_image_is_checked_when_a_signature_is_required() {
+    use wasmpod_tests::cosign::Signer;
+    let registry = Registry::start(false);
+    registry.push_wasm("team/app:1.0", &p1()).await;
+    let store = tempfile::tempdir().unwrap();
+    let image = format!("{}/team/app:1.0", registry.host);
+    let (host, dir) = (registry.host.clone(), store.path().to_owned());
+    let first = TestNode::with(move |o: NodeOptions| o.insecure_registry(host).image_dir(dir));
+    let p = first.start(&pod("first", &image, "")).await;
+    assert_eq!(ended(&p).await.phase.as_deref(), Some("Succeeded"));
+    drop(first);
+    let key = wasmpod::VerifyKey::from_pem(Signer::new().public_pem().as_bytes()).unwrap();
+    let (host, dir, prefix) = (
+        registry.host.clone(),
+        store.path().to_owned(),
+        format!("{}/team/", registry.host),
+    );
+    let second = TestNode::with(move |o: NodeOptions| {
+        o.insecure_registry(host)
+            .image_dir(dir)
+            .signed_images(prefix, key)
+    });
+    let p = second.start(&pod("second", &image, "")).await;
+    refused(&p).await;
+}
+
+/// The `Failed` events of a pod whose image the node refuses unsigned, once its container
+/// waits out the image backoff: the kubelet's `Error: SignatureValidationFailed` among them.
+async fn refused(p: &PodHandle) -> Vec<String> {
+    wait_for(p, LIMIT, |s| {
+        waiting_reason(s, "c").as_deref() == Some("ImagePullBackOff")
+    })
+    .await;
+    let failed = messages(p, Reason::Failed).await;
+    assert!(
+        failed.contains(&"Error: SignatureValidationFailed".to_owned()),
+        "{failed:?}"
+    );
+    assert!(messages(p, Reason::Started).await.is_empty(), "it ran");
+    failed
+}
