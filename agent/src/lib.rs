@@ -12,6 +12,8 @@
 //! - The kubelet: runs the stored pods on the node, writes back their status and events, and
 //!   after a restart brings them back with their uids, restart counts and logs.
 //! - Static pods: the manifests of a directory ([`AgentOptions::manifests`]) run as pods.
+//! - A fleet source ([`AgentOptions::source`]): the objects of an OCI artifact in Flux's format,
+//!   polled from a registry, checked whole (and signed, when given a key), kept across restarts.
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), wasmpod_agent::Error> {
@@ -34,6 +36,7 @@ mod metrics;
 mod object;
 mod ready;
 mod server;
+mod source;
 mod status;
 mod store;
 mod tokens;
@@ -45,6 +48,8 @@ use std::sync::Arc;
 use serde_json::json;
 use tokio::sync::watch;
 use wasmpod::{Node, NodeOptions};
+
+pub use source::SourceOptions;
 
 /// How an agent is set up.
 #[derive(Debug, Clone)]
@@ -69,6 +74,8 @@ pub struct AgentOptions {
     /// (metrics-server's resolution, default 15 s; at least 100 ms): the CPU shown is the rate
     /// between the last two readings.
     pub metrics_resolution: std::time::Duration,
+    /// Where the node's desired state comes from beside the API, if anywhere.
+    pub source: Option<SourceOptions>,
 }
 
 impl Default for AgentOptions {
@@ -81,6 +88,7 @@ impl Default for AgentOptions {
             manifests_every: std::time::Duration::from_secs(1),
             allow_host_path: false,
             metrics_resolution: metrics::RESOLUTION,
+            source: None,
         }
     }
 }
@@ -113,6 +121,12 @@ impl AgentOptions {
     /// Sets [`AgentOptions::metrics_resolution`].
     pub fn metrics_resolution(mut self, every: std::time::Duration) -> Self {
         self.metrics_resolution = every;
+        self
+    }
+
+    /// Sets [`AgentOptions::source`].
+    pub fn source(mut self, source: SourceOptions) -> Self {
+        self.source = Some(source);
         self
     }
 
@@ -179,6 +193,8 @@ pub struct Agent {
     server: tokio::task::JoinHandle<()>,
     /// The metrics sampler, which holds the store too.
     sampler: tokio::task::JoinHandle<()>,
+    /// What the fleet source is doing, when there is one.
+    source: Option<Arc<std::sync::Mutex<source::SourceStatus>>>,
 }
 
 /// Stores the `default` ServiceAccount of namespace `ns` unless it has one, as the service
@@ -313,6 +329,17 @@ impl Agent {
                 .max(std::time::Duration::from_millis(100));
             tokio::spawn(manifests::watch(api.clone(), dir, every, stopped.clone()));
         }
+        let source = options.source.clone().map(|options| {
+            let status = Arc::default();
+            tokio::spawn(source::run(
+                api.clone(),
+                options,
+                dir.clone(),
+                Arc::clone(&status),
+                stopped.clone(),
+            ));
+            status
+        });
         let server = tokio::spawn(server::serve(
             listener,
             credentials.tls.clone(),
@@ -329,6 +356,7 @@ impl Agent {
             stop,
             server,
             sampler,
+            source,
         })
     }
 
@@ -356,6 +384,20 @@ impl Agent {
     /// why not.
     pub async fn answers(&self, limit: std::time::Duration) -> Result<(), String> {
         ready::ask(self.addr, &self.ca_pem, &self.token, limit).await
+    }
+
+    /// What the fleet source is doing, for a person: the revision the node runs from it and
+    /// any trouble (`None` without a source).
+    pub fn source_status(&self) -> Option<String> {
+        let status = self.source.as_ref()?;
+        let status = status.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let running = status
+            .running
+            .unwrap_or_else(|| "no revision yet".to_owned());
+        Some(match status.trouble {
+            Some(trouble) => format!("source: {running}; {trouble}"),
+            None => format!("source: {running}"),
+        })
     }
 
     /// How many pods the node runs.

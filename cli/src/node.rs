@@ -58,6 +58,11 @@ pub(crate) struct NodeArgs {
     /// or ~/.docker/config.json, when it exists].
     #[arg(long, value_name = "FILE")]
     registry_config: Option<PathBuf>,
+    /// Images under PREFIX (`registry/repository`, or a path above repositories) run only with
+    /// a cosign signature made with the key in FILE (a PEM public key, `cosign.pub`); the
+    /// longest prefix decides. Repeatable.
+    #[arg(long, value_name = "PREFIX=FILE", value_parser = parse_signed_images)]
+    signed_images: Vec<(String, wasmpod::VerifyKey)>,
     /// The image store's size budget: past 85 % of it, unused images are removed, least
     /// recently used first, down to 80 % (the kubelet's image garbage collection).
     #[arg(long, value_name = "SIZE", default_value = "10Gi", value_parser = parse_size)]
@@ -95,6 +100,21 @@ fn parse_label(pair: &str) -> Result<(String, String), String> {
         Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
         _ => Err(format!("invalid label {pair:?}: expected KEY=VALUE")),
     }
+}
+
+/// `PREFIX=FILE`: the prefix and the key the file holds.
+fn parse_signed_images(pair: &str) -> Result<(String, wasmpod::VerifyKey), String> {
+    let (prefix, file) = pair
+        .split_once('=')
+        .filter(|(p, f)| !p.is_empty() && !f.is_empty())
+        .ok_or_else(|| format!("{pair:?}: expected PREFIX=FILE"))?;
+    Ok((prefix.to_owned(), read_key(file.as_ref())?))
+}
+
+/// The cosign public key in `file`.
+pub(crate) fn read_key(file: &std::path::Path) -> Result<wasmpod::VerifyKey, String> {
+    let pem = std::fs::read(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    wasmpod::VerifyKey::from_pem(&pem).map_err(|e| format!("{}: {e}", file.display()))
 }
 
 /// `compact` or `reserved`.
@@ -166,6 +186,9 @@ impl NodeArgs {
         }
         for registry in &self.precompiled_registry {
             options = options.precompiled_registry(registry.clone());
+        }
+        for (prefix, key) in &self.signed_images {
+            options = options.signed_images(prefix.clone(), key.clone());
         }
         let docker_config = std::env::var_os("DOCKER_CONFIG")
             .map(PathBuf::from)

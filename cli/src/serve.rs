@@ -37,6 +37,18 @@ pub(crate) struct ServeArgs {
     /// resolution): the CPU shown is the rate between the last two readings.
     #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = humantime::parse_duration)]
     metrics_resolution: std::time::Duration,
+    /// Where the node's desired state comes from: an OCI artifact of manifests in Flux's
+    /// format (`flux push artifact`), polled and applied as one set; what it made and no longer
+    /// holds is pruned, objects made through the API are left alone.
+    #[arg(long, value_name = "oci://REGISTRY/REPO:TAG")]
+    source: Option<String>,
+    /// How often the source is polled (each wait varies by a tenth; failures back off).
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = humantime::parse_duration, requires = "source")]
+    source_interval: std::time::Duration,
+    /// The source's artifacts are applied only with a cosign signature made with the key in
+    /// FILE (a PEM public key, `cosign.pub`), checked offline.
+    #[arg(long, value_name = "FILE", requires = "source")]
+    verify_key: Option<PathBuf>,
     #[command(flatten)]
     node: NodeArgs,
 }
@@ -61,6 +73,19 @@ pub(crate) async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     }
     if let Some(dir) = args.manifests {
         options = options.manifests(dir);
+    }
+    if let Some(reference) = args.source {
+        let mut source = wasmpod_agent::SourceOptions::new(&reference)
+            .map_err(anyhow::Error::msg)
+            .context("--source")?
+            .interval(args.source_interval);
+        if let Some(file) = args.verify_key {
+            let key = crate::node::read_key(&file)
+                .map_err(anyhow::Error::msg)
+                .context("--verify-key")?;
+            source = source.verify_key(key);
+        }
+        options = options.source(source);
     }
     let agent = wasmpod_agent::Agent::start(options).await?;
     println!(

@@ -83,8 +83,12 @@ impl Systemd {
 
     fn status_line(&self, agent: &Agent) -> String {
         let pods = agent.pod_count();
+        let source = agent
+            .source_status()
+            .map(|s| format!("; {s}"))
+            .unwrap_or_default();
         format!(
-            "serving the API on https://{}; {pods} pod{} on the node",
+            "serving the API on https://{}; {pods} pod{} on the node{source}",
             agent.local_addr(),
             if pods == 1 { "" } else { "s" }
         )

@@ -22,6 +22,7 @@ mod protobuf;
 pub(crate) mod resources;
 mod select;
 mod serviceaccounts;
+pub(crate) mod source;
 mod spdy;
 mod stream;
 pub(crate) mod table;

@@ -31,6 +31,33 @@ impl Api {
                 "lastHeartbeatTime": crate::clock::now(), "lastTransitionTime": since,
             })
         };
+        let mut conditions = vec![
+            condition(
+                "MemoryPressure",
+                "False",
+                "KubeletHasSufficientMemory",
+                "kubelet has sufficient memory available",
+            ),
+            condition(
+                "DiskPressure",
+                "False",
+                "KubeletHasNoDiskPressure",
+                "kubelet has no disk pressure",
+            ),
+            condition(
+                "PIDPressure",
+                "False",
+                "KubeletHasSufficientPID",
+                "kubelet has sufficient PID available",
+            ),
+            condition(
+                "Ready",
+                "True",
+                "KubeletReady",
+                "wasmpod is posting ready status",
+            ),
+        ];
+        conditions.extend(k.conditions());
         let taints: Vec<Value> = node
             .taints()
             .iter()
@@ -53,12 +80,7 @@ impl Api {
             "status": {
                 "capacity": resources,
                 "allocatable": resources,
-                "conditions": [
-                    condition("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
-                    condition("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
-                    condition("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
-                    condition("Ready", "True", "KubeletReady", "wasmpod is posting ready status"),
-                ],
+                "conditions": conditions,
                 "addresses": [
                     {"type": "InternalIP", "address": k.address()},
                     {"type": "Hostname", "address": name},

@@ -285,11 +285,25 @@ impl Api {
         body: Value,
         call: &Call,
     ) -> Result<Response<Body>, ApiError> {
+        let dry_run = call.query.get("dryRun").is_some();
+        let created = self
+            .create_object(resource, namespace, body, dry_run)
+            .await?;
+        Ok(json(StatusCode::CREATED, &*created))
+    }
+
+    /// Creates an object from a request's body (checks it only, with `dry_run`).
+    pub(super) async fn create_object(
+        &self,
+        resource: &'static Resource,
+        namespace: Option<&str>,
+        body: Value,
+        dry_run: bool,
+    ) -> Result<Arc<Object>, ApiError> {
         let mut object = self.new_object(resource, namespace, body)?;
         let (ns, name) = (object.namespace().to_owned(), object.name().to_owned());
-        let dry_run = call.query.get("dryRun").is_some();
         let created = match resource.strategy.storage() {
-            Storage::Pods => self.create_pod(object, dry_run).await?,
+            Storage::Pods => self.create_pod(object, dry_run, &[]).await?,
             Storage::Stored { .. } => {
                 let mut fields = object.fields();
                 resource.strategy.prepare(&self.store, &name, &mut fields)?;
@@ -310,7 +324,7 @@ impl Api {
                 )));
             }
         };
-        Ok(json(StatusCode::CREATED, &*created))
+        Ok(created)
     }
 
     /// `PUT`: the whole object, with a `resourceVersion` precondition when it carries one.
@@ -388,7 +402,7 @@ impl Api {
 
     /// Replaces an object with what `make` returns from the current one, keeping what the
     /// client may not change (uid, creation time, status of pods) and checking the new one.
-    async fn update(
+    pub(super) async fn update(
         &self,
         resource: &'static Resource,
         ns: &str,
@@ -496,12 +510,7 @@ impl Api {
                 Ok(json(StatusCode::OK, &*pod))
             }
             Storage::Stored { deletable: true } => {
-                let gone = self
-                    .store
-                    .delete_if(resource.name, ns, name, Durable::Now, |_| true)?
-                    .ok_or_else(|| ApiError::not_found(resource.name, name))?;
-                resource.strategy.deleted(&self.store, ns, name)?;
-                resource.strategy.changed(&self.kubelet)?;
+                let gone = self.delete_stored(resource, ns, name, Durable::Now)?;
                 Ok(json(
                     StatusCode::OK,
                     &json!({
@@ -524,5 +533,22 @@ impl Api {
                 )))
             }
         }
+    }
+
+    /// Deletes a stored object at once, with what its strategy does on deletion.
+    pub(super) fn delete_stored(
+        &self,
+        resource: &'static Resource,
+        ns: &str,
+        name: &str,
+        durable: Durable,
+    ) -> Result<Arc<Object>, ApiError> {
+        let gone = self
+            .store
+            .delete_if(resource.name, ns, name, durable, |_| true)?
+            .ok_or_else(|| ApiError::not_found(resource.name, name))?;
+        resource.strategy.deleted(&self.store, ns, name)?;
+        resource.strategy.changed(&self.kubelet)?;
+        Ok(gone)
     }
 }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::Api;
+use super::source::Applied;
 use crate::object::Object;
 use wasmpod::FieldErrorKind;
 
@@ -34,10 +35,21 @@ pub(crate) fn invalid_pod(name: &str, e: &wasmpod::InvalidPod) -> ApiError {
 }
 
 impl Api {
+    /// An object a pod's admission looks up (its service account, priority class, runtime
+    /// class): one of `pending` (a set applied together, [`super::source`]), else the store's.
+    fn present(&self, pending: &[Applied], resource: &str, ns: &str, name: &str) -> Option<Value> {
+        pending
+            .iter()
+            .find(|a| a.resource.name == resource && a.namespace == ns && a.name == name)
+            .map(|a| a.object.clone())
+            .or_else(|| self.store.get(resource, ns, name).map(|o| o.to_value()))
+    }
+
     pub(super) async fn create_pod(
         &self,
         object: Object,
         dry_run: bool,
+        pending: &[Applied],
     ) -> Result<Arc<Object>, ApiError> {
         let name = object.name();
         // The node's own mark of a static pod's mirror: only the node sets it (as the API server
@@ -71,7 +83,10 @@ impl Api {
         // The ServiceAccount admission plugin's: a pod runs as an account that exists.
         let account = crate::kubelet::account_of(spec.as_ref());
         let ns = object.namespace();
-        if self.store.get("serviceaccounts", ns, account).is_none() {
+        if self
+            .present(pending, "serviceaccounts", ns, account)
+            .is_none()
+        {
             return Err(ApiError::forbidden(
                 "pods",
                 name,
@@ -81,12 +96,17 @@ impl Api {
                 ),
             ));
         }
-        self.admit_pod(object, dry_run).await
+        self.admit_pod(object, dry_run, pending).await
     }
 
     /// Admits a pod: the API server's defaults and priority admission, wasmpod's validation,
     /// the node's modules loaded; then stores it and runs it.
-    async fn admit_pod(&self, object: Object, dry_run: bool) -> Result<Arc<Object>, ApiError> {
+    async fn admit_pod(
+        &self,
+        object: Object,
+        dry_run: bool,
+        pending: &[Applied],
+    ) -> Result<Arc<Object>, ApiError> {
         let (ns, name) = (object.namespace(), object.name());
         let mut pod = object.to_value();
         if !pod.get("spec").is_some_and(Value::is_object) {
@@ -121,14 +141,13 @@ impl Api {
             .pointer("/spec/priorityClassName")
             .and_then(Value::as_str)
         {
-            let found = self.store.get("priorityclasses", "", class).ok_or_else(|| {
+            let found = self.present(pending, "priorityclasses", "", class).ok_or_else(|| {
                 ApiError::forbidden(
                     "pods",
                     name,
                     format!("pods \"{name}\" is forbidden: no PriorityClass with name {class} was found"),
                 )
             })?;
-            let found = found.fields();
             if pod.pointer("/spec/priority").is_none_or(Value::is_null) {
                 pod["spec"]["priority"] = found.get("value").cloned().unwrap_or(json!(0));
             }
@@ -142,8 +161,8 @@ impl Api {
                     .unwrap_or(json!("PreemptLowerPriority"));
             }
         }
-        self.runtime_class_admission(name, &mut pod)?;
-        let spec = self.validate_and_load(name, &pod).await?;
+        self.runtime_class_admission(name, &mut pod, pending)?;
+        let spec = self.validate_and_load(name, &pod, pending).await?;
         pod["status"] = json!({"phase": "Pending"});
         let pod = Object::from_value(pod)?;
         if dry_run {
@@ -157,7 +176,12 @@ impl Api {
     /// The RuntimeClass admission: the class must be one the node has (a stored RuntimeClass or
     /// a name built into the node), and a stored class's `scheduling` joins the pod's
     /// `nodeSelector` (a different value for a key is a conflict) and `tolerations`.
-    fn runtime_class_admission(&self, name: &str, pod: &mut Value) -> Result<(), ApiError> {
+    fn runtime_class_admission(
+        &self,
+        name: &str,
+        pod: &mut Value,
+        pending: &[Applied],
+    ) -> Result<(), ApiError> {
         let Some(class) = pod
             .pointer("/spec/runtimeClassName")
             .and_then(Value::as_str)
@@ -177,10 +201,9 @@ impl Api {
             Err(other) => return Err(forbidden(other.to_string())),
             Ok(()) => {}
         }
-        let Some(found) = self.store.get("runtimeclasses", "", &class) else {
+        let Some(found) = self.present(pending, "runtimeclasses", "", &class) else {
             return Ok(());
         };
-        let found = found.to_value();
         let spec = &mut pod["spec"];
         if let Some(selector) = found
             .pointer("/scheduling/nodeSelector")
@@ -227,10 +250,19 @@ impl Api {
         &self,
         name: &str,
         pod: &Value,
+        pending: &[Applied],
     ) -> Result<wasmpod::PodSpec, ApiError> {
+        // The ConfigMaps and Secrets of a set applied with the pod count as its namespace's.
+        let ns = pod.pointer("/metadata/namespace").and_then(Value::as_str);
+        let config: Vec<Value> = pending
+            .iter()
+            .filter(|a| matches!(a.resource.name, "configmaps" | "secrets"))
+            .filter(|a| Some(a.namespace.as_str()) == ns)
+            .map(|a| a.object.clone())
+            .collect();
         let spec = self
             .kubelet
-            .validate(pod)
+            .validate(pod, config)
             .map_err(|e| invalid_pod(name, &e))?;
         self.kubelet
             .node()
@@ -287,7 +319,7 @@ impl Api {
         if changed.is_empty() {
             return Ok(None);
         }
-        let spec = self.validate_and_load(name, next).await?;
+        let spec = self.validate_and_load(name, next, &[]).await?;
         Ok(Some((spec, changed)))
     }
 
@@ -325,7 +357,7 @@ impl Api {
         let mut pod = self.new_object(&super::resources::PODS, Some(ns), pod)?;
         pod.metadata.uid = Some(uid.to_owned());
         // The host's own user placed the manifest: hostPath is theirs to use.
-        self.admit_pod(pod, false).await
+        self.admit_pod(pod, false, &[]).await
     }
 
     /// Deletes a pod: gracefully within `grace` (the pod's own period when `None`), or at once

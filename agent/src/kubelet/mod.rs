@@ -20,8 +20,11 @@ use crate::store::{Durable, Store};
 use crate::tokens::Tokens;
 
 mod events;
+mod node;
 mod restore;
 mod tokens;
+
+pub(crate) use node::Condition;
 
 use events::Recorded;
 use restore::end_lost;
@@ -62,6 +65,8 @@ pub(crate) struct Kubelet {
     events: Mutex<HashMap<String, Recorded>>,
     /// How many pods brought back by [`Kubelet::restore`] do not run again yet.
     restoring: tokio::sync::watch::Sender<usize>,
+    /// The node's own conditions and events.
+    report: Mutex<node::NodeReport>,
 }
 
 impl std::fmt::Debug for Kubelet {
@@ -101,6 +106,7 @@ impl Kubelet {
             pods: Mutex::default(),
             events: Mutex::default(),
             restoring: tokio::sync::watch::Sender::new(0),
+            report: Mutex::default(),
         }
     }
 
@@ -140,11 +146,15 @@ impl Kubelet {
     }
 
     /// Validates a pod against wasmpod's rules, with the ConfigMaps and Secrets of its namespace
-    /// (and, unless one is stored, the `kube-root-ca.crt` ConfigMap every namespace has: the
-    /// agent's CA certificate, as the root CA publisher gives a cluster's).
-    pub(crate) fn validate(&self, pod: &Value) -> Result<PodSpec, wasmpod::InvalidPod> {
+    /// (`config` first: those to be stored with it, taking the place of stored ones of their
+    /// names) and, unless one is stored, the `kube-root-ca.crt` ConfigMap every namespace has:
+    /// the agent's CA certificate, as the root CA publisher gives a cluster's.
+    pub(crate) fn validate(
+        &self,
+        pod: &Value,
+        mut config: Vec<Value>,
+    ) -> Result<PodSpec, wasmpod::InvalidPod> {
         let ns = str_at(pod, "/metadata/namespace");
-        let mut config: Vec<Value> = Vec::new();
         if self.store.get("configmaps", ns, ROOT_CA).is_none() {
             config.push(serde_json::json!({
                 "apiVersion": "v1",
@@ -153,14 +163,24 @@ impl Kubelet {
                 "data": {"ca.crt": self.root_ca},
             }));
         }
+        let given: Vec<(String, String)> = config
+            .iter()
+            .map(|c| {
+                (
+                    str_at(c, "/kind").to_owned(),
+                    str_at(c, "/metadata/name").to_owned(),
+                )
+            })
+            .collect();
         for resource in ["configmaps", "secrets"] {
-            config.extend(
-                self.store
-                    .list(resource, Some(ns))
-                    .1
-                    .iter()
-                    .map(|o| o.to_value()),
-            );
+            let stored = self.store.list(resource, Some(ns)).1;
+            config.extend(stored.iter().map(|o| o.to_value()).filter(|o| {
+                let key = (
+                    str_at(o, "/kind").to_owned(),
+                    str_at(o, "/metadata/name").to_owned(),
+                );
+                !given.contains(&key)
+            }));
         }
         config.extend(self.account_tokens(pod));
         PodSpec::from_value(pod, &self.images, &config)
@@ -361,7 +381,9 @@ impl Kubelet {
         };
         let mut tries = 0;
         loop {
-            let spec = self.validate(&pod.to_value()).map_err(|e| e.to_string())?;
+            let spec = self
+                .validate(&pod.to_value(), Vec::new())
+                .map_err(|e| e.to_string())?;
             let options = PodOptions::default().resume(&status);
             match self.node.create_pod(spec, options).await {
                 Err(wasmpod::Error::UidInUse(_)) if tries < 50 => {
