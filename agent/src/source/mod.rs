@@ -195,10 +195,10 @@ impl Source {
             }
             Err(wasmpod::Error::Artifact {
                 message,
-                unsigned: true,
+                refused: true,
                 ..
             }) => {
-                self.refuse(None, format!("its signature: {message}"));
+                self.refuse(None, message);
                 return false;
             }
             Err(e) => {

@@ -91,6 +91,12 @@ pub(crate) enum PullError {
         allow(dead_code, reason = "only a pull checks signatures")
     )]
     Unsigned(String),
+    /// The registry answered with an artifact beyond what is taken (its size).
+    #[cfg_attr(
+        not(feature = "registry"),
+        allow(dead_code, reason = "only a pull reads artifacts")
+    )]
+    Refused(String),
 }
 
 impl std::fmt::Display for PullError {
@@ -99,6 +105,7 @@ impl std::fmt::Display for PullError {
             PullError::NeverPull => f.write_str("not present, and the pull policy is Never"),
             PullError::Failed(why) => f.write_str(why),
             PullError::Unsigned(why) => write!(f, "signature: {why}"),
+            PullError::Refused(why) => f.write_str(why),
         }
     }
 }

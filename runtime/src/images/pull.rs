@@ -161,7 +161,7 @@ impl Puller {
             n.saturating_add(u64::try_from(l.size).unwrap_or(u64::MAX))
         });
         if total > limit {
-            return Err(PullError::Failed(format!(
+            return Err(PullError::Refused(format!(
                 "the artifact's layers hold {total} bytes: at most {limit} are taken"
             )));
         }

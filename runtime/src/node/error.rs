@@ -96,9 +96,9 @@ pub enum Error {
         reference: String,
         /// Why, as a person reads it.
         message: String,
-        /// Its signature was missing or wrong (rather than the registry unreachable or the
-        /// artifact malformed).
-        unsigned: bool,
+        /// The registry answered, and the artifact is not one to take: unsigned or wrongly
+        /// signed, or larger than the limit (rather than the registry unreachable).
+        refused: bool,
     },
     /// A file or directory of the node's state could not be made.
     #[error("{}: {source}", path.display())]

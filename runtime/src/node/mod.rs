@@ -376,10 +376,10 @@ impl Node {
         limit: u64,
         unless: Option<&str>,
     ) -> Result<Option<crate::Artifact>, Error> {
-        let failed = |message: String, unsigned: bool| Error::Artifact {
+        let failed = |message: String, refused: bool| Error::Artifact {
             reference: reference.to_owned(),
             message,
-            unsigned,
+            refused,
         };
         let parsed = reference
             .parse()
@@ -389,8 +389,9 @@ impl Node {
             .artifact(&parsed, key, limit, unless)
             .await
             .map_err(|e| {
-                let unsigned = matches!(e, crate::images::PullError::Unsigned(_));
-                failed(e.to_string(), unsigned)
+                use crate::images::PullError::{Refused, Unsigned};
+                let refused = matches!(e, Unsigned(_) | Refused(_));
+                failed(e.to_string(), refused)
             })
     }
 

@@ -141,7 +141,7 @@ impl PodTask {
                 "ErrImageNeverPull",
                 format!("Container image {shown:?} is not present with pull policy of Never"),
             ),
-            Err(PullError::Failed(why)) => (
+            Err(PullError::Failed(why) | PullError::Refused(why)) => (
                 "ErrImagePull",
                 format!("Failed to pull image {shown:?}: {why}"),
             ),

@@ -721,3 +721,83 @@ async fn refused(p: &PodHandle) -> Vec<String> {
     assert!(messages(p, Reason::Started).await.is_empty(), "it ran");
     failed
 }
+
+/// `Node::pull_artifact`: an artifact whole with its annotations; `None` when it is still the
+/// digest the caller has; refused (not unreachable) when larger than asked or not signed with
+/// the key; an unreachable registry is not a refusal.
+#[tokio::test]
+async fn artifacts_are_pulled_whole_checked_and_bounded() {
+    use wasmpod_tests::cosign::Signer;
+    let registry = Registry::start(true);
+    let digest = registry
+        .push_flux("fleet:1", &[("a.yaml", "kind: ConfigMap\n")], "main@sha1:1")
+        .await;
+    let signer = Signer::new();
+    registry.sign(&signer, "fleet", &digest).await;
+    let config = tempfile::tempdir().unwrap();
+    let file = config.path().join("config.json");
+    std::fs::write(
+        &file,
+        format!(
+            r#"{{"auths": {{"{}": {{"auth": "cHVsbGVyOnMzY3JldA=="}}}}}}"#,
+            registry.host
+        ),
+    )
+    .unwrap();
+    let host = registry.host.clone();
+    let node =
+        TestNode::with(move |o: NodeOptions| o.insecure_registry(host).registry_config(Some(file)));
+    let reference = format!("{}/fleet:1", registry.host);
+    let key = wasmpod::VerifyKey::from_pem(signer.public_pem().as_bytes()).unwrap();
+    let artifact = node
+        .node
+        .pull_artifact(&reference, Some(&key), 1 << 20, None)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(artifact.digest, digest);
+    assert_eq!(
+        artifact.config_media_type,
+        "application/vnd.cncf.flux.config.v1+json"
+    );
+    assert_eq!(
+        artifact.annotations["org.opencontainers.image.revision"],
+        "main@sha1:1"
+    );
+    assert_eq!(artifact.layers.len(), 1);
+    let again = node
+        .node
+        .pull_artifact(&reference, None, 1 << 20, Some(&digest))
+        .await;
+    assert!(again.unwrap().is_none());
+
+    let refused = |e: wasmpod::Error| match e {
+        wasmpod::Error::Artifact {
+            refused, message, ..
+        } => (refused, message),
+        other => panic!("{other}"),
+    };
+    let (is, why) = refused(
+        node.node
+            .pull_artifact(&reference, None, 10, None)
+            .await
+            .unwrap_err(),
+    );
+    assert!(is && why.contains("at most 10"), "{why}");
+    let other = wasmpod::VerifyKey::from_pem(Signer::new().public_pem().as_bytes()).unwrap();
+    let (is, why) = refused(
+        node.node
+            .pull_artifact(&reference, Some(&other), 1 << 20, None)
+            .await
+            .unwrap_err(),
+    );
+    assert!(is && why.contains("not made with the key"), "{why}");
+    drop(registry);
+    let (is, why) = refused(
+        node.node
+            .pull_artifact(&reference, None, 1 << 20, None)
+            .await
+            .unwrap_err(),
+    );
+    assert!(!is, "{why}");
+}
