@@ -63,6 +63,11 @@ pub(crate) struct NodeArgs {
     /// longest prefix decides. Repeatable.
     #[arg(long, value_name = "PREFIX=FILE", value_parser = parse_signed_images)]
     signed_images: Vec<(String, wasmpod::VerifyKey)>,
+    /// Let pods ask for the host's network (`hostNetwork: true`): their components' sockets
+    /// are the host's, as wasmtime's own are. Refused by default, as the Pod Security
+    /// Standards' baseline does.
+    #[arg(long)]
+    allow_host_network: bool,
     /// The image store's size budget: past 85 % of it, unused images are removed, least
     /// recently used first, down to 80 % (the kubelet's image garbage collection).
     #[arg(long, value_name = "SIZE", default_value = "10Gi", value_parser = parse_size)]
@@ -187,6 +192,7 @@ impl NodeArgs {
         for registry in &self.precompiled_registry {
             options = options.precompiled_registry(registry.clone());
         }
+        options = options.allow_host_network(self.allow_host_network);
         for (prefix, key) in &self.signed_images {
             options = options.signed_images(prefix.clone(), key.clone());
         }

@@ -72,7 +72,8 @@ def main(pod_file: str, port: Optional[int]) -> int:
     status_file = pod_file + ".status"
     state = os.path.join(os.path.dirname(pod_file), "state")
     proc = subprocess.Popen(
-        WASMPOD + ["run", "--state-dir", state, "--status", status_file, pod_file],
+        WASMPOD + ["run", "--allow-host-network", "--state-dir", state, "--status", status_file,
+                   pod_file],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     copies = [threading.Thread(target=_copy_unprefixed, args=(proc.stdout, sys.stdout.buffer)),
               threading.Thread(target=_copy_unprefixed, args=(proc.stderr, sys.stderr.buffer))]

@@ -4,9 +4,11 @@ The test runner loads this file as a module (`run-tests -r tools/wasi-testsuite/
 `tools/wasi-testsuite.sh`) and asks it for the command that runs one test. Each test runs as a
 one-container pod through `wasmpod run`: the test's file as the image, the program's name as the
 container's `command` (argv[0], as `wasmtime run` makes it), its args and env, its directory
-mounted at `/` as a hostPath volume, and `stdin: true` so the runner can write to it. A test of
-the `wasi:http/service` world is an HTTP handler container whose port is published on the host's
-127.0.0.1, where the runner sends its requests.
+mounted at `/` as a hostPath volume, and `stdin: true` so the runner can write to it. The pod has
+the host's network (`hostNetwork: true`; `run.py` runs `wasmpod run --allow-host-network`), as a
+program under `wasmtime run` has: the runner's servers and clients on 127.0.0.1 are the test's. A
+test of the `wasi:http/service` world is an HTTP handler container serving its `containerPort`
+on the host, where the runner sends its requests.
 
 The runner compares the program's raw stdout and stderr and its exit code, so the command is
 `run.py` beside this file, around `wasmpod run`: it passes stdin through, takes the `[test] ` prefix
@@ -21,6 +23,7 @@ its own in `WASMPOD_TESTSUITE_WORK` (default the temporary dir).
 import json
 import os
 import re
+import shutil
 import shlex
 import socket
 import subprocess
@@ -68,19 +71,27 @@ def compute_argv(test_path: str,
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")[:63] or "test"},
-        "spec": {"restartPolicy": "Never", "containers": [container]},
+        # The runner and the test talk over the host's loopback (its HTTP server for the
+        # `http-client-*` tests, its client for `sockets-echo` and the HTTP services), as
+        # they do under `wasmtime run`: the pod has the host's network.
+        "spec": {"restartPolicy": "Never", "hostNetwork": True, "containers": [container]},
     }
     port = None
     if wasi_world == "wasi:http/service":
-        # An HTTP handler: served on its containerPort in the pod, published on the host.
+        # An HTTP handler: served on its containerPort, on the host's network.
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        container["ports"] = [{"containerPort": 8080, "hostPort": port}]
-    if root:
-        container["volumeMounts"] = [{"name": "root", "mountPath": "/"}]
-        pod["spec"]["volumes"] = [{"name": "root", "hostPath": {"path": os.path.abspath(root)}}]
+        container["ports"] = [{"containerPort": port}]
     work = tempfile.mkdtemp(prefix="wasmpod-testsuite-", dir=os.getenv("WASMPOD_TESTSUITE_WORK"))
+    if root:
+        # A copy of the test's directory, its own: what a test leaves there (the runner's
+        # cleanup skips symlinks, such as `filesystem-hard-links`' `parent.cleanup`) does not
+        # reach the tests after it.
+        copy = os.path.join(work, "root")
+        shutil.copytree(root, copy, symlinks=True)
+        container["volumeMounts"] = [{"name": "root", "mountPath": "/"}]
+        pod["spec"]["volumes"] = [{"name": "root", "hostPath": {"path": copy}}]
     pod_file = os.path.join(work, "pod.json")
     with open(pod_file, "w", encoding="UTF-8") as f:
         json.dump(pod, f)

@@ -100,6 +100,12 @@ pub enum Error {
         /// signed, or larger than the limit (rather than the registry unreachable).
         refused: bool,
     },
+    /// The pod asks for the host's network (`spec.hostNetwork`) on a node that does not allow it.
+    #[error(
+        "spec.hostNetwork: this node does not run pods on the host's network (allow it with \
+         --allow-host-network, NodeOptions::allow_host_network)"
+    )]
+    HostNetwork,
     /// A file or directory of the node's state could not be made.
     #[error("{}: {source}", path.display())]
     Io {

@@ -74,12 +74,17 @@ impl Node {
             // Where guests write: volumes under the state dir, RAM-backed emptyDirs.
             never: vec![options.state_dir.clone(), crate::volumes::shm_root()],
         };
-        let engine = Engine::new(
-            options.cache_dir.clone(),
-            crate::host::GuestSockets::Pod,
-            machine_code,
-        )
-        .map_err(|e| Error::Engine(format!("{e:#}")))?;
+        let engine_of = |sockets| {
+            Engine::new(options.cache_dir.clone(), sockets, machine_code.clone())
+                .map_err(|e| Error::Engine(format!("{e:#}")))
+        };
+        let engine = engine_of(crate::host::GuestSockets::Pod)?;
+        // Host-network pods' components have the host's sockets: an engine of their own, made
+        // only on a node that allows them.
+        let host_engine = match options.allow_host_network {
+            true => Some(engine_of(crate::host::GuestSockets::Host)?),
+            false => None,
+        };
         std::fs::create_dir_all(&options.state_dir)
             .and_then(|()| crate::paths::make_private_trees(&options.state_dir))
             .map_err(|source| Error::Io {
@@ -126,6 +131,7 @@ impl Node {
         let context = NodeContext {
             images: Arc::new(images),
             engine,
+            host_engine,
             backoff: options.backoff,
             network: NodeNetwork::new(options.egress, options.api_server),
             node_name: options.node_name,
@@ -307,19 +313,25 @@ impl Node {
 
     /// Loads the `.wasm` files of the containers that have one; `None` for a registry image.
     async fn preload(&self, spec: &PodSpec) -> Result<Vec<Option<(Arc<Image>, Pull)>>, Error> {
+        if spec.host_network && self.context.host_engine.is_none() {
+            return Err(Error::HostNetwork);
+        }
         let mut images = Vec::new();
         for ((field, path), c) in spec.images().zip(&spec.containers) {
             if c.pull.is_some() {
                 images.push(None);
                 continue;
             }
-            if let Some(image) = self.context.engine.loaded(path) {
+            let host = spec.host_network;
+            if let Some(image) = self.context.engine_for(host).loaded(path) {
                 images.push(Some((image, Pull::Present)));
                 continue;
             }
             let (context, file) = (self.context.clone(), path.to_owned());
             let loaded = tokio::task::spawn_blocking(move || {
-                context.engine.load(&file, crate::engine::Origin::Local)
+                context
+                    .engine_for(host)
+                    .load(&file, crate::engine::Origin::Local)
             })
             .await
             .map_err(|e| Error::Engine(e.to_string()))?;

@@ -79,6 +79,12 @@ pub struct NodeOptions {
     /// `registry.example/team/app`) and the key; the longest prefix that covers an image
     /// decides. An image without such a signature waits in `SignatureValidationFailed`.
     pub signed_images: Vec<(String, VerifyKey)>,
+    /// Whether pods may ask for the host's network (`spec.hostNetwork: true`): their
+    /// components' sockets are then the host's (ports bound on the host's addresses, the
+    /// host's other services reachable on 127.0.0.1), as wasmtime-wasi's own sockets are. Off
+    /// by default, as the Pod Security Standards' baseline forbids it; such a pod is refused
+    /// with the option's name.
+    pub allow_host_network: bool,
     /// The image store's garbage collection (the store is under the cache dir, else the
     /// state dir).
     pub image_gc: ImageGc,
@@ -194,6 +200,7 @@ impl Default for NodeOptions {
             precompiled_dirs: None,
             registry_config: None,
             signed_images: Vec::new(),
+            allow_host_network: false,
             image_gc: ImageGc::default(),
         }
     }
@@ -234,6 +241,12 @@ impl NodeOptions {
     /// signed with `key`.
     pub fn signed_images(mut self, prefix: impl Into<String>, key: VerifyKey) -> Self {
         self.signed_images.push((prefix.into(), key));
+        self
+    }
+
+    /// Sets [`NodeOptions::allow_host_network`].
+    pub fn allow_host_network(mut self, allow: bool) -> Self {
+        self.allow_host_network = allow;
         self
     }
 

@@ -405,6 +405,8 @@ pub struct PodSpec {
     pub(crate) placement: super::Placement,
     /// How its HTTP handler containers serve (`wasmpod.dev/http-*` annotations).
     pub(crate) serving: super::Serving,
+    /// `spec.hostNetwork`: its components' sockets are the host's (a node must allow it).
+    pub(crate) host_network: bool,
 }
 
 impl PodSpec {

@@ -45,7 +45,11 @@ pub(super) fn convert(
         store,
         field_len: &field_len,
     };
-    let (containers, extended_resources) = convert_containers(spec, &context, errors);
+    let (mut containers, extended_resources) = convert_containers(spec, &context, errors);
+    let host_network = spec.host_network == Some(true);
+    if host_network {
+        host_network_ports(&mut containers, errors);
+    }
     let (grace_period, active_deadline) = lifetimes(spec, errors);
     let readiness_gates = spec
         .readiness_gates
@@ -71,6 +75,7 @@ pub(super) fn convert(
     let (pull_secrets, missing_pull_secrets) = pull_secrets(spec, store, errors);
     let pod_resources = super::resources::pod_level(spec.resources.as_ref(), &containers, errors);
     Some(PodSpec {
+        host_network,
         pod_resources,
         serving: super::serving::check(&annotations, errors),
         node_selector: spec.node_selector.clone().unwrap_or_default(),
@@ -324,6 +329,26 @@ fn check_scheduling(spec: &k8s::PodSpec, errors: &mut Vec<FieldError>) {
                 os.name
             ),
         ));
+    }
+}
+
+/// A host-network pod's ports are the host's: a `hostPort` must be its `containerPort` (as the
+/// API server checks), and nothing is published for it (the guest binds the host's port).
+fn host_network_ports(containers: &mut [ContainerSpec], errors: &mut Vec<FieldError>) {
+    for c in containers {
+        for (i, p) in c.ports.iter_mut().enumerate() {
+            if let Some(host) = p.host.take()
+                && host.port() != p.port
+            {
+                errors.push(FieldError::invalid(
+                    format!("{}.ports[{i}].hostPort", c.field),
+                    format!(
+                        "invalid value {}: must match containerPort when hostNetwork is true",
+                        host.port()
+                    ),
+                ));
+            }
+        }
     }
 }
 

@@ -53,12 +53,8 @@ pub(super) fn check_container(
 /// `hostUsers` either way is accepted: a wasm guest has no users, and `false` (a user
 /// namespace) asks for less isolation than a guest already has.
 pub(super) fn check_namespaces(spec: &k8s::PodSpec, errors: &mut Vec<FieldError>) {
+    // `hostNetwork` is the node's to allow (`NodeOptions::allow_host_network`).
     let flags = [
-        (
-            "hostNetwork",
-            spec.host_network,
-            "a wasm pod has its own in-process network; publish ports with hostPort instead",
-        ),
         (
             "hostPID",
             spec.host_pid,

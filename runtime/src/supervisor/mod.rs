@@ -60,6 +60,9 @@ pub(crate) trait AdmissionSeat: Send + Sync {
 /// What a pod's supervisor needs from its node.
 pub(crate) struct NodeContext {
     pub engine: Engine,
+    /// The engine of host-network pods (their components' sockets are the host's), on a node
+    /// that allows them.
+    pub host_engine: Option<Engine>,
     /// Registry images.
     pub images: Arc<crate::images::Images>,
     /// `spec.nodeName` as the downward API shows it.
@@ -68,6 +71,17 @@ pub(crate) struct NodeContext {
     pub backoff: BackoffOptions,
     pub memory_limit: usize,
     pub log_limits: crate::output::LogLimits,
+}
+
+impl NodeContext {
+    /// The engine a pod's containers run on: the host-network one for a host-network pod (the
+    /// node admitted it only if it has one).
+    pub(crate) fn engine_for(&self, host_network: bool) -> &Engine {
+        match (host_network, &self.host_engine) {
+            (true, Some(host)) => host,
+            _ => &self.engine,
+        }
+    }
 }
 
 /// What the supervisor publishes about its pod.

@@ -190,7 +190,7 @@ impl PodTask {
             term: TermSignal(term),
             kill: Default::default(),
             net: self.net.clone(),
-            host_sockets: false,
+            host_sockets: self.spec.host_network,
             http: HttpServe {
                 ports: {
                     let tcp: Vec<u16> = c
@@ -208,7 +208,11 @@ impl PodTask {
                 },
                 serving: self.spec.serving,
             },
-            activity: self.node.engine.activity().clone(),
+            activity: self
+                .node
+                .engine_for(self.spec.host_network)
+                .activity()
+                .clone(),
             memory: self.memory.clone(),
             meter: Meter::new(),
             stdin: c.spec.stdin.map(StdinPipe::new),
@@ -285,7 +289,8 @@ impl PodTask {
     pub(super) async fn load(&self, index: usize) -> Result<(Arc<Image>, Pull), LoadError> {
         let c = &self.containers[index];
         let path = c.spec.image.clone();
-        if let Some(image) = self.node.engine.loaded(&path) {
+        let host = self.spec.host_network;
+        if let Some(image) = self.node.engine_for(host).loaded(&path) {
             return Ok((image, Pull::Present));
         }
         let origin = match (&c.spec.pull, &c.pulled) {
@@ -295,7 +300,7 @@ impl PodTask {
             },
         };
         let node = self.node.clone();
-        match tokio::task::spawn_blocking(move || node.engine.load(&path, origin)).await {
+        match tokio::task::spawn_blocking(move || node.engine_for(host).load(&path, origin)).await {
             Ok(result) => result,
             Err(e) => Err(LoadError::Compile {
                 path: self.containers[index].spec.image.clone(),

@@ -7,7 +7,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use wasmpod::{Egress, PodHandle, PodOptions, Reason};
-use wasmpod_tests::{TestNode, Timeline, free_port, log_lines, read, remove, wait_for};
+use wasmpod_tests::{PodYaml, TestNode, Timeline, free_port, log_lines, read, remove, wait_for};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -906,4 +906,89 @@ spec:
             .any(|c| c.name == "failing" && c.ready)
     );
     remove(&pod).await;
+}
+
+/// `hostNetwork: true` on a node that allows it: the component's sockets are the host's, so a
+/// host process reaches its listener on 127.0.0.1 with nothing published, and it reaches the
+/// host's own services on 127.0.0.1. A node that does not allow it refuses the pod naming the
+/// option, and a `hostPort` other than the `containerPort` is refused as the API server does.
+#[tokio::test]
+async fn host_network_pods_use_the_hosts_sockets_where_the_node_allows_them() {
+    let port = free_port();
+    let server = PodYaml::new("host-server")
+        .spec("hostNetwork: true")
+        .container(&format!(
+            "{{ name: c, image: \"{{p2}}\", args: [echo-server, \"127.0.0.1:{port}\"], ports: [ {{ containerPort: {port}, hostPort: {port} }} ] }}"
+        ))
+        .build();
+    let closed = TestNode::new();
+    let refused = closed
+        .node
+        .create_pod(closed.spec(&server), PodOptions::default())
+        .await
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains("spec.hostNetwork")
+            && refused.to_string().contains("--allow-host-network"),
+        "{refused}"
+    );
+
+    let node = TestNode::with(|o| o.allow_host_network(true));
+    let pod = node.start(&server).await;
+    // A host process, on a thread of its own (the pod runs on this test's runtime).
+    let echoed = tokio::task::spawn_blocking(move || {
+        let start = Instant::now();
+        let mut stream = loop {
+            match TcpStream::connect(("127.0.0.1", port)) {
+                Ok(s) => break s,
+                Err(e) => {
+                    assert!(start.elapsed() < LIMIT, "nothing listens on the host: {e}");
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
+        };
+        stream.write_all(b"from the host").unwrap();
+        stream.shutdown(std::net::Shutdown::Write).unwrap();
+        let mut echoed = String::new();
+        stream.read_to_string(&mut echoed).unwrap();
+        echoed
+    })
+    .await
+    .unwrap();
+    assert_eq!(echoed, "from the host");
+
+    // The guest reaches a service of the host on 127.0.0.1.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let host_port = listener.local_addr().unwrap().port();
+    let serve = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let mut got = String::new();
+        s.read_to_string(&mut got).unwrap();
+        s.write_all(format!("host saw {got}").as_bytes()).unwrap();
+        got
+    });
+    let client = PodYaml::new("host-client")
+        .never()
+        .spec("hostNetwork: true")
+        .container(&format!(
+            "{{ name: c, image: \"{{p2}}\", args: [connect, \"127.0.0.1:{host_port}\", hello] }}"
+        ))
+        .build();
+    let (_, status) = node.run(&client, LIMIT).await;
+    assert_eq!(serve.join().unwrap(), "hello");
+    assert_eq!(status.phase.as_deref(), Some("Succeeded"));
+    pod.delete(Some(Duration::ZERO));
+
+    let mismatch = PodYaml::new("mismatch")
+        .spec("hostNetwork: true")
+        .container(
+            "{ name: c, image: \"{p2}\", ports: [ { containerPort: 8080, hostPort: 9090 } ] }",
+        )
+        .build();
+    let error = node.invalid(&mismatch);
+    assert!(
+        error.contains("spec.containers[0].ports[0].hostPort")
+            && error.contains("must match containerPort"),
+        "{error}"
+    );
 }

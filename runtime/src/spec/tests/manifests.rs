@@ -189,7 +189,6 @@ fn host_namespaces_are_what_a_wasm_pod_is_or_refused_with_why() {
     assert_eq!(
         found,
         [
-            ("spec.hostNetwork".to_owned(), true),
             ("spec.hostPID".to_owned(), true),
             ("spec.hostIPC".to_owned(), true),
             ("spec.shareProcessNamespace".to_owned(), true),

@@ -419,7 +419,7 @@ kind: Pod
 metadata: { name: kinds }
 spec:
   restartPolicy: Sometimes
-  hostNetwork: true
+  hostPID: true
   containers:
   - { name: c, image: a.wasm, volumeMounts: [ { name: nowhere, mountPath: /x } ], bogus: 1 }
   - { name: c, image: a.wasm, ports: [ { containerPort: 0 } ], livenessProbe: { periodSeconds: 5 } }
@@ -433,7 +433,7 @@ spec:
             .kind
     };
     assert_eq!(kind("spec.restartPolicy"), K::Unsupported);
-    assert_eq!(kind("spec.hostNetwork"), K::NotSupportedByWasmpod);
+    assert_eq!(kind("spec.hostPID"), K::NotSupportedByWasmpod);
     assert_eq!(kind("spec.containers[0].bogus"), K::Unknown);
     assert_eq!(kind("spec.containers[0].volumeMounts[0].name"), K::NotFound);
     assert_eq!(kind("spec.containers[1].name"), K::Duplicate);
