@@ -147,18 +147,7 @@ impl Registry {
         entrypoint: &[&str],
         cmd: &[&str],
     ) -> String {
-        let mut tar = tar::Builder::new(flate2::write::GzEncoder::new(
-            Vec::new(),
-            flate2::Compression::fast(),
-        ));
-        for (path, data) in files {
-            let mut header = tar::Header::new_gnu();
-            header.set_size(data.len() as u64);
-            header.set_mode(0o755);
-            header.set_cksum();
-            tar.append_data(&mut header, path, *data).unwrap();
-        }
-        let layer = tar.into_inner().unwrap().finish().unwrap();
+        let layer = tar_gz(files, 0o755);
         let config = serde_json::json!({
             "architecture": "amd64",
             "os": "linux",
@@ -182,8 +171,9 @@ impl Registry {
     /// Flux config, one tar+gzip content layer holding `files` (path, text), and the source's
     /// `revision` in the manifest's annotations. Returns the manifest digest.
     pub async fn push_flux(&self, name: &str, files: &[(&str, &str)], revision: &str) -> String {
+        let files: Vec<(&str, &[u8])> = files.iter().map(|(p, t)| (*p, t.as_bytes())).collect();
         let layer = ImageLayer::new(
-            tar_gz(files),
+            tar_gz(&files, 0o644),
             "application/vnd.cncf.flux.content.v1.tar+gzip".into(),
             None,
         );
@@ -356,18 +346,18 @@ fn spawn(config: &std::path::Path, host: &str, log: &Arc<Mutex<Vec<String>>>) ->
     child
 }
 
-/// A tar+gzip of `files` (path, text).
-fn tar_gz(files: &[(&str, &str)]) -> Vec<u8> {
+/// A tar+gzip layer of `files` (path, bytes), each with the permissions `mode`.
+pub fn tar_gz(files: &[(&str, &[u8])], mode: u32) -> Vec<u8> {
     let mut tar = tar::Builder::new(flate2::write::GzEncoder::new(
         Vec::new(),
         flate2::Compression::fast(),
     ));
-    for (path, text) in files {
+    for (path, data) in files {
         let mut header = tar::Header::new_gnu();
-        header.set_size(text.len() as u64);
-        header.set_mode(0o644);
+        header.set_size(data.len() as u64);
+        header.set_mode(mode);
         header.set_cksum();
-        tar.append_data(&mut header, path, text.as_bytes()).unwrap();
+        tar.append_data(&mut header, path, *data).unwrap();
     }
     tar.into_inner().unwrap().finish().unwrap()
 }

@@ -360,18 +360,7 @@ mod tests {
     use super::*;
 
     fn layer(files: &[(&str, &[u8])]) -> Vec<u8> {
-        let mut tar = tar::Builder::new(flate2::write::GzEncoder::new(
-            Vec::new(),
-            flate2::Compression::fast(),
-        ));
-        for (path, data) in files {
-            let mut header = tar::Header::new_gnu();
-            header.set_size(data.len() as u64);
-            header.set_mode(0o644);
-            header.set_cksum();
-            tar.append_data(&mut header, path, *data).unwrap();
-        }
-        tar.into_inner().unwrap().finish().unwrap()
+        wasmpod_tests::registry::tar_gz(files, 0o644)
     }
 
     fn read(files: &[(&str, &[u8])]) -> Result<Revision, String> {

@@ -958,3 +958,26 @@ fn a_memory_cgroup_limit_is_the_nodes_allocatable_memory() {
         refused.1
     );
 }
+
+/// `hostNetwork: true` is bad input for a node that does not allow it (exit 2, the option
+/// named), and runs with `--allow-host-network`.
+#[test]
+fn a_host_network_pod_runs_only_where_allowed() {
+    let dir = Dir::new();
+    let pod = dir.pod(
+        &PodYaml::new("host")
+            .never()
+            .spec("hostNetwork: true")
+            .container(r#"{ name: c, image: "{p2}", args: [print, hi] }"#),
+    );
+    let out = dir.run(&pod, &[]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("spec.hostNetwork") && stderr.contains("--allow-host-network"),
+        "{stderr}"
+    );
+    let out = dir.run(&pod, &["--allow-host-network"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("hi"), "{}", text(&out.stdout));
+}

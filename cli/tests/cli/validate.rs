@@ -114,7 +114,7 @@ apiVersion: v1
 kind: Pod
 metadata: { name: fields }
 spec:
-  hostNetwork: true
+  hostPID: true
   containers:
   - name: a
     image: "{p1}"
@@ -123,7 +123,7 @@ spec:
   - { name: b, image: "{p1}", stdin: true, tty: true }
 "#,
         &[
-            "spec.hostNetwork: not supported by wasmpod",
+            "spec.hostPID: not supported by wasmpod",
             "spec.containers[0].securityContext.privileged: not supported by wasmpod: a wasm guest cannot be given",
             "spec.containers[0].imagee: unknown field",
             "spec.containers[1].tty: not supported by wasmpod",

@@ -10,9 +10,7 @@ use serde_json::Value;
 use wasmpod_tests::cosign::Signer;
 use wasmpod_tests::registry::Registry;
 
-mod support;
-
-use support::{Agent, LIMIT, status_of};
+use super::support::{Agent, LIMIT, status_of};
 
 /// A pod that prints its `GREETING` (from the ConfigMap `greeting`) and `text`, then sleeps;
 /// told to stop, it takes 1.5 s to (its grace period is 30 s).

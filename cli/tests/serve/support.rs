@@ -1,6 +1,5 @@
 //! What the tests of `wasmpod serve` share: an agent started as a user starts it, on loopback
 //! with its own state dir, and `kubectl` pointed at it.
-#![allow(dead_code, reason = "each test file uses part of what they share")]
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
