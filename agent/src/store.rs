@@ -61,7 +61,9 @@ pub(crate) struct Change {
 type Objects = BTreeMap<(String, String), Arc<Object>>;
 
 /// A watch's start: the changes it has to catch up on, and a receiver of those to come.
-pub(crate) type Watch = (Vec<Arc<Change>>, broadcast::Receiver<Arc<Change>>);
+/// What a watch starts from: the changes so far, a receiver of those to come, and the
+/// `resourceVersion` the changes so far bring a client to.
+pub(crate) type Watch = (Vec<Arc<Change>>, broadcast::Receiver<Arc<Change>>, u64);
 
 struct State {
     rv: u64,
@@ -415,7 +417,7 @@ impl Store {
                     .collect()
             }
         };
-        Ok((backlog, rx))
+        Ok((backlog, rx, state.rv))
     }
 }
 
@@ -479,10 +481,10 @@ mod tests {
         store.create("secrets", "ns", "s", object("s")).unwrap();
         store.create("configmaps", "ns", "b", object("b")).unwrap();
         // From the start: every current object as ADDED.
-        let (backlog, _) = store.watch("configmaps", None).unwrap();
+        let (backlog, _, _) = store.watch("configmaps", None).unwrap();
         assert_eq!(backlog.len(), 2);
         // From resourceVersion 1: only what came after, of this resource.
-        let (backlog, mut rx) = store.watch("configmaps", Some(1)).unwrap();
+        let (backlog, mut rx, _) = store.watch("configmaps", Some(1)).unwrap();
         assert_eq!(backlog.iter().map(|c| c.rv).collect::<Vec<_>>(), [3]);
         store
             .delete_if("configmaps", "ns", "a", Durable::Later, |_| true)

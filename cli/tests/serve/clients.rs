@@ -425,6 +425,30 @@ fn kube_rs_lists_reflects_execs_and_forwards() {
 
     let (_tmp, agent) = Agent::start();
     client_pod(&agent);
+    // The bookmark that ends a streaming list's initial events, as the API server sends it;
+    // without bookmarks a streaming list is refused.
+    let streamed = agent.ok(&[
+        "get",
+        "--raw",
+        "/api/v1/namespaces/default/pods?watch=1&allowWatchBookmarks=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&timeoutSeconds=1",
+    ]);
+    let events: Vec<Value> = streamed
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(events.len(), 2, "{streamed}");
+    assert_eq!(events[0]["type"], "ADDED");
+    assert_eq!(events[1]["type"], "BOOKMARK");
+    assert_eq!(
+        events[1]["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"],
+        "true"
+    );
+    let refused = agent.fails(&[
+        "get",
+        "--raw",
+        "/api/v1/namespaces/default/pods?watch=1&sendInitialEvents=true",
+    ]);
+    assert!(refused.contains("allowWatchBookmarks"), "{refused}");
     let second: Pod = typed(&fill(
         &PodYaml::new("second")
             .container(r#"{ name: c, image: "{p1}", args: [sleep, "600000"] }"#)
@@ -469,6 +493,28 @@ fn kube_rs_lists_reflects_execs_and_forwards() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         follow.abort();
+
+        // A streaming list (`sendInitialEvents` with bookmarks): the watcher's first state ends
+        // at the server's `k8s.io/initial-events-end` bookmark, and holds both pods.
+        let mut streamed = std::pin::pin!(watcher(
+            pods.clone(),
+            watcher::Config::default().streaming_lists()
+        ));
+        let mut initial = Vec::new();
+        loop {
+            let event = tokio::time::timeout(limit, streamed.try_next())
+                .await
+                .expect("the streaming list never ended its initial events")
+                .unwrap()
+                .unwrap();
+            match event {
+                watcher::Event::InitApply(pod) => initial.push(pod.metadata.name.unwrap()),
+                watcher::Event::InitDone => break,
+                _ => {}
+            }
+        }
+        initial.sort();
+        assert_eq!(initial, ["second", "web"]);
 
         // exec with stdin: what it read, and its end as a Status.
         let params = AttachParams::default()
