@@ -303,6 +303,10 @@ impl Agent {
             tokens.clone(),
         ));
         kubelet.sync_runtime_classes();
+        kubelet.publish_root_ca().map_err(|e| Error::Store {
+            path: path.clone(),
+            message: e.message,
+        })?;
         kubelet.restore();
         let metrics = Arc::new(metrics::Metrics::default());
         let api = Arc::new(api::Api::new(

@@ -145,24 +145,46 @@ impl Kubelet {
         &self.address
     }
 
+    /// The root CA publisher's: every namespace has the ConfigMap `kube-root-ca.crt` holding the
+    /// agent's CA certificate (made again when deleted). Returns the first failure to store one.
+    pub(crate) fn publish_root_ca(&self) -> Result<(), ApiError> {
+        for ns in self.store.list("namespaces", None).1 {
+            let ns = ns.name();
+            if self.store.get("configmaps", ns, ROOT_CA).is_some() {
+                continue;
+            }
+            let object = json!({
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {
+                    "name": ROOT_CA, "namespace": ns,
+                    "uid": uuid::Uuid::new_v4().to_string(), "creationTimestamp": crate::clock::now(),
+                    "annotations": {"kubernetes.io/description": "Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints such as the internal service IP or kubernetes.default.svc. No other usage is guaranteed across distributions of Kubernetes clusters."},
+                },
+                "data": {"ca.crt": self.root_ca},
+            });
+            match self
+                .store
+                .create("configmaps", ns, ROOT_CA, Object::from_value(object)?)
+            {
+                Ok(_) => {}
+                // Made meanwhile by another request.
+                Err(e) if e.code == http::StatusCode::CONFLICT => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
     /// Validates a pod against wasmpod's rules, with the ConfigMaps and Secrets of its namespace
     /// (`config` first: those to be stored with it, taking the place of stored ones of their
-    /// names) and, unless one is stored, the `kube-root-ca.crt` ConfigMap every namespace has:
-    /// the agent's CA certificate, as the root CA publisher gives a cluster's.
+    /// names; `kube-root-ca.crt` among the stored, [`Kubelet::publish_root_ca`]).
     pub(crate) fn validate(
         &self,
         pod: &Value,
         mut config: Vec<Value>,
     ) -> Result<PodSpec, wasmpod::InvalidPod> {
         let ns = str_at(pod, "/metadata/namespace");
-        if self.store.get("configmaps", ns, ROOT_CA).is_none() {
-            config.push(serde_json::json!({
-                "apiVersion": "v1",
-                "kind": "ConfigMap",
-                "metadata": {"name": ROOT_CA, "namespace": ns},
-                "data": {"ca.crt": self.root_ca},
-            }));
-        }
         let given: Vec<(String, String)> = config
             .iter()
             .map(|c| {

@@ -356,7 +356,7 @@ fn the_python_client_execs_and_forwards_ports() {
     assert_eq!(seen["dynamic_get"], "b", "{seen:#}");
     assert_eq!(
         seen["dynamic_list"],
-        serde_json::json!(["from-python"]),
+        serde_json::json!(["from-python", "kube-root-ca.crt"]),
         "{seen:#}"
     );
     // The server saw the request that came through the forwarded port.

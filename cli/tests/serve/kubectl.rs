@@ -406,6 +406,36 @@ fn config_maps_secrets_and_priority_classes() {
     let deleted = agent.ok(&["delete", "configmap", "app"]);
     assert!(deleted.contains(r#"configmap "app" deleted"#), "{deleted}");
     agent.fails(&["get", "configmap", "app"]);
+
+    // As the root CA publisher does: every namespace, a new one too, has `kube-root-ca.crt`
+    // with the CA the kubeconfig trusts, made again when deleted.
+    let ca = |ns: &str| {
+        agent.ok(&[
+            "get",
+            "configmap",
+            "kube-root-ca.crt",
+            "-n",
+            ns,
+            "-o",
+            "jsonpath={.data.ca\\.crt}",
+        ])
+    };
+    let trusted = agent.ok(&[
+        "config",
+        "view",
+        "--raw",
+        "-o",
+        "jsonpath={.clusters[0].cluster.certificate-authority-data}",
+    ]);
+    use base64::Engine as _;
+    let trusted = base64::engine::general_purpose::STANDARD
+        .decode(trusted.trim())
+        .unwrap();
+    assert_eq!(ca("default").as_bytes(), trusted);
+    agent.ok(&["create", "namespace", "fresh"]);
+    assert_eq!(ca("fresh").as_bytes(), trusted);
+    agent.ok(&["delete", "configmap", "kube-root-ca.crt", "-n", "fresh"]);
+    assert_eq!(ca("fresh").as_bytes(), trusted);
 }
 
 /// RuntimeClasses: served under node.k8s.io, listed with their handler, and used at admission

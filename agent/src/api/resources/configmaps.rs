@@ -3,6 +3,7 @@
 use serde_json::{Value, json};
 
 use super::{Column, Fields, RW, Resource, Strategy, check_keys, count, created, name};
+use crate::kubelet::Kubelet;
 use crate::object::Object;
 use crate::status::ApiError;
 use crate::store::Store;
@@ -22,6 +23,11 @@ pub(crate) static CONFIG_MAPS: Resource = Resource {
 struct ConfigMaps;
 
 impl Strategy for ConfigMaps {
+    /// A deleted `kube-root-ca.crt` is published again.
+    fn changed(&self, kubelet: &Kubelet) -> Result<(), ApiError> {
+        kubelet.publish_root_ca()
+    }
+
     fn prepare(&self, _store: &Store, name: &str, body: &mut Fields) -> Result<(), ApiError> {
         let bad = |field: &str, message: String| {
             ApiError::field_invalid(CONFIG_MAPS.kind, name, field, message)

@@ -3,6 +3,7 @@
 use serde_json::{Value, json};
 
 use super::{Column, Fields, Resource, Storage, Strategy, created, dns_name, name};
+use crate::kubelet::Kubelet;
 use crate::object::Object;
 use crate::status::ApiError;
 use crate::store::Store;
@@ -22,6 +23,11 @@ pub(crate) static NAMESPACES: Resource = Resource {
 struct Namespaces;
 
 impl Strategy for Namespaces {
+    /// A new namespace gets its `kube-root-ca.crt`.
+    fn changed(&self, kubelet: &Kubelet) -> Result<(), ApiError> {
+        kubelet.publish_root_ca()
+    }
+
     fn storage(&self) -> Storage {
         Storage::Stored { deletable: false }
     }
