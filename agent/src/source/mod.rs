@@ -207,6 +207,16 @@ impl Source {
             }
         };
         let digest = artifact.digest.clone();
+        // Back to the revision the node runs (after a refused one): nothing to take.
+        if known == Some(digest.as_str()) {
+            self.refused = None;
+            lock(&self.status).trouble = None;
+            if let Some(r) = &self.current {
+                let message = format!("running {} from {}", r.shown(), self.options.reference);
+                self.condition("True", "RevisionApplied", message);
+            }
+            return false;
+        }
         let revision = match Revision::read(&artifact, self.key_id.clone()) {
             Ok(r) => r,
             Err(why) => {

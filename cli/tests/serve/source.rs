@@ -262,4 +262,15 @@ fn a_device_follows_its_fleet_source() {
     assert_eq!(agent.ok(&["logs", "web"]).lines().last(), Some("v2"));
     let pods = agent.ok(&["get", "pods"]);
     assert!(!pods.contains("bad"), "{pods}");
+
+    // The tag back on revision 2 (the same digest): the node says it runs it, as it does.
+    publish(
+        &runtime,
+        &registry,
+        &[("apps/config.yaml", &config), ("apps/web.yaml", &web2)],
+        "main@sha1:2222",
+        &signer,
+    );
+    until_condition(&agent, "RevisionApplied", "main@sha1:2222");
+    assert_eq!(agent.ok(&["logs", "web"]).lines().last(), Some("v2"));
 }
