@@ -75,14 +75,18 @@ async fn objects_are_created_read_listed_and_selected() {
     let all = c.get(CONFIG_MAPS).await;
     assert_eq!(all.body["kind"], "ConfigMapList");
     assert!(resource_version(&all.body) >= resource_version(&generated.body));
-    assert_eq!(names(&all), ["db", name, "web"]);
+    // Beside the namespace's `kube-root-ca.crt`, which the agent publishes in every namespace.
+    assert_eq!(names(&all), ["db", name, "kube-root-ca.crt", "web"]);
     let selected = async |query: &str| c.get(&format!("{CONFIG_MAPS}?{query}")).await;
     assert_eq!(names(&selected("labelSelector=app%3Dweb").await), ["web"]);
     assert_eq!(
         names(&selected("labelSelector=app%20in%20(web,db)").await),
         ["db", "web"]
     );
-    assert_eq!(names(&selected("labelSelector=!app").await), [name]);
+    assert_eq!(
+        names(&selected("labelSelector=!app").await),
+        [name, "kube-root-ca.crt"]
+    );
     assert_eq!(
         names(&selected("labelSelector=app&fieldSelector=metadata.name!%3Dweb").await),
         ["db"]
