@@ -45,11 +45,18 @@ impl SourceOptions {
     /// The source `reference`: `oci://registry/repository:tag` (or without `oci://`).
     pub fn new(reference: &str) -> Result<SourceOptions, String> {
         let bare = reference.strip_prefix("oci://").unwrap_or(reference);
-        if bare.is_empty() || bare.contains("://") {
+        if bare.contains("://") {
             return Err(format!(
                 "{reference:?}: a source is oci://REGISTRY/REPOSITORY:TAG"
             ));
         }
+        bare.parse::<oci_spec::distribution::Reference>()
+            .map_err(|e| {
+                format!(
+                    "{reference:?} is not an image reference ({e}): a source is \
+                     oci://REGISTRY/REPOSITORY:TAG"
+                )
+            })?;
         Ok(SourceOptions {
             reference: bare.to_owned(),
             interval: INTERVAL,

@@ -274,3 +274,27 @@ fn a_device_follows_its_fleet_source() {
     until_condition(&agent, "RevisionApplied", "main@sha1:2222");
     assert_eq!(agent.ok(&["logs", "web"]).lines().last(), Some("v2"));
 }
+
+/// A `--source` that names no artifact is refused at start, naming the option.
+#[test]
+fn a_bad_source_is_refused_at_start() {
+    let tmp = tempfile::tempdir().unwrap();
+    for source in [
+        "oci://",
+        "oci://Registry/UPPER CASE:tag",
+        "https://registry/fleet:1",
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_wasmpod"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--source", source])
+            .arg("--state-dir")
+            .arg(tmp.path())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{source}: {stderr}");
+        assert!(
+            stderr.contains("--source") && stderr.contains("oci://REGISTRY/REPOSITORY:TAG"),
+            "{source}: {stderr}"
+        );
+    }
+}
