@@ -63,10 +63,21 @@ impl Api {
                 return;
             };
             tracing::debug!(pod = %uid, %container, "attach: session open");
+            // The log is read by a task of its own: a read is never cut short by what the client
+            // sends (a log read is not cancel-safe), and a few lines wait for the client.
+            let (lines_tx, mut lines) = tokio::sync::mpsc::channel(16);
+            let reader = tokio::spawn(async move {
+                while let Some(line) = logs.next().await {
+                    if lines_tx.send(line).await.is_err() {
+                        return;
+                    }
+                }
+            });
+            let _reader = AbortOnDrop(reader);
             let mut stdin = stdin;
             loop {
                 tokio::select! {
-                    line = logs.next() => {
+                    line = lines.recv() => {
                         let Some(line) = line else {
                             tracing::debug!(pod = %uid, %container, "attach: the instance ended");
                             break;
@@ -110,5 +121,14 @@ impl Api {
                 .await;
         });
         Ok(answer)
+    }
+}
+
+/// Ends a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }

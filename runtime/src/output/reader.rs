@@ -81,6 +81,9 @@ impl Logs {
     /// The next line; `None` at the end of the log: for a running instance not followed, the
     /// end of what it has written so far; otherwise once it has ended and all it wrote was read
     /// (or the pod is deleted).
+    ///
+    /// Not cancel-safe: dropping the future while it reads may lose what that read took from
+    /// the file. Beside other work (a `select!`), read the log from a task of its own.
     pub async fn next(&mut self) -> Option<OutputLine> {
         loop {
             if let Some(line) = self.lines.pop_front() {
