@@ -59,21 +59,26 @@ impl Printer {
         line: &str,
         partial: bool,
     ) -> io::Result<()> {
+        // One write for the whole piece: with `--events -` the events share stdout, and a line
+        // written in parts could take one of them into its middle.
+        let mut piece = Vec::with_capacity(container.len() + line.len() + 4);
         match self.open.take() {
             Some(open) if open == container => {}
-            Some(_) => write!(to, "\n[{container}] ")?,
-            None => write!(to, "[{container}] ")?,
+            Some(_) => write!(piece, "\n[{container}] ")?,
+            None => write!(piece, "[{container}] ")?,
         }
         if self.escape {
-            to.write_all(escaped(line).as_bytes())?;
+            piece.extend_from_slice(escaped(line).as_bytes());
         } else {
-            to.write_all(line.as_bytes())?;
+            piece.extend_from_slice(line.as_bytes());
         }
         if partial && !self.whole_lines {
             self.open = Some(container.to_owned());
+            to.write_all(&piece)?;
             to.flush()
         } else {
-            to.write_all(b"\n")
+            piece.push(b'\n');
+            to.write_all(&piece)
         }
     }
 

@@ -228,10 +228,16 @@ fn an_exported_pod_runs_without_its_clusters_token_and_ca() {
         }
     });
     let (mut namespace, mut warning) = (false, None);
+    // Bounded as a whole: the pod prints a line a second (its readiness probe's requests).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut seen = Vec::new();
     while !(namespace && warning.is_some()) {
-        let line = rx
-            .recv_timeout(std::time::Duration::from_secs(30))
-            .expect("the exported pod printed its namespace and a FailedMount warning");
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let line = rx.recv_timeout(left).unwrap_or_else(|_| {
+            let _ = child.kill();
+            panic!("the exported pod printed no namespace and FailedMount warning: {seen:#?}")
+        });
+        seen.push(line.clone());
         namespace |= line == "[web] default";
         if let Ok(event) = serde_json::from_str::<Value>(&line)
             && event["reason"] == "FailedMount"
