@@ -73,7 +73,7 @@ impl Api {
                     }
                 }
             });
-            let _reader = AbortOnDrop(reader);
+            let _reader = tokio_util::task::AbortOnDropHandle::new(reader);
             let mut stdin = stdin;
             loop {
                 tokio::select! {
@@ -121,14 +121,5 @@ impl Api {
                 .await;
         });
         Ok(answer)
-    }
-}
-
-/// Ends a task when dropped.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }

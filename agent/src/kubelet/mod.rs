@@ -196,13 +196,12 @@ impl Kubelet {
             .collect();
         for resource in ["configmaps", "secrets"] {
             let stored = self.store.list(resource, Some(ns)).1;
-            config.extend(stored.iter().map(|o| o.to_value()).filter(|o| {
-                let key = (
-                    str_at(o, "/kind").to_owned(),
-                    str_at(o, "/metadata/name").to_owned(),
-                );
-                !given.contains(&key)
-            }));
+            let taken = |o: &Object| {
+                given
+                    .iter()
+                    .any(|(kind, name)| *kind == o.types.kind && name == o.name())
+            };
+            config.extend(stored.iter().filter(|o| !taken(o)).map(|o| o.to_value()));
         }
         config.extend(self.account_tokens(pod));
         PodSpec::from_value(pod, &self.images, &config)

@@ -385,11 +385,13 @@ impl Source {
     fn next_wait(&self) -> Duration {
         let doublings = self.failures.min(MAX_BACKOFF_INTERVALS.ilog2());
         let base = self.options.interval.saturating_mul(1 << doublings);
+        // A fresh `RandomState`'s keys are random: its empty hash is a random number.
         let jitter = {
             use std::hash::{BuildHasher, Hasher};
-            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-            h.write_u128(Instant::now().elapsed().as_nanos());
-            h.finish() % 2001
+            std::collections::hash_map::RandomState::new()
+                .build_hasher()
+                .finish()
+                % 2001
         };
         // base × (0.9 .. 1.1)
         base.mul_f64(0.9 + jitter as f64 / 10_000.0)

@@ -350,9 +350,9 @@ fn unpack(layer: &[u8]) -> Result<Vec<(String, String)>, String> {
     Ok(files)
 }
 
-/// `sha256:` and the digest's first 12 hex digits.
+/// `sha256:` and the digest's first 12 hex digits (a kept file's digest may be anything).
 pub(super) fn short(digest: &str) -> &str {
-    &digest[..digest.len().min(19)]
+    digest.get(..19).unwrap_or(digest)
 }
 
 #[cfg(test)]

@@ -153,6 +153,13 @@ impl<'a> Repository<'a> {
             reasons.push("no signature layers".to_owned());
         }
         reasons.dedup();
+        // The message goes into events and a condition: a few reasons, and how many more.
+        const SHOWN: usize = 3;
+        if reasons.len() > SHOWN {
+            let more = reasons.len() - SHOWN;
+            reasons.truncate(SHOWN);
+            reasons.push(format!("{more} more"));
+        }
         Err(format!(
             "{digest} is not signed with the key {}: its signature tag {tag} has {}",
             key.id(),

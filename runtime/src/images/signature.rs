@@ -166,17 +166,26 @@ pub(crate) fn check_layer(
     if signed.critical.kind != "cosign container image signature" {
         return Err(format!(
             "a signed payload of type {:?}, not a cosign image signature",
-            signed.critical.kind
+            shown(&signed.critical.kind)
         ));
     }
     if signed.critical.image.digest != digest {
         return Err(format!(
             "a signature by the key {} for {}, not for {digest}",
             key.id(),
-            signed.critical.image.digest
+            shown(&signed.critical.image.digest)
         ));
     }
     Ok(())
+}
+
+/// The start of a string a signer wrote, for a message: at most 80 bytes of it.
+#[cfg(feature = "registry")]
+fn shown(text: &str) -> String {
+    match text.get(..text.floor_char_boundary(80)) {
+        Some(start) if start.len() < text.len() => format!("{start}…"),
+        _ => text.to_owned(),
+    }
 }
 
 #[cfg(all(test, feature = "registry"))]
@@ -218,6 +227,17 @@ mod tests {
             -----END PUBLIC KEY-----\n";
         let e = VerifyKey::from_pem(k1).unwrap_err();
         assert!(e.0.contains("curve 1.3.132.0.10"), "{e}");
+    }
+
+    #[test]
+    fn what_a_signer_wrote_is_shown_to_a_bound() {
+        assert_eq!(shown("sha256:abc"), "sha256:abc");
+        let long = "é".repeat(1000);
+        let cut = shown(&long);
+        assert!(
+            cut.len() <= 80 + '…'.len_utf8() && cut.ends_with('…'),
+            "{cut}"
+        );
     }
 
     #[test]
