@@ -288,11 +288,14 @@ impl Agent {
             ip => ip,
         };
         node_options.api_server = Some(SocketAddr::new(api_host, addr.port()));
-        let node = Node::new(node_options)?;
-        let address = match addr.ip() {
-            ip if ip.is_unspecified() => "127.0.0.1".to_owned(),
-            ip => ip.to_string(),
+        // The Node's InternalIP: pods' `status.hostIP`, a host-network pod's IP.
+        let node_ip = match addr.ip() {
+            ip if ip.is_unspecified() => std::net::Ipv4Addr::LOCALHOST.into(),
+            ip => ip,
         };
+        node_options.host_ip = node_ip;
+        let node = Node::new(node_options)?;
+        let address = node_ip.to_string();
         let kubelet = Arc::new(kubelet::Kubelet::new(
             node,
             node_name,

@@ -1,7 +1,8 @@
 // The official JavaScript client (@kubernetes/client-node) against `wasmpod serve`
-// (KUBECONFIG names it). Run by cli/tests/serve.rs with Node; WASMPOD_K8S_JS is the client's
+// (KUBECONFIG names it). Run by cli/tests/serve/clients.rs with Node; WASMPOD_K8S_JS is the client's
 // entry point in the node_modules tools/test-deps.sh makes. Prints one JSON object of what
-// each call gave. The pod `web` runs `http-server` on 8080 and a `shell` container to exec in.
+// each call gave. The pod `web` runs `http-server` on 8080 and a `shell` container to exec in,
+// `echo` (stdin: true) to attach to.
 import { PassThrough } from 'node:stream';
 import { pathToFileURL } from 'node:url';
 
@@ -55,6 +56,23 @@ const status = await within(
 );
 seen.exec_status = status.status;
 seen.exec_stdout = stdout;
+
+// attach with stdin: the container's output from its start, then its answer; the session is
+// closed once the answer came back (an attach does not end by itself)
+let attached = '';
+const attach_out = new PassThrough();
+const attach_in = new PassThrough();
+const answered_attach = new Promise((resolve) => {
+    attach_out.on('data', (d) => {
+        attached += d;
+        if (attached.includes('read: from javascript\n')) resolve();
+    });
+});
+const attach_ws = await new k8s.Attach(kc).attach('default', 'web', 'echo', attach_out, null, attach_in, false);
+attach_in.write('from javascript\n');
+await within(30000, answered_attach, 'attach');
+attach_ws.close();
+seen.attach_stdout = attached;
 
 // port-forward over the WebSocket channel protocol
 const forward = new k8s.PortForward(kc);

@@ -1,8 +1,8 @@
 """The official Kubernetes Python client against `wasmpod serve` (KUBECONFIG names it).
 
-Run by cli/tests/serve.rs in the venv tools/test-deps.sh makes; prints one JSON object of what
+Run by cli/tests/serve/clients.rs in the venv tools/test-deps.sh makes; prints one JSON object of what
 each call gave, for the test to check. The pod `web` runs `http-server` on 8080 and a `shell`
-container (the test guest) to exec in.
+container (the test guest) to exec in, and `echo` (stdin: true) to attach to.
 """
 
 import json
@@ -48,6 +48,29 @@ seen["exec_once"] = stream(
     stderr=True,
     tty=False,
 )
+
+# attach with stdin: the container's output from its start, then its answer; the session is
+# read until the answer comes back (an attach does not end by itself).
+att = stream(
+    v1.connect_get_namespaced_pod_attach,
+    "web",
+    "default",
+    container="echo",
+    stdin=True,
+    stdout=True,
+    stderr=True,
+    tty=False,
+    _preload_content=False,
+)
+att.write_stdin("from python\n")
+attached = ""
+deadline = time.time() + 30
+while "read: from python\n" not in attached and att.is_open() and time.time() < deadline:
+    att.update(timeout=1)
+    if att.peek_stdout():
+        attached += att.read_stdout()
+att.close()
+seen["attach_stdout"] = attached
 
 # port-forward over the WebSocket channel protocol: one port served, one refused.
 pf = portforward(v1.connect_get_namespaced_pod_portforward, "web", "default", ports="8080,9999")

@@ -257,7 +257,8 @@ spec:
 /// port in their environment, a connection from the pod network to 10.96.0.1:443 reaching the
 /// agent, whose certificate names that address and `kubernetes.default.svc` under the CA a
 /// pod's `kube-api-access` volume holds — what in-cluster configuration needs.
-/// The pod the client tests drive: `server` answers HTTP on 8080, `shell` is there to exec in.
+/// The pod the client tests drive: `server` answers HTTP on 8080, `shell` is there to exec in,
+/// `echo` (with `stdin: true`) to attach to.
 fn client_pod(agent: &Agent) {
     agent.create(
         &PodYaml::new("web")
@@ -265,6 +266,9 @@ fn client_pod(agent: &Agent) {
                 r#"{ name: server, image: "{p2}", args: [http-server, "0.0.0.0:8080", "200"] }"#,
             )
             .container(r#"{ name: shell, image: "{p1}", args: [sleep, "600000"] }"#)
+            .container(
+                r#"{ name: echo, image: "{p1}", args: [print, started, stdin], stdin: true }"#,
+            )
             .build(),
     );
     agent.ok(&["wait", "--for=condition=Ready", "pod/web", "--timeout=30s"]);
@@ -318,7 +322,7 @@ fn python() -> PathBuf {
 
 /// The official Python client (`kubernetes` 37.0.2), as a user's script drives the agent: exec
 /// with stdin sent as text frames and closed with v5's close of channel 0, exec without stdin,
-/// port-forward over the WebSocket channel protocol (a port served, a port refused on its error
+/// attach with stdin, port-forward over the WebSocket channel protocol (a port served, a port refused on its error
 /// channel), logs (tail with timestamps, follow), the dynamic client through discovery, and a
 /// missing pod as a Status.
 #[test]
@@ -334,6 +338,11 @@ fn the_python_client_execs_and_forwards_ports() {
     );
     assert_eq!(seen["exec_returncode"], 0, "{seen:#}");
     assert_eq!(seen["exec_once"], "once\n", "{seen:#}");
+    // Attach: the container's output from its start, then its answer to the session's stdin.
+    assert_eq!(
+        seen["attach_stdout"], "started\nread: from python\n",
+        "{seen:#}"
+    );
     assert_eq!(seen["forward"], "HTTP/1.1 200 X", "{seen:#}");
     let refused = seen["refused"].as_str().unwrap_or_default();
     assert!(
@@ -371,7 +380,8 @@ fn the_python_client_execs_and_forwards_ports() {
 
 /// The official JavaScript client (`@kubernetes/client-node` 1.4.0; 2.0 needs Node 22, whose
 /// zstd its HTTP client takes) under Node: a typed list, a watch from the list's
-/// resourceVersion, exec with stdin (binary frames, closed by v5), port-forward over the
+/// resourceVersion, exec with stdin (binary frames, closed by v5), attach with stdin,
+/// port-forward over the
 /// WebSocket channel protocol, and a missing pod as a Status.
 #[test]
 fn the_javascript_client_lists_watches_execs_and_forwards() {
@@ -398,6 +408,10 @@ fn the_javascript_client_lists_watches_execs_and_forwards() {
     assert_eq!(seen["exec_status"], "Success", "{seen:#}");
     assert_eq!(
         seen["exec_stdout"], "read: first\nread: second\nstdin ended after 2 lines\n",
+        "{seen:#}"
+    );
+    assert_eq!(
+        seen["attach_stdout"], "started\nread: from javascript\n",
         "{seen:#}"
     );
     assert_eq!(seen["forward"], "HTTP/1.1 200 X", "{seen:#}");

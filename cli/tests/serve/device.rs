@@ -543,3 +543,60 @@ fn precompiled_images_run_only_from_named_dirs() {
     });
     assert_eq!(agent.ok(&["logs", "allowed"]), "hi\n");
 }
+
+/// `hostNetwork: true` through the API: refused naming `--allow-host-network` on an agent
+/// without it; with it, the pod's IP is the Node's InternalIP, as every pod's `hostIP` is (and
+/// `kubectl get -o wide` shows it), while a pod on the pod network keeps its own.
+#[test]
+fn host_network_pods_show_the_nodes_address() {
+    let tmp = tempfile::tempdir().unwrap();
+    wasmpod_tests::warm_shared_cache();
+    let pod = |name: &str, host: bool| {
+        PodYaml::new(name)
+            .spec(&format!("hostNetwork: {host}"))
+            .container(r#"{ name: c, image: "{p1}", args: [sleep, "600000"] }"#)
+            .build()
+    };
+    let agent = Agent::start_in(tmp.path(), &[]);
+    let file = agent.file("refused.yaml", &pod("refused", true));
+    let refused = agent.fails(&["create", "-f", &file]);
+    assert!(
+        refused.contains("spec.hostNetwork") && refused.contains("--allow-host-network"),
+        "{refused}"
+    );
+    agent.kill();
+
+    let agent = Agent::start_in(tmp.path(), &["--allow-host-network"]);
+    agent.create(&pod("host", true));
+    agent.create(&pod("own", false));
+    agent.ok(&[
+        "wait",
+        "--for=condition=Ready",
+        "pod/host",
+        "pod/own",
+        "--timeout=30s",
+    ]);
+    let node_ip = agent.ok(&[
+        "get",
+        "nodes",
+        "-o",
+        "jsonpath={.items[0].status.addresses[?(@.type==\"InternalIP\")].address}",
+    ]);
+    assert!(!node_ip.is_empty());
+    let ips = |name: &str| {
+        agent.ok(&[
+            "get",
+            "pod",
+            name,
+            "-o",
+            "jsonpath={.status.podIP} {.status.hostIP}",
+        ])
+    };
+    assert_eq!(ips("host"), format!("{node_ip} {node_ip}"));
+    let own = ips("own");
+    let (own_ip, own_host) = own.split_once(' ').unwrap();
+    assert!(own_ip.starts_with("10.88."), "{own}");
+    assert_eq!(own_host, node_ip);
+    let wide = agent.ok(&["get", "pods", "-o", "wide"]);
+    assert!(row(&wide, "host").contains(&node_ip), "{wide}");
+}

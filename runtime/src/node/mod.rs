@@ -135,6 +135,7 @@ impl Node {
             backoff: options.backoff,
             network: NodeNetwork::new(options.egress, options.api_server),
             node_name: options.node_name,
+            host_ip: options.host_ip,
             memory_limit: usize::try_from(options.memory_limit).unwrap_or(usize::MAX),
             log_limits: options.log_limits,
         };

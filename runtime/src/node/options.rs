@@ -3,7 +3,7 @@
 
 use crate::images::{ImageGc, VerifyKey};
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 
 use k8s_openapi::api::core::v1::Taint;
@@ -85,6 +85,10 @@ pub struct NodeOptions {
     /// by default, as the Pod Security Standards' baseline forbids it; such a pod is refused
     /// with the option's name.
     pub allow_host_network: bool,
+    /// The node's address, as its pods see it: every pod's `status.hostIP` (and the downward
+    /// API's `status.hostIP`), and a host-network pod's `status.podIP`, as the kubelet reports
+    /// the node's. Default `127.0.0.1`, where a host-network pod's listeners are reachable.
+    pub host_ip: IpAddr,
     /// The image store's garbage collection (the store is under the cache dir, else the
     /// state dir).
     pub image_gc: ImageGc,
@@ -201,6 +205,7 @@ impl Default for NodeOptions {
             registry_config: None,
             signed_images: Vec::new(),
             allow_host_network: false,
+            host_ip: Ipv4Addr::LOCALHOST.into(),
             image_gc: ImageGc::default(),
         }
     }
@@ -247,6 +252,12 @@ impl NodeOptions {
     /// Sets [`NodeOptions::allow_host_network`].
     pub fn allow_host_network(mut self, allow: bool) -> Self {
         self.allow_host_network = allow;
+        self
+    }
+
+    /// Sets [`NodeOptions::host_ip`].
+    pub fn host_ip(mut self, ip: IpAddr) -> Self {
+        self.host_ip = ip;
         self
     }
 

@@ -27,6 +27,8 @@ pub(crate) enum FieldRef {
     Annotation(String),
     NodeName,
     PodIp,
+    /// The node's address (`status.hostIP`).
+    HostIp,
     ServiceAccountName,
 }
 
@@ -45,6 +47,7 @@ impl FieldRef {
             "spec.nodeName" => FieldRef::NodeName,
             "spec.serviceAccountName" => FieldRef::ServiceAccountName,
             "status.podIP" | "status.podIPs" => FieldRef::PodIp,
+            "status.hostIP" | "status.hostIPs" => FieldRef::HostIp,
             _ => {
                 if let Some(k) = key("metadata.labels['") {
                     FieldRef::Label(k)
@@ -55,7 +58,7 @@ impl FieldRef {
                         "unsupported value {path:?}: wasmpod supports metadata.name, \
                          metadata.namespace, metadata.uid, metadata.labels['KEY'], \
                          metadata.annotations['KEY'], spec.nodeName, spec.serviceAccountName, \
-                         status.podIP, status.podIPs"
+                         status.podIP, status.podIPs, status.hostIP, status.hostIPs"
                     ));
                 }
             }
@@ -73,6 +76,7 @@ pub(crate) struct PodInfo<'a> {
     pub node_name: &'a str,
     pub service_account: &'a str,
     pub pod_ip: String,
+    pub host_ip: String,
 }
 
 impl PodInfo<'_> {
@@ -86,6 +90,7 @@ impl PodInfo<'_> {
             FieldRef::NodeName => self.node_name.into(),
             FieldRef::ServiceAccountName => self.service_account.into(),
             FieldRef::PodIp => self.pod_ip.clone(),
+            FieldRef::HostIp => self.host_ip.clone(),
         }
     }
 }
@@ -410,6 +415,7 @@ mod tests {
             node_name: "n",
             service_account: "default",
             pod_ip: "10.88.0.2".into(),
+            host_ip: "127.0.0.1".into(),
         };
         let lit = |v: &str| EnvValue::Literal {
             value: v.into(),
@@ -450,6 +456,7 @@ mod tests {
             FieldRef::parse("metadata.labels['a.b/c']"),
             Ok(FieldRef::Label("a.b/c".into()))
         );
-        assert!(FieldRef::parse("status.hostIP").is_err());
+        assert_eq!(FieldRef::parse("status.hostIPs"), Ok(FieldRef::HostIp));
+        assert!(FieldRef::parse("status.podIPs[0]").is_err());
     }
 }

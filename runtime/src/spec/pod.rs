@@ -169,7 +169,7 @@ fn downward_len(f: &env::FieldRef, meta: &ObjectMeta, account: &str) -> u64 {
         FieldRef::Annotation(k) => of(&meta.annotations, k),
         FieldRef::NodeName => 253,
         FieldRef::ServiceAccountName => account.len() as u64,
-        FieldRef::PodIp => 45,
+        FieldRef::PodIp | FieldRef::HostIp => 45,
     }
 }
 

@@ -67,6 +67,8 @@ pub(crate) struct NodeContext {
     pub images: Arc<crate::images::Images>,
     /// `spec.nodeName` as the downward API shows it.
     pub node_name: String,
+    /// The node's address: pods' `status.hostIP`, a host-network pod's IP.
+    pub host_ip: std::net::IpAddr,
     pub network: NodeNetwork,
     pub backoff: BackoffOptions,
     pub memory_limit: usize,
@@ -328,6 +330,16 @@ impl Drop for PodTask {
 }
 
 impl PodTask {
+    /// The pod's IP as its status and the downward API show it: the node's for a host-network
+    /// pod (its sockets are the host's), else its address on the pod network.
+    fn pod_ip(&self) -> std::net::IpAddr {
+        if self.spec.host_network {
+            self.node.host_ip
+        } else {
+            std::net::IpAddr::V4(self.net.ip())
+        }
+    }
+
     /// Prepares the pod's sandbox (directories, volumes, log writer) and its supervisor, which
     /// [`PodTask::spawn`] starts.
     pub(crate) fn prepare(

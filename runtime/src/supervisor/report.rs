@@ -158,9 +158,13 @@ impl PodTask {
                 Stage::Initializing | Stage::Initialized => None,
             },
             qos_class: Some(self.spec.qos_class().into()),
-            pod_ip: Some(self.net.ip().to_string()),
+            pod_ip: Some(self.pod_ip().to_string()),
             pod_ips: Some(vec![k8s::PodIP {
-                ip: self.net.ip().to_string(),
+                ip: self.pod_ip().to_string(),
+            }]),
+            host_ip: Some(self.node.host_ip.to_string()),
+            host_ips: Some(vec![k8s::HostIP {
+                ip: self.node.host_ip.to_string(),
             }]),
             reason: self.failure.as_ref().map(|f| f.0.into()),
             message: self.failure.as_ref().map(|f| f.1.clone()),

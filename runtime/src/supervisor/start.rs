@@ -121,7 +121,8 @@ impl PodTask {
             annotations: &self.spec.annotations,
             node_name: &self.node.node_name,
             service_account: &self.spec.service_account,
-            pod_ip: self.net.ip().to_string(),
+            pod_ip: self.pod_ip().to_string(),
+            host_ip: self.node.host_ip.to_string(),
         };
         let (mut env, argv) = resolve_env(&c.spec.env, &c.spec.argv, &labels_and_more);
         if self.node.network.api_server().is_some() {

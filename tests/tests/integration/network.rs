@@ -7,7 +7,9 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use wasmpod::{Egress, PodHandle, PodOptions, Reason};
-use wasmpod_tests::{PodYaml, TestNode, Timeline, free_port, log_lines, read, remove, wait_for};
+use wasmpod_tests::{
+    PodYaml, TestNode, Timeline, free_port, log_lines, read, remove, running, wait_for,
+};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -967,16 +969,35 @@ async fn host_network_pods_use_the_hosts_sockets_where_the_node_allows_them() {
         s.write_all(format!("host saw {got}").as_bytes()).unwrap();
         got
     });
+    // Its IP is the node's, in its status and through the downward API.
     let client = PodYaml::new("host-client")
         .never()
         .spec("hostNetwork: true")
         .container(&format!(
-            "{{ name: c, image: \"{{p2}}\", args: [connect, \"127.0.0.1:{host_port}\", hello] }}"
+            "{{ name: c, image: \"{{p2}}\", args: [env, POD_IP, env, HOST_IP, connect, \"127.0.0.1:{host_port}\", hello], \
+               env: [ {{ name: POD_IP, valueFrom: {{ fieldRef: {{ fieldPath: status.podIP }} }} }}, \
+                      {{ name: HOST_IP, valueFrom: {{ fieldRef: {{ fieldPath: status.hostIP }} }} }} ] }}"
         ))
         .build();
-    let (_, status) = node.run(&client, LIMIT).await;
+    let client = node.start(&client).await;
+    let status = tokio::time::timeout(LIMIT, client.wait()).await.unwrap();
     assert_eq!(serve.join().unwrap(), "hello");
     assert_eq!(status.phase.as_deref(), Some("Succeeded"));
+    assert_eq!(status.pod_ip.as_deref(), Some("127.0.0.1"), "{status:#?}");
+    assert_eq!(status.host_ip.as_deref(), Some("127.0.0.1"), "{status:#?}");
+    assert_eq!(
+        &log_lines(&client, "c")[..2],
+        ["POD_IP=127.0.0.1", "HOST_IP=127.0.0.1"]
+    );
+    // A pod on the pod network keeps its own IP; its hostIP is the node's.
+    let sleeper = PodYaml::new("on-pod-network")
+        .container(r#"{ name: c, image: "{p2}", args: [sleep, "600000"] }"#)
+        .build();
+    let sleeper = node.start(&sleeper).await;
+    let status = running(&sleeper, &["c"]).await;
+    assert!(status.pod_ip.unwrap().starts_with("10."));
+    assert_eq!(status.host_ip.as_deref(), Some("127.0.0.1"));
+    remove(&sleeper).await;
     pod.delete(Some(Duration::ZERO));
 
     let mismatch = PodYaml::new("mismatch")
