@@ -32,7 +32,7 @@ use wasmtime_wasi_http::p2::bindings::http::types::Scheme;
 use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
 use wasmtime_wasi_http::p3;
 
-use super::{Exit, Sandbox, Shared, exit_of, not_started};
+use super::{Exit, Sandbox, Shared, Thread, exit_of, not_started};
 use crate::engine::{Entry, HttpPre, Image};
 use crate::host::P2State;
 use crate::network::HostStream;
@@ -94,11 +94,11 @@ impl Sandbox {
     ) -> Exit {
         let http = &self.http;
         let (stdout, stderr) = (Shared::new(stdout), Shared::new(stderr));
-        let mut wasi = match self.wasi(&self.argv, stdout.clone(), stderr.clone()) {
+        let mut wasi = match self.wasi(&self.argv, stdout.clone(), stderr.clone(), Thread::Worker) {
             Ok(wasi) => wasi,
             Err(e) => return Exit::start_error(e.to_string()),
         };
-        let mut store = self.p2_store(pre.engine(), &mut wasi, self.budget.clone());
+        let mut store = self.p2_store(pre.engine(), &mut wasi, self.budget.clone(), Thread::Worker);
         if let Err(e) = pre.instantiate(&mut store).await {
             return not_started(e, store.data().limiter.hit);
         }
@@ -231,7 +231,12 @@ where
         let line = format!("{} {}", request.method(), request.uri().path());
         let task_line = line.clone();
         let sandbox = &self.sandbox;
-        let mut wasi = match sandbox.wasi(&sandbox.argv, self.stdout.clone(), self.stderr.clone()) {
+        let mut wasi = match sandbox.wasi(
+            &sandbox.argv,
+            self.stdout.clone(),
+            self.stderr.clone(),
+            Thread::Worker,
+        ) {
             Ok(wasi) => wasi,
             Err(e) => return plain(500, &e.to_string()),
         };
@@ -247,7 +252,7 @@ where
             } => pre.clone(),
             _ => self.pre.clone(),
         };
-        let mut store = sandbox.p2_store(pre.engine(), &mut wasi, budget);
+        let mut store = sandbox.p2_store(pre.engine(), &mut wasi, budget, Thread::Worker);
         // The guest's response (headers, and a body that may still be streaming) comes through
         // `tx`; the task ends when the guest's call does (for 0.3, once the body was sent).
         let (tx, rx) = oneshot::channel::<Result<hyper::Response<HyperOutgoingBody>, String>>();

@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 use wasmtime::component::ResourceTable;
 use wasmtime::{ResourceLimiter, Store, UpdateDeadline};
 use wasmtime_wasi::cli::{AsyncStdinStream, StdoutStream};
-use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{FsPerms, I32Exit, WasiCtxBuilder};
 
+mod exec;
 #[cfg(feature = "http")]
 mod http;
 mod shared;
@@ -21,6 +21,7 @@ mod stdin;
 mod trap;
 mod usage;
 
+pub use exec::ExecOutput;
 pub(crate) use shared::Shared;
 pub use stdin::ContainerStdin;
 pub(crate) use stdin::StdinPipe;
@@ -30,7 +31,7 @@ pub(crate) use usage::{Meter, PodMeters};
 use crate::engine::{Activity, Entry, Image};
 #[cfg(feature = "http")]
 use crate::host::Outgoing;
-use crate::host::{KillClock, Killed, MemoryLimiter, P1State, P2State, PodExport, TermSignal};
+use crate::host::{KillClock, Killed, MemoryLimiter, P1State, P2State, TermSignal};
 use crate::memory::{Budget, Charge, PodMemory};
 use crate::network::PodNetwork;
 use crate::volumes::MountDir;
@@ -64,6 +65,20 @@ pub(crate) struct Preopen {
     pub(crate) host: Result<MountDir, String>,
     pub(crate) guest: String,
     pub(crate) read_only: bool,
+}
+
+/// The thread an instance runs on, which decides how its file-system calls block and how soon
+/// the epoch ticker hears that it executes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Thread {
+    /// The runtime's workers, shared with every pod: each file-system call goes to tokio's
+    /// blocking pool (a call blocked on a slow mount must not hold a worker), and the ticker
+    /// is woken the moment the instance executes wasm, so that it yields within a tick.
+    Worker,
+    /// A thread of its own: file-system calls are made inline, and the ticker is not woken
+    /// for it (it delays no other pod; it is stopped and charged at the next tick, within
+    /// the idle tick when nothing else runs).
+    Own,
 }
 
 /// Everything a container's instances are made from: its image, argv, environment, mounts and
@@ -157,31 +172,21 @@ impl Exit {
     }
 }
 
-/// The most output of an exec handler kept for its result message.
-const EXEC_OUTPUT: usize = 1024;
-
-/// What a handler's `exec.command[0]` resolves to in a preview1 module, besides its own name.
-fn p1_export(name: &str) -> &str {
-    match name {
-        "liveness" => "wasmpod_probe_liveness",
-        "readiness" => "wasmpod_probe_readiness",
-        "startup" => "wasmpod_probe_startup",
-        "post-start" | "post_start" => "wasmpod_post_start",
-        "pre-stop" | "pre_stop" => "wasmpod_pre_stop",
-        other => other,
-    }
-}
-
 impl Sandbox {
     fn wasi(
         &self,
         argv: &[String],
         stdout: impl StdoutStream + 'static,
         stderr: impl StdoutStream + 'static,
+        thread: Thread,
     ) -> std::io::Result<WasiCtxBuilder> {
         let mut b = WasiCtxBuilder::new();
         b.args(argv).envs(&self.env);
         b.stdout(stdout).stderr(stderr);
+        // wasmtime-wasi reads this when a directory is added (its files and directories block
+        // inline or not) and, for the context, when a preview1 guest sleeps (with it, on the
+        // calling thread): so it is on only while the mounts are added.
+        b.allow_blocking_current_thread(thread == Thread::Own);
         for p in &self.preopens {
             let perms = if p.read_only {
                 FsPerms::ReadOnly
@@ -200,6 +205,7 @@ impl Sandbox {
                 ))
             })?;
         }
+        b.allow_blocking_current_thread(false);
         if let Some(dir) = &self.working_dir {
             b.initial_cwd(dir);
         }
@@ -217,13 +223,18 @@ impl Sandbox {
     }
 
     /// A fresh store for one instance of a preview1 module.
-    fn p1_store(&self, engine: &wasmtime::Engine, wasi: &mut WasiCtxBuilder) -> Store<P1State> {
+    fn p1_store(
+        &self,
+        engine: &wasmtime::Engine,
+        wasi: &mut WasiCtxBuilder,
+        thread: Thread,
+    ) -> Store<P1State> {
         let state = P1State {
             wasi: wasi.build_p1(),
             term: self.term.clone(),
             limiter: self.limiter(self.budget.clone()),
         };
-        self.store(engine, state, |s| &mut s.limiter)
+        self.store(engine, state, |s| &mut s.limiter, thread)
     }
 
     /// A fresh store for one instance of a component, its memory counted against `budget`.
@@ -232,6 +243,7 @@ impl Sandbox {
         engine: &wasmtime::Engine,
         wasi: &mut WasiCtxBuilder,
         budget: Arc<Budget>,
+        thread: Thread,
     ) -> Store<P2State> {
         let state = P2State {
             ctx: wasi.build(),
@@ -249,7 +261,7 @@ impl Sandbox {
                 Outgoing::Pod(self.net.clone())
             },
         };
-        self.store(engine, state, |s| &mut s.limiter)
+        self.store(engine, state, |s| &mut s.limiter, thread)
     }
 
     /// A fresh store holding `state` (a module's or a component's): its memory counted by the
@@ -260,6 +272,7 @@ impl Sandbox {
         engine: &wasmtime::Engine,
         state: T,
         limiter: fn(&mut T) -> &mut MemoryLimiter,
+        thread: Thread,
     ) -> Store<T> {
         let mut store = Store::new(engine, state);
         prepare(
@@ -268,6 +281,7 @@ impl Sandbox {
             self.cpu.clone(),
             self.kill.clone(),
             self.activity.clone(),
+            thread,
         );
         store
     }
@@ -302,7 +316,7 @@ impl Sandbox {
                 .run(Box::pin(self.serve(pre, stdout, stderr)))
                 .await;
         }
-        let mut wasi = match self.wasi(&self.argv, stdout, stderr) {
+        let mut wasi = match self.wasi(&self.argv, stdout, stderr, Thread::Worker) {
             Ok(wasi) => wasi,
             Err(e) => return Exit::start_error(e.to_string()),
         };
@@ -315,7 +329,7 @@ impl Sandbox {
     async fn run_entry(&self, image: &Image, mut wasi: WasiCtxBuilder) -> Exit {
         match image {
             Image::Module { pre, .. } => {
-                let mut store = self.p1_store(pre.module().engine(), &mut wasi);
+                let mut store = self.p1_store(pre.module().engine(), &mut wasi, Thread::Worker);
                 let instance = match Box::pin(pre.instantiate_async(&mut store)).await {
                     Ok(instance) => instance,
                     Err(e) => return not_started(e, store.data().limiter.hit),
@@ -331,7 +345,8 @@ impl Sandbox {
                 entry: Entry::Command(pre),
                 ..
             } => {
-                let mut store = self.p2_store(pre.engine(), &mut wasi, self.budget.clone());
+                let mut store =
+                    self.p2_store(pre.engine(), &mut wasi, self.budget.clone(), Thread::Worker);
                 let command = match Box::pin(pre.instantiate_async(&mut store)).await {
                     Ok(command) => command,
                     Err(e) => return not_started(e, store.data().limiter.hit),
@@ -346,7 +361,8 @@ impl Sandbox {
                 entry: Entry::CommandP3(pre),
                 ..
             } => {
-                let mut store = self.p2_store(pre.engine(), &mut wasi, self.budget.clone());
+                let mut store =
+                    self.p2_store(pre.engine(), &mut wasi, self.budget.clone(), Thread::Worker);
                 let command = match Box::pin(pre.instantiate_async(&mut store)).await {
                     Ok(command) => command,
                     Err(e) => return not_started(e, store.data().limiter.hit),
@@ -370,151 +386,6 @@ impl Sandbox {
             } => Exit::start_error("an HTTP handler component has no command to run"),
         }
     }
-
-    /// Runs an exec handler in a fresh instance: the export `command[0]` names when the module
-    /// has it, else the entry point with argv = `command`. `Ok` on success; the error says why
-    /// not, with what the handler printed.
-    pub(crate) async fn exec(&self, command: &[String]) -> Result<(), String> {
-        let output = MemoryOutputPipe::new(EXEC_OUTPUT);
-        let invoked = self.invoke(command, None, output.clone(), output.clone());
-        let (_, why) = self.meter.run(invoked).await;
-        match why {
-            None => Ok(()),
-            Some(message) => {
-                let out = String::from_utf8_lossy(&output.contents())
-                    .trim()
-                    .to_owned();
-                Err(if out.is_empty() {
-                    message
-                } else {
-                    format!("{message}: {out}")
-                })
-            }
-        }
-    }
-
-    /// Runs `command` as [`Sandbox::exec`] does, reading `stdin` (empty when `None`) and
-    /// keeping up to `limit` bytes of each of its stdout and stderr (`kubectl exec`).
-    pub(crate) async fn exec_output(
-        &self,
-        command: &[String],
-        stdin: Option<AsyncStdinStream>,
-        limit: usize,
-    ) -> ExecOutput {
-        let (stdout, stderr) = (MemoryOutputPipe::new(limit), MemoryOutputPipe::new(limit));
-        let invoked = self.invoke(command, stdin, stdout.clone(), stderr.clone());
-        let (exit_code, why) = self.meter.run(invoked).await;
-        let mut stderr = stderr.contents().to_vec();
-        if exit_code != 0
-            && let Some(why) = why.filter(|w| !w.starts_with("command exited with"))
-        {
-            stderr.extend_from_slice(format!("{why}\n").as_bytes());
-        }
-        ExecOutput {
-            exit_code,
-            stdout: stdout.contents().to_vec(),
-            stderr,
-        }
-    }
-
-    /// Runs `command` as [`Sandbox::exec`] does, its output streamed to `stdout` and `stderr`:
-    /// its exit code and, when that is not 0, why (the containerd shim's exec).
-    pub(crate) async fn exec_streamed(
-        &self,
-        command: &[String],
-        stdin: Option<AsyncStdinStream>,
-        stdout: impl StdoutStream + 'static,
-        stderr: impl StdoutStream + 'static,
-    ) -> (i32, Option<String>) {
-        self.meter
-            .run(self.invoke(command, stdin, stdout, stderr))
-            .await
-    }
-
-    /// Runs `command` in a fresh instance (its caller meters it): its exit code (the export's
-    /// result, the entry point's exit code, 134 for a trap) and, when that is not 0, why.
-    async fn invoke(
-        &self,
-        command: &[String],
-        stdin: Option<AsyncStdinStream>,
-        stdout: impl StdoutStream + 'static,
-        stderr: impl StdoutStream + 'static,
-    ) -> (i32, Option<String>) {
-        let name = command.first().map(String::as_str).unwrap_or_default();
-        let mut wasi = match self.wasi(command, stdout, stderr) {
-            Ok(wasi) => wasi,
-            Err(e) => return (EXIT_START_ERROR, Some(e.to_string())),
-        };
-        if let Some(stdin) = stdin {
-            wasi.stdin(stdin);
-        }
-        // The instance's place in the pool: dropped after its store (declared before it).
-        let lease = self.image.short_lived();
-        let called = match &*lease.image {
-            Image::Module { pre, .. } => {
-                let export = p1_export(name);
-                let Some(wasmtime::ExternType::Func(_)) = pre.module().get_export(export) else {
-                    return self.exec_entry(&lease.image, wasi).await;
-                };
-                let mut store = self.p1_store(pre.module().engine(), &mut wasi);
-                let result = async {
-                    let instance = pre.instantiate_async(&mut store).await?;
-                    let f = instance.get_typed_func::<(), i32>(&mut store, export)?;
-                    f.call_async(&mut store, ()).await
-                }
-                .await;
-                result.map(|code| {
-                    if code == 0 {
-                        Ok(())
-                    } else {
-                        Err((code, format!("{export} returned {code}")))
-                    }
-                })
-            }
-            Image::Component { instance: pre, .. } => {
-                let Some(export) = PodExport::find(pre, name) else {
-                    return self.exec_entry(&lease.image, wasi).await;
-                };
-                let mut store = self.p2_store(pre.engine(), &mut wasi, self.budget.clone());
-                async {
-                    let instance = pre.instantiate_async(&mut store).await?;
-                    export.call(&mut store, &instance).await
-                }
-                .await
-                .map(|r| r.map_err(|message| (1, message)))
-            }
-        };
-        match called {
-            Ok(Ok(())) => (0, None),
-            Ok(Err((code, message))) => (code, Some(message)),
-            Err(e) => (
-                EXIT_TRAP,
-                Some(format!("{name} trapped: {}", e.root_cause())),
-            ),
-        }
-    }
-
-    async fn exec_entry(&self, image: &Image, wasi: WasiCtxBuilder) -> (i32, Option<String>) {
-        let exit = self.run_entry(image, wasi).await;
-        match (exit.code, exit.message) {
-            (0, _) => (0, None),
-            (code, None) => (code, Some(format!("command exited with {code}"))),
-            (code, Some(m)) => (code, Some(format!("command exited with {code} ({m})"))),
-        }
-    }
-}
-
-/// What a command run in a container (`kubectl exec`) printed, and its exit code.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ExecOutput {
-    /// The exit code: the entry point's, the export's result, 134 when it trapped, 128 when it
-    /// could not start.
-    pub exit_code: i32,
-    /// What it wrote to stdout (the first MiBs of it, see [`crate::PodHandle::exec_output`]).
-    pub stdout: Vec<u8>,
-    /// What it wrote to stderr, then why it failed when that is not its exit code alone.
-    pub stderr: Vec<u8>,
 }
 
 fn prepare<T: 'static>(
@@ -523,6 +394,7 @@ fn prepare<T: 'static>(
     cpu: Option<Arc<CpuLimit>>,
     kill: KillClock,
     activity: Arc<Activity>,
+    thread: Thread,
 ) {
     store.limiter(move |s| limiter(s) as &mut dyn ResourceLimiter);
     // At every epoch tick the guest yields through tokio's `yield_now`, which lets the runtime
@@ -535,7 +407,8 @@ fn prepare<T: 'static>(
     // calls, sleeping or waiting for I/O, is not CPU.
     let clock = Arc::new(std::sync::Mutex::new(WasmClock::default()));
     let hook = cpu.as_ref().map(|_| clock.clone());
-    crate::engine::activity::track(store, activity, move |inside| {
+    let wake = thread == Thread::Worker;
+    crate::engine::activity::track(store, activity, wake, move |inside| {
         if let Some(clock) = &hook {
             let mut c = clock.lock().unwrap_or_else(|e| e.into_inner());
             if inside {

@@ -10,7 +10,9 @@
 //!
 //! Waking the ticker is a system call and a thread switch, so a store wakes it only when it is
 //! parked: a guest that calls the host many times (each return from a host call enters wasm
-//! again) while the ticker counts down its tick costs nothing more.
+//! again) while the ticker counts down its tick costs nothing more. A store on a thread of its
+//! own (a probe's, a hook's, an exec's instance) does not wake it at all: computing there holds
+//! up no other guest, and it is stopped or charged at the next tick, the idle one at the latest.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -52,8 +54,10 @@ impl Activity {
         self.parked.store(false, Ordering::SeqCst);
     }
 
-    fn enter(&self) {
+    /// Counts a store in; with `wake`, wakes the ticker if it is parked.
+    fn enter(&self, wake: bool) {
         if self.running.fetch_add(1, Ordering::SeqCst) == 0
+            && wake
             && self.parked.swap(false, Ordering::SeqCst)
             && let Some(t) = self.ticker.get()
         {
@@ -69,6 +73,7 @@ impl Activity {
 /// One store's part in the count.
 struct Presence {
     activity: Arc<Activity>,
+    wake: bool,
     inside: bool,
 }
 
@@ -77,7 +82,7 @@ impl Presence {
         if inside != self.inside {
             self.inside = inside;
             if inside {
-                self.activity.enter()
+                self.activity.enter(self.wake)
             } else {
                 self.activity.leave()
             }
@@ -92,14 +97,18 @@ impl Drop for Presence {
 }
 
 /// Makes `store` count in `activity` while it executes wasm, and tells `on_change` each time it
-/// enters (`true`) or leaves (`false`) wasm. (A store has one call hook: this is it.)
+/// enters (`true`) or leaves (`false`) wasm. (A store has one call hook: this is it.) With
+/// `wake`, its entering wakes a parked ticker; without, the ticker finds it at its idle tick
+/// (for stores on threads of their own, which hold up no other guest meanwhile).
 pub(crate) fn track<T: 'static>(
     store: &mut Store<T>,
     activity: Arc<Activity>,
+    wake: bool,
     mut on_change: impl FnMut(bool) + Send + Sync + 'static,
 ) {
     let mut presence = Presence {
         activity,
+        wake,
         inside: false,
     };
     store.call_hook(move |_, hook| {

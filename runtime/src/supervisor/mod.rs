@@ -121,6 +121,11 @@ impl Mailbox {
     pub(crate) fn send(&self, msg: Msg) -> bool {
         self.0.send(Box::new(msg)).is_ok()
     }
+
+    /// Has the supervisor ended?
+    pub(crate) fn is_closed(&self) -> bool {
+        self.0.is_closed()
+    }
 }
 
 pub(crate) enum Msg {

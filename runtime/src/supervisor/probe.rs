@@ -53,7 +53,7 @@ pub(crate) enum HookKind {
 /// Runs a handler once, bounded by `timeout`.
 pub(crate) async fn run_handler(
     handler: &Handler,
-    sandbox: &Sandbox,
+    sandbox: &Arc<Sandbox>,
     timeout: Duration,
 ) -> Result<(), String> {
     match handler {
@@ -161,14 +161,19 @@ async fn probe_loop<F: Future<Output = Result<(), String>>>(
         let tick = Instant::now();
         let failure = attempt().await.err();
         let changed = count.observe(failure.is_none());
-        let msg = Msg::Probe {
-            index: to.index,
-            id: to.id,
-            kind,
-            failure,
-            verdict: changed,
+        // A success that changes nothing is not news: the supervisor is not woken for it.
+        let sent = if failure.is_none() && changed.is_none() {
+            !to.tx.is_closed()
+        } else {
+            to.tx.send(Msg::Probe {
+                index: to.index,
+                id: to.id,
+                kind,
+                failure,
+                verdict: changed,
+            })
         };
-        if !to.tx.send(msg) {
+        if !sent {
             return;
         }
         // Startup probing ends with its verdict; after a liveness failure the worker holds
@@ -264,10 +269,10 @@ mod tests {
         // failure in between changes nothing (threshold 3), and the worker goes on.
         let p = probed(ProbeKind::Readiness, probe(10, 5, 2, 1, 3), 1, "+-+").await;
         assert_eq!(p.starts, [10, 15, 20, 25, 30, 35, 40, 45, 50, 55]);
-        assert_eq!(
-            &p.reports[..3],
-            [(false, Some(true)), (true, None), (false, None)]
-        );
+        // Reported: the verdict and each failure; a success that changes nothing is not.
+        assert_eq!(&p.reports[..2], [(false, Some(true)), (true, None)]);
+        assert!(p.reports[2..].iter().all(|r| *r == (true, None)), "{p:?}");
+        assert_eq!(p.reports.len(), 4, "{p:?}");
         assert!(!p.ended);
         // Startup: the first success is its verdict, and it probes no more.
         let p = probed(ProbeKind::Startup, probe(0, 10, 1, 1, 3), 0, "--+").await;

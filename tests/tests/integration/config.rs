@@ -185,7 +185,7 @@ spec:
     env:
     - { name: A, valueFrom: { configMapKeyRef: { name: app, key: nokey } } }
     - { name: B, valueFrom: { secretKeyRef: { name: gone, key: k, optional: true } } }
-    - { name: C, valueFrom: { fieldRef: { fieldPath: status.hostIP } } }
+    - { name: C, valueFrom: { fieldRef: { fieldPath: status.phase } } }
 ---
 apiVersion: v1
 kind: ConfigMap
@@ -196,7 +196,7 @@ data: { key: v }
     for expected in [
         r#"spec.volumes[0].configMap.name: not found: no configmap "nowhere""#,
         r#"spec.containers[0].env[0].valueFrom.configMapKeyRef.key: not found: configmap "app" has no key "nokey""#,
-        r#"spec.containers[0].env[2].valueFrom.fieldRef.fieldPath: unsupported value "status.hostIP""#,
+        r#"spec.containers[0].env[2].valueFrom.fieldRef.fieldPath: unsupported value "status.phase""#,
     ] {
         assert!(err.contains(expected), "missing {expected:?} in:\n{err}");
     }
