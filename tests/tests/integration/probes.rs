@@ -573,3 +573,52 @@ spec:
         Err(ExecError::Container(ContainerError::PodGone("exec".into())))
     );
 }
+
+/// A probe whose guest sleeps past its timeout (a preview1 module's `sleep`, the entry point
+/// with argv = command) is stopped at the timeout like one that computes: its sleep is a timer,
+/// not a blocked thread, so the timed-out instances are gone and hold none of the container's
+/// memory. (Probe instances run on threads of their own, where file-system calls block.)
+#[tokio::test]
+async fn a_probe_sleeping_past_its_timeout_is_stopped() {
+    let node = TestNode::new();
+    let yaml = r#"
+apiVersion: v1
+kind: Pod
+metadata: { name: sleepy }
+spec:
+  containers:
+  - name: plain
+    image: "{p1}"
+    args: [sleep, "100000"]
+  - name: probed
+    image: "{p1}"
+    args: [sleep, "100000"]
+    readinessProbe: { exec: { command: [agnhost, sleep, "100000"] }, periodSeconds: 1, timeoutSeconds: 1 }
+"#;
+    let pod = node.start(yaml).await;
+    let mut events = pod.events();
+    let mut timed_out = 0;
+    tokio::time::timeout(LIMIT, async {
+        while let Some(e) = events.next().await {
+            if e.container.as_deref() == Some("probed") && e.reason == Unhealthy {
+                assert_eq!(e.message, "Readiness probe failed: timed out after 1s");
+                timed_out += 1;
+                if timed_out == 3 {
+                    break;
+                }
+            }
+        }
+    })
+    .await
+    .expect("three probe timeouts");
+    // The container holds its main instance's memory and at most the attempt in flight's.
+    let usage = pod.usage();
+    let memory = |name: &str| usage.iter().find(|c| c.name == name).unwrap().memory;
+    assert!(
+        memory("probed") <= 2 * memory("plain"),
+        "{} bytes held beside {} for the same guest without a probe",
+        memory("probed"),
+        memory("plain")
+    );
+    remove(&pod).await;
+}
