@@ -1,7 +1,9 @@
 //! The node: one wasmtime engine and the pods running on it.
 
 mod error;
+mod fit;
 mod handle;
+mod images;
 mod options;
 mod priorities;
 mod registry;
@@ -13,7 +15,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 
-use crate::engine::{Engine, Image, Pull};
+use crate::engine::{Engine, Image};
 use crate::memory::{NodeMemory, PodMemory};
 use crate::network::NodeNetwork;
 use crate::network::publish::{PortMapping, publish};
@@ -198,149 +200,14 @@ impl Node {
         &self.labels
     }
 
-    /// Why the node can never take the pod, in the scheduler's words: another `nodeName`, a
-    /// `nodeSelector` or required node affinity its labels do not match, an untolerated taint.
-    fn unselected(&self, spec: &PodSpec) -> Option<String> {
-        if spec
-            .node_name
-            .as_ref()
-            .is_some_and(|n| *n != self.context.node_name)
-        {
-            return Some(scheduler::NOT_NAMED.into());
-        }
-        let matches = spec
-            .node_selector
-            .iter()
-            .all(|(k, v)| self.labels.get(k) == Some(v))
-            && spec.node_affinity.as_ref().is_none_or(|terms| {
-                crate::spec::terms_match(terms, &self.labels, &self.context.node_name)
-            });
-        if !matches {
-            return Some(scheduler::NOT_SELECTED.into());
-        }
-        let untolerated = self
-            .taints
-            .iter()
-            .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
-            .find(|t| !spec.tolerations.iter().any(|tol| tolerates(tol, t)));
-        if let Some(t) = untolerated {
-            return Some(format!(
-                "node(s) had untolerated taint {{{}: {}}}",
-                t.key,
-                t.value.as_deref().unwrap_or_default()
-            ));
-        }
-        // Extended resources (a GPU, hugepages): the node advertises none.
-        if !spec.extended_resources.is_empty() {
-            let lacking: Vec<String> = spec
-                .extended_resources
-                .iter()
-                .map(|r| format!("Insufficient {r}"))
-                .collect();
-            return Some(lacking.join(", 1 "));
-        }
-        // A node without a spread constraint's key never has it.
-        spec.placement
-            .spread
-            .iter()
-            .any(|c| !self.labels.contains_key(&c.topology_key))
-            .then(|| scheduler::SPREAD_LABEL.to_owned())
-    }
-
-    /// How long the pod may stay on the node given its tolerations of the node's `NoExecute`
-    /// taints (the taint eviction controller's `getMinTolerationTime`): the least
-    /// `tolerationSeconds` among the tolerations used (0 or less: at once), `None` for ever.
-    fn no_execute_limit(&self, spec: &PodSpec) -> Option<std::time::Duration> {
-        self.taints
-            .iter()
-            .filter(|t| t.effect == "NoExecute")
-            .filter_map(|t| spec.tolerations.iter().find(|tol| tolerates(tol, t)))
-            .filter_map(|tol| tol.toleration_seconds)
-            .min()
-            .map(|s| {
-                std::time::Duration::from_secs(s.max(0).unsigned_abs())
-                    .min(crate::spec::MAX_DURATION)
-            })
-    }
-
     /// The node's taints.
     pub fn taints(&self) -> &[k8s_openapi::api::core::v1::Taint] {
         &self.taints
     }
 
-    /// Whether the pod could ever be admitted: `Err` says why not (another `nodeName`, a
-    /// `nodeSelector` the node's labels do not match, or a request is larger than everything the node has; such a pod
-    /// would stay Pending forever).
-    pub fn check_fits(&self, spec: &PodSpec) -> Result<(), Error> {
-        if let Some(why) = self.unselected(spec) {
-            return Err(Error::NeverFits(format!(
-                "0/1 nodes are available: 1 {why}: it can never be scheduled"
-            )));
-        }
-        let has = self.scheduler.allocatable();
-        let wants = spec.requests();
-        if wants.memory > has.memory {
-            return Err(Error::NeverFits(format!(
-                "0/1 nodes are available: 1 Insufficient memory. The pod requests {} bytes and \
-                 the node has {} allocatable: it can never be scheduled",
-                wants.memory, has.memory
-            )));
-        }
-        if wants.cpu_milli > has.cpu_milli {
-            return Err(Error::NeverFits(format!(
-                "0/1 nodes are available: 1 Insufficient cpu. The pod requests {}m and the node \
-                 has {}m allocatable: it can never be scheduled",
-                wants.cpu_milli, has.cpu_milli
-            )));
-        }
-        if has.pods == 0 {
-            return Err(Error::NeverFits(
-                "the node admits no pods (allocatable pods is 0)".into(),
-            ));
-        }
-        Ok(())
-    }
-
     /// Bytes of linear memory the node's guests hold now.
     pub fn memory_in_use(&self) -> u64 {
         self.memory.used()
-    }
-
-    /// Checks that every container's module can be loaded, compiling it (or taking it from the
-    /// cache) as needed. [`Node::create_pod`] does this too.
-    pub async fn load_images(&self, spec: &PodSpec) -> Result<(), Error> {
-        self.preload(spec).await.map(drop)
-    }
-
-    /// Loads the `.wasm` files of the containers that have one; `None` for a registry image.
-    async fn preload(&self, spec: &PodSpec) -> Result<Vec<Option<(Arc<Image>, Pull)>>, Error> {
-        if spec.host_network && self.context.host_engine.is_none() {
-            return Err(Error::HostNetwork);
-        }
-        let mut images = Vec::new();
-        for ((field, path), c) in spec.images().zip(&spec.containers) {
-            if c.pull.is_some() {
-                images.push(None);
-                continue;
-            }
-            let host = spec.host_network;
-            if let Some(image) = self.context.engine_for(host).loaded(path) {
-                images.push(Some((image, Pull::Present)));
-                continue;
-            }
-            let (context, file) = (self.context.clone(), path.to_owned());
-            let loaded = tokio::task::spawn_blocking(move || {
-                context
-                    .engine_for(host)
-                    .load(&file, crate::engine::Origin::Local)
-            })
-            .await
-            .map_err(|e| Error::Engine(e.to_string()))?;
-            images.push(Some(
-                loaded.map_err(|source| Error::Image { field, source })?,
-            ));
-        }
-        Ok(images)
     }
 
     /// The log of instance `restart` of a container of a pod this node no longer runs, read back
@@ -373,44 +240,6 @@ impl Node {
                 source: std::io::Error::new(std::io::ErrorKind::InvalidInput, other.to_string()),
             },
         })
-    }
-
-    /// Pulls the OCI artifact `reference` (`registry/repository:tag` or `@sha256:...`) whole,
-    /// with the node's registry credentials and insecure registries, its layers together at
-    /// most `limit` bytes, each checked against its digest. With `key`, the artifact is
-    /// returned only if a cosign signature by that key names the digest its reference
-    /// resolved to. When the reference still names the manifest `unless`, nothing more is
-    /// fetched and the answer is `None` (a poll that finds nothing new). Artifacts are not kept
-    /// in the node's image store.
-    pub async fn pull_artifact(
-        &self,
-        reference: &str,
-        key: Option<&crate::VerifyKey>,
-        limit: u64,
-        unless: Option<&str>,
-    ) -> Result<Option<crate::Artifact>, Error> {
-        let failed = |message: String, refused: bool| Error::Artifact {
-            reference: reference.to_owned(),
-            message,
-            refused,
-        };
-        let parsed = reference
-            .parse()
-            .map_err(|e| failed(format!("not an image reference: {e}"), false))?;
-        self.context
-            .images
-            .artifact(&parsed, key, limit, unless)
-            .await
-            .map_err(|e| {
-                use crate::images::PullError::{Refused, Unsigned};
-                let refused = matches!(e, Unsigned(_) | Refused(_));
-                failed(e.to_string(), refused)
-            })
-    }
-
-    /// The registry pulls under way, with their progress.
-    pub fn pulls(&self) -> Vec<crate::PullProgress> {
-        self.context.images.pulls()
     }
 
     /// The node's pods that are not deleted yet, oldest first.
@@ -578,27 +407,6 @@ impl Node {
     }
 }
 
-/// Whether a toleration matches a taint (the scheduler's `ToleratesTaint`): the same effect (or
-/// any, when empty), and `Exists` with the same key (or any key, when empty) or `Equal` with the
-/// same key and value.
-fn tolerates(
-    tol: &k8s_openapi::api::core::v1::Toleration,
-    taint: &k8s_openapi::api::core::v1::Taint,
-) -> bool {
-    let effect = tol.effect.as_deref().unwrap_or_default();
-    if !effect.is_empty() && effect != taint.effect {
-        return false;
-    }
-    let key = tol.key.as_deref().unwrap_or_default();
-    if !key.is_empty() && key != taint.key {
-        return false;
-    }
-    match tol.operator.as_deref() {
-        Some("Exists") => true,
-        _ => tol.value.as_deref().unwrap_or_default() == taint.value.as_deref().unwrap_or_default(),
-    }
-}
-
 /// Raises the soft limit on open files to the hard one: each container holds descriptors (its
 /// log, its mounts, its sockets), and the usual soft limit of 1,024 is reached by a few hundred.
 fn raise_fd_limit() {
@@ -618,57 +426,6 @@ fn raise_fd_limit() {
                     tracing::warn!("cannot raise the open-file limit");
                 }
             }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use k8s_openapi::api::core::v1::{Taint, Toleration};
-
-    use super::tolerates;
-
-    fn taint(key: &str, value: &str, effect: &str) -> Taint {
-        Taint {
-            key: key.into(),
-            value: Some(value.into()),
-            effect: effect.into(),
-            ..Taint::default()
-        }
-    }
-
-    fn toleration(key: &str, operator: &str, value: &str, effect: &str) -> Toleration {
-        let opt = |s: &str| (!s.is_empty()).then(|| s.to_owned());
-        Toleration {
-            key: opt(key),
-            operator: opt(operator),
-            value: opt(value),
-            effect: opt(effect),
-            toleration_seconds: None,
-        }
-    }
-
-    /// The scheduler's `ToleratesTaint`, as a table.
-    #[test]
-    fn tolerations_match_taints() {
-        let t = taint("dedicated", "wasm", "NoSchedule");
-        let rows = [
-            (toleration("dedicated", "Equal", "wasm", "NoSchedule"), true),
-            (toleration("dedicated", "", "wasm", "NoSchedule"), true),
-            (toleration("dedicated", "Equal", "wasm", ""), true),
-            (toleration("dedicated", "Exists", "", ""), true),
-            (toleration("", "Exists", "", ""), true),
-            (toleration("", "Exists", "", "NoSchedule"), true),
-            (toleration("", "Exists", "", "NoExecute"), false),
-            (toleration("dedicated", "Equal", "gpu", "NoSchedule"), false),
-            (toleration("other", "Exists", "", ""), false),
-            (
-                toleration("dedicated", "Equal", "wasm", "PreferNoSchedule"),
-                false,
-            ),
-        ];
-        for (i, (tol, expected)) in rows.iter().enumerate() {
-            assert_eq!(tolerates(tol, &t), *expected, "row {i}: {tol:?}");
         }
     }
 }
