@@ -5,6 +5,7 @@ pub(crate) mod activity;
 #[cfg(feature = "compiler")]
 mod cache;
 mod compile;
+mod link;
 mod pool;
 mod space;
 mod stacks;
@@ -15,8 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use wasmtime::component::Component;
-use wasmtime::{Config, InstancePre, Module};
+use wasmtime::{Config, InstancePre};
 use wasmtime_wasi::p2::bindings::CommandPre;
 #[cfg(feature = "http")]
 use wasmtime_wasi_http::p2::bindings::ProxyPre;
@@ -29,6 +29,7 @@ pub use compile::CompileTarget;
 #[cfg(feature = "compiler")]
 pub use compile::compile;
 pub(crate) use compile::{MachineCode, Origin};
+use link::{Kind, link, precompiled_kind};
 use pool::{Pool, Twin};
 pub use space::AddressSpace;
 
@@ -440,139 +441,5 @@ impl Engine {
         let twin = Twin::new(Some(self.pool.clone()));
         // SAFETY: as the caller promised.
         unsafe { link(&self.wasmtime, &self.linkers, path, kind, artefact, twin) }
-    }
-}
-
-/// Deserializes an artefact in `wasmtime` and links it with `linkers`.
-///
-/// # Safety
-///
-/// `artefact` must be a `precompile_*` output of an engine with `wasmtime`'s configuration.
-unsafe fn link(
-    wasmtime: &wasmtime::Engine,
-    linkers: &Linkers,
-    path: &Path,
-    kind: Kind,
-    artefact: &[u8],
-    twin: Twin,
-) -> Result<Image, LoadError> {
-    let compile_err = |e: wasmtime::Error| LoadError::Compile {
-        path: path.to_owned(),
-        message: format!("{e:#}"),
-    };
-    let link_err = |e: wasmtime::Error| LoadError::Link {
-        path: path.to_owned(),
-        message: format!("{e:#}"),
-    };
-    let image = match kind {
-        Kind::Module => {
-            let module = unsafe { Module::deserialize(wasmtime, artefact) }.map_err(compile_err)?;
-            let handles_term = module
-                .imports()
-                .any(|i| i.module() == crate::host::TERM_MODULE);
-            let pre = linkers
-                .p1()
-                .and_then(|linker| linker.instantiate_pre(&module))
-                .map_err(link_err)?;
-            if module.get_export("_start").is_none() {
-                return Err(LoadError::Link {
-                    path: path.to_owned(),
-                    message: "the module does not export `_start` (a WASI command)".into(),
-                });
-            }
-            Image::Module {
-                pre,
-                handles_term,
-                twin,
-            }
-        }
-        Kind::Component => {
-            let component =
-                unsafe { Component::deserialize(wasmtime, artefact) }.map_err(compile_err)?;
-            let ty = component.component_type();
-            let imports_term = ty
-                .imports(wasmtime)
-                .any(|(name, _)| name.starts_with(crate::host::TERM_INTERFACE));
-            #[cfg(not(feature = "http"))]
-            if let Some(name) = ty
-                .imports(wasmtime)
-                .chain(ty.exports(wasmtime))
-                .map(|(name, _)| name)
-                .find(|name| name.starts_with("wasi:http/"))
-            {
-                return Err(LoadError::Link {
-                    path: path.to_owned(),
-                    message: format!(
-                        "the component uses `{name}`, and this wasmpod is built without \
-                         `wasi:http` (its `http` feature)"
-                    ),
-                });
-            }
-            let instance = linkers
-                .p2()
-                .and_then(|linker| linker.instantiate_pre(&component))
-                .map_err(link_err)?;
-            // A component exporting an HTTP handler is served (as `wasmtime serve` does),
-            // whether or not it also has a `main`.
-            // A WASI 0.3 `run` is preferred to a 0.2 one, as `wasmtime run` does.
-            let p3 = || wasmtime_wasi::p3::bindings::CommandPre::new(instance.clone());
-            let command = || {
-                CommandPre::new(instance.clone()).map_err(|e| LoadError::Link {
-                    path: path.to_owned(),
-                    message: format!(
-                        "the component exports neither `wasi:cli/run` nor \
-                         `wasi:http/incoming-handler`: {e:#}"
-                    ),
-                })
-            };
-            #[cfg(feature = "http")]
-            let entry = {
-                let p3_handler =
-                    || wasmtime_wasi_http::p3::bindings::ServicePre::new(instance.clone());
-                match ProxyPre::new(instance.clone()) {
-                    Ok(proxy) => Entry::Http(HttpPre::P2(proxy)),
-                    Err(_) if let Ok(service) = p3_handler() => Entry::Http(HttpPre::P3(service)),
-                    Err(_) if let Ok(command) = p3() => Entry::CommandP3(command),
-                    Err(_) => Entry::Command(command()?),
-                }
-            };
-            #[cfg(not(feature = "http"))]
-            let entry = match p3() {
-                Ok(command) => Entry::CommandP3(command),
-                Err(_) => Entry::Command(command()?),
-            };
-            Image::Component {
-                // A server stops taking requests at TERM and finishes those it has.
-                handles_term: imports_term || entry.serves(),
-                entry,
-                instance,
-                twin,
-            }
-        }
-    };
-    Ok(image)
-}
-
-/// What a precompiled artefact holds, if `bytes` is one.
-fn precompiled_kind(bytes: &[u8]) -> Option<Kind> {
-    match wasmtime::Engine::detect_precompiled(bytes)? {
-        wasmtime::Precompiled::Module => Some(Kind::Module),
-        wasmtime::Precompiled::Component => Some(Kind::Component),
-    }
-}
-
-#[derive(Clone, Copy)]
-enum Kind {
-    Module,
-    Component,
-}
-
-impl Kind {
-    fn of(bytes: &[u8]) -> Option<Kind> {
-        match bytes.get(..8)? {
-            [0, b'a', b's', b'm', 1, 0, 0, 0] => Some(Kind::Module),
-            [0, b'a', b's', b'm', _, _, 1, 0] => Some(Kind::Component),
-            _ => None,
-        }
     }
 }
