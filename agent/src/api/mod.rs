@@ -26,6 +26,7 @@ pub(crate) mod source;
 mod spdy;
 mod stream;
 pub(crate) mod table;
+mod watch;
 
 use std::collections::HashMap;
 use std::sync::Arc;
