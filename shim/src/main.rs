@@ -24,6 +24,7 @@
 mod bundle;
 mod cgroup;
 mod container;
+mod events;
 mod failure;
 mod image;
 mod install;
