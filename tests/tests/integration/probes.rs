@@ -611,14 +611,22 @@ spec:
     })
     .await
     .expect("three probe timeouts");
-    // The container holds its main instance's memory and at most the attempt in flight's.
-    let usage = pod.usage();
-    let memory = |name: &str| usage.iter().find(|c| c.name == name).unwrap().memory;
-    assert!(
-        memory("probed") <= 2 * memory("plain"),
-        "{} bytes held beside {} for the same guest without a probe",
-        memory("probed"),
-        memory("plain")
-    );
+    // The container holds its main instance's memory and the attempt in flight's: a timed-out
+    // instance is dropped as the next attempt begins (for a moment there are three), where
+    // sleeping threads would hold one more instance every second.
+    let memory = |name: &str| {
+        let usage = pod.usage();
+        usage.iter().find(|c| c.name == name).unwrap().memory
+    };
+    let plain = memory("plain");
+    let start = std::time::Instant::now();
+    while memory("probed") > 2 * plain {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{} bytes held beside {plain} for the same guest without a probe",
+            memory("probed")
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     remove(&pod).await;
 }
