@@ -43,6 +43,8 @@ pub(crate) struct MountDir {
     dir: Dir,
     /// The host path it was opened at, for messages.
     shown: PathBuf,
+    /// It is on a local file system.
+    local: bool,
 }
 
 impl MountDir {
@@ -50,10 +52,22 @@ impl MountDir {
     pub(crate) fn open(path: &Path) -> Result<MountDir, String> {
         let dir = Dir::open_ambient_dir(path, ambient_authority())
             .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
-        Ok(MountDir {
+        Ok(MountDir::of(dir, path.to_owned()))
+    }
+
+    fn of(dir: Dir, shown: PathBuf) -> MountDir {
+        MountDir {
+            local: on_local_fs(&dir),
             dir,
-            shown: path.to_owned(),
-        })
+            shown,
+        }
+    }
+
+    /// Whether calls on files under it take what a local disk takes: it is on a local file
+    /// system (ext4, xfs, btrfs, tmpfs, ...), not a network or FUSE one, where a call lasts as
+    /// long as a server takes to answer.
+    pub(crate) fn is_local(&self) -> bool {
+        self.local
     }
 
     /// A path that opens this very directory (not whatever is at its name now): its descriptor
@@ -73,6 +87,42 @@ impl MountDir {
     /// The host path it was opened at.
     pub(crate) fn shown(&self) -> &Path {
         &self.shown
+    }
+}
+
+/// Whether `dir` is on a file system known to be local (by its `statfs` magic number).
+fn on_local_fs(dir: &Dir) -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        /// ext4 (and ext2/3), xfs, btrfs, tmpfs, overlayfs, f2fs, zfs, ramfs, squashfs, vfat,
+        /// exfat.
+        const LOCAL: [u32; 11] = [
+            0xEF53,
+            0x5846_5342,
+            0x9123_683E,
+            0x0102_1994,
+            0x794C_7630,
+            0xF2F5_2010,
+            0x2FC1_2FC1,
+            0x8584_58F6,
+            0x7371_7368,
+            0x4D44,
+            0x2011_BAB0,
+        ];
+        // SAFETY: an all-zero `statfs` is a valid value of the plain C struct.
+        let mut stat: libc::statfs = unsafe { std::mem::zeroed() };
+        // SAFETY: fstatfs writes only the struct passed; the descriptor is open for `dir`'s life.
+        if unsafe { libc::fstatfs(dir.as_raw_fd(), &mut stat) } != 0 {
+            return false;
+        }
+        // The magic numbers are 32-bit; `f_type`'s width differs between targets.
+        LOCAL.contains(&(stat.f_type as u32))
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = dir;
+        false
     }
 }
 
@@ -165,10 +215,7 @@ impl PodVolumes {
         let root = Dir::open_ambient_dir(dir, ambient_authority())
             .map_err(|e| format!("cannot open {}: {e}", dir.display()))?;
         let Some(sub) = sub_path else {
-            return Ok(MountDir {
-                dir: root,
-                shown: dir.clone(),
-            });
+            return Ok(MountDir::of(root, dir.clone()));
         };
         let why = |e: std::io::Error| {
             if e.kind() == std::io::ErrorKind::PermissionDenied
@@ -187,10 +234,7 @@ impl PodVolumes {
             other => other,
         }
         .map_err(why)?;
-        Ok(MountDir {
-            dir: opened,
-            shown: dir.join(sub),
-        })
+        Ok(MountDir::of(opened, dir.join(sub)))
     }
 
     /// The directory of a container's single-file mounts in one guest directory (number `n` of
@@ -235,7 +279,7 @@ impl PodVolumes {
                 _ => format!("cannot mount the file at {}: {e}", m.path),
             })?;
         }
-        Ok(MountDir { dir, shown })
+        Ok(MountDir::of(dir, shown))
     }
 
     /// The first `emptyDir` whose contents exceed its `sizeLimit`: (name, usage, limit).
@@ -292,7 +336,7 @@ pub(crate) fn termination_dir(
     let dir = fresh_dir(&shown)?;
     dir.create(file)
         .map_err(|e| format!("cannot make {}: {e}", shown.join(file).display()))?;
-    Ok(MountDir { dir, shown })
+    Ok(MountDir::of(dir, shown))
 }
 
 /// The directory at `shown`, made if missing and emptied of whatever a last instance left there

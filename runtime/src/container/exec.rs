@@ -1,6 +1,6 @@
 //! Exec handlers, probes, hooks and `kubectl exec`: a command run in a fresh instance of a
 //! running container (Kubernetes' exec semantics: the same volumes and environment, not the
-//! same memory), the export it names or the entry point, off the runtime's workers.
+//! same memory), the export it names or the entry point, its file-system calls made inline.
 
 use std::sync::Arc;
 
@@ -11,6 +11,7 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use super::{EXIT_START_ERROR, EXIT_TRAP, Sandbox, Thread};
 use crate::engine::Image;
 use crate::host::PodExport;
+use crate::volumes::MountDir;
 
 /// The most output of an exec handler kept for its result message.
 const EXEC_OUTPUT: usize = 1024;
@@ -34,7 +35,7 @@ impl Sandbox {
     pub(crate) async fn exec(self: &Arc<Self>, command: &[String]) -> Result<(), String> {
         let output = MemoryOutputPipe::new(EXEC_OUTPUT);
         let (_, why) = self
-            .off_workers(command, None, output.clone(), output.clone())
+            .run_command(command, None, output.clone(), output.clone())
             .await;
         match why {
             None => Ok(()),
@@ -61,7 +62,7 @@ impl Sandbox {
     ) -> ExecOutput {
         let (stdout, stderr) = (MemoryOutputPipe::new(limit), MemoryOutputPipe::new(limit));
         let (exit_code, why) = self
-            .off_workers(command, stdin, stdout.clone(), stderr.clone())
+            .run_command(command, stdin, stdout.clone(), stderr.clone())
             .await;
         let mut stderr = stderr.contents().to_vec();
         if exit_code != 0
@@ -85,30 +86,38 @@ impl Sandbox {
         stdout: impl StdoutStream + 'static,
         stderr: impl StdoutStream + 'static,
     ) -> (i32, Option<String>) {
-        self.off_workers(command, stdin, stdout, stderr).await
+        self.run_command(command, stdin, stdout, stderr).await
     }
 
-    /// Runs `command` in a fresh instance, metered, on a thread of tokio's blocking pool
-    /// rather than on the runtime's workers. There its file-system calls are made inline
-    /// instead of each being sent to the blocking pool and its answer sent back (two thread
-    /// switches a call: most of what a probe cost), and a call that blocks on a slow mount
-    /// holds that thread only, as it would have held a pool thread before. Dropping the
-    /// returned future (a probe's timeout, a client gone) stops the instance, as dropping it
-    /// on a worker did.
-    async fn off_workers(
+    /// Runs `command` in a fresh instance, metered, with its file-system calls made inline
+    /// rather than each sent to tokio's blocking pool and its answer sent back (two thread
+    /// switches a call: most of what a probe cost). Where every mount is on a local file system
+    /// it runs on the worker that calls (no call waits on a server); else on a thread of the
+    /// blocking pool, where a call blocked on a slow mount holds that thread only, as it would
+    /// have held a pool thread before. Dropping the returned future (a probe's timeout, a
+    /// client gone) stops the instance, wherever it runs.
+    async fn run_command(
         self: &Arc<Self>,
         command: &[String],
         stdin: Option<AsyncStdinStream>,
         stdout: impl StdoutStream + 'static,
         stderr: impl StdoutStream + 'static,
     ) -> (i32, Option<String>) {
+        let local = self
+            .preopens
+            .iter()
+            .all(|p| p.host.as_ref().is_ok_and(MountDir::is_local));
+        if local {
+            let invoked = self.invoke(command, stdin, stdout, stderr, Thread::WorkerLocalFs);
+            return self.meter.run(invoked).await;
+        }
         let (sandbox, command) = (self.clone(), command.to_vec());
         let runtime = tokio::runtime::Handle::current();
         // Dropped with this future (or once the instance ended): the instance stops.
         let (_stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let instance = tokio::task::spawn_blocking(move || {
             runtime.block_on(async move {
-                let invoked = sandbox.invoke(&command, stdin, stdout, stderr);
+                let invoked = sandbox.invoke(&command, stdin, stdout, stderr, Thread::Own);
                 tokio::select! {
                     ended = sandbox.meter.run(invoked) => Some(ended),
                     _ = stopped => None,
@@ -126,17 +135,19 @@ impl Sandbox {
         }
     }
 
-    /// Runs `command` in a fresh instance (its caller meters it): its exit code (the export's
-    /// result, the entry point's exit code, 134 for a trap) and, when that is not 0, why.
+    /// Runs `command` in a fresh instance on `thread` (its caller meters it): its exit code
+    /// (the export's result, the entry point's exit code, 134 for a trap) and, when that is
+    /// not 0, why.
     async fn invoke(
         &self,
         command: &[String],
         stdin: Option<AsyncStdinStream>,
         stdout: impl StdoutStream + 'static,
         stderr: impl StdoutStream + 'static,
+        thread: Thread,
     ) -> (i32, Option<String>) {
         let name = command.first().map(String::as_str).unwrap_or_default();
-        let mut wasi = match self.wasi(command, stdout, stderr, Thread::Own) {
+        let mut wasi = match self.wasi(command, stdout, stderr, thread) {
             Ok(wasi) => wasi,
             Err(e) => return (EXIT_START_ERROR, Some(e.to_string())),
         };
@@ -151,7 +162,7 @@ impl Sandbox {
                 let Some(wasmtime::ExternType::Func(_)) = pre.module().get_export(export) else {
                     return self.exec_entry(&lease.image, wasi).await;
                 };
-                let mut store = self.p1_store(pre.module().engine(), &mut wasi, Thread::Own);
+                let mut store = self.p1_store(pre.module().engine(), &mut wasi, thread);
                 let result = async {
                     let instance = pre.instantiate_async(&mut store).await?;
                     let f = instance.get_typed_func::<(), i32>(&mut store, export)?;
@@ -170,8 +181,7 @@ impl Sandbox {
                 let Some(export) = PodExport::find(pre, name) else {
                     return self.exec_entry(&lease.image, wasi).await;
                 };
-                let mut store =
-                    self.p2_store(pre.engine(), &mut wasi, self.budget.clone(), Thread::Own);
+                let mut store = self.p2_store(pre.engine(), &mut wasi, self.budget.clone(), thread);
                 async {
                     let instance = pre.instantiate_async(&mut store).await?;
                     export.call(&mut store, &instance).await

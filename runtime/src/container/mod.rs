@@ -80,6 +80,9 @@ enum Thread {
     /// blocking pool (a call blocked on a slow mount must not hold a worker), and the ticker
     /// is woken the moment the instance executes wasm, so that it yields within a tick.
     Worker,
+    /// The runtime's workers, for a short-lived instance whose mounts are all on local file
+    /// systems: its file-system calls are made inline (none waits on a server).
+    WorkerLocalFs,
     /// A thread of its own: file-system calls are made inline, and the ticker is not woken
     /// for it (it delays no other pod; it is stopped and charged at the next tick, within
     /// the idle tick when nothing else runs).
@@ -137,7 +140,7 @@ impl Sandbox {
         // wasmtime-wasi reads this when a directory is added (its files and directories block
         // inline or not) and, for the context, when a preview1 guest sleeps (with it, on the
         // calling thread): so it is on only while the mounts are added.
-        b.allow_blocking_current_thread(thread == Thread::Own);
+        b.allow_blocking_current_thread(thread != Thread::Worker);
         for p in &self.preopens {
             let perms = if p.read_only {
                 FsPerms::ReadOnly

@@ -577,7 +577,9 @@ spec:
 /// A probe whose guest sleeps past its timeout (a preview1 module's `sleep`, the entry point
 /// with argv = command) is stopped at the timeout like one that computes: its sleep is a timer,
 /// not a blocked thread, so the timed-out instances are gone and hold none of the container's
-/// memory. (Probe instances run on threads of their own, where file-system calls block.)
+/// memory. Both ways a probe runs: on the runtime's workers (`probed`: its mounts, none here,
+/// are on local file systems) and on a thread of its own (`remote`: a mount on procfs, which
+/// wasmpod does not count as local), where its file reads are made inline.
 #[tokio::test]
 async fn a_probe_sleeping_past_its_timeout_is_stopped() {
     let node = TestNode::new();
@@ -586,6 +588,7 @@ apiVersion: v1
 kind: Pod
 metadata: { name: sleepy }
 spec:
+  volumes: [ { name: k, hostPath: { path: /proc/sys/kernel } } ]
   containers:
   - name: plain
     image: "{p1}"
@@ -594,24 +597,34 @@ spec:
     image: "{p1}"
     args: [sleep, "100000"]
     readinessProbe: { exec: { command: [agnhost, sleep, "100000"] }, periodSeconds: 1, timeoutSeconds: 1 }
+  - name: remote
+    image: "{p1}"
+    args: [sleep, "100000"]
+    volumeMounts: [ { name: k, mountPath: /k, readOnly: true } ]
+    readinessProbe: { exec: { command: [agnhost, sleep, "100000"] }, periodSeconds: 1, timeoutSeconds: 1 }
 "#;
     let pod = node.start(yaml).await;
     let mut events = pod.events();
-    let mut timed_out = 0;
+    let mut timed_out = [0, 0];
     tokio::time::timeout(LIMIT, async {
         while let Some(e) = events.next().await {
-            if e.container.as_deref() == Some("probed") && e.reason == Unhealthy {
+            let which = match e.container.as_deref() {
+                Some("probed") => 0,
+                Some("remote") => 1,
+                _ => continue,
+            };
+            if e.reason == Unhealthy {
                 assert_eq!(e.message, "Readiness probe failed: timed out after 1s");
-                timed_out += 1;
-                if timed_out == 3 {
+                timed_out[which] += 1;
+                if timed_out.iter().all(|n| *n >= 3) {
                     break;
                 }
             }
         }
     })
     .await
-    .expect("three probe timeouts");
-    // The container holds its main instance's memory and the attempt in flight's: a timed-out
+    .expect("three probe timeouts in each container");
+    // Each container holds its main instance's memory and the attempt in flight's: a timed-out
     // instance is dropped as the next attempt begins (for a moment there are three), where
     // sleeping threads would hold one more instance every second.
     let memory = |name: &str| {
@@ -619,14 +632,25 @@ spec:
         usage.iter().find(|c| c.name == name).unwrap().memory
     };
     let plain = memory("plain");
-    let start = std::time::Instant::now();
-    while memory("probed") > 2 * plain {
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "{} bytes held beside {plain} for the same guest without a probe",
-            memory("probed")
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    for probed in ["probed", "remote"] {
+        let start = std::time::Instant::now();
+        while memory(probed) > 2 * plain {
+            assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "{probed}: {} bytes held beside {plain} for the same guest without a probe",
+                memory(probed)
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
+    // A command in `remote` reads through its procfs mount on its own thread.
+    let command = ["agnhost", "cat", "/k/ostype"].map(String::from);
+    let out = pod.exec_output("remote", &command, 1 << 10).await.unwrap();
+    assert_eq!(
+        (out.exit_code, String::from_utf8_lossy(&out.stdout).as_ref()),
+        (0, "Linux\n"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     remove(&pod).await;
 }
