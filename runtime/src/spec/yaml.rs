@@ -14,10 +14,17 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
-use saphyr_parser::{Event, Parser, ScalarStyle, ScanError, Tag};
+use saphyr_parser::{Event, Parser, ScanError, Tag};
 use serde_json::{Map, Value};
 
 use super::{FieldError, InvalidPod};
+
+mod json;
+mod scalar;
+
+use json::{Unique, check_json};
+pub(super) use scalar::octal_modes;
+use scalar::{is_core, resolve};
 
 /// The most bytes of YAML read from one file or request (the Kubernetes API server's own limit
 /// on a request body).
@@ -103,96 +110,6 @@ pub fn read_documents(text: &[u8]) -> Result<Vec<Value>, InvalidPod> {
 fn scan_error(e: &ScanError) -> String {
     let at = e.marker();
     format!("{} at line {} column {}", e.info(), at.line(), at.col() + 1)
-}
-
-/// A JSON value whose mappings give each key once: serde_json's own `Value` keeps the last of a
-/// repeated key, where the YAML reader (and the API server) refuse it.
-struct Unique(Value);
-
-impl<'de> serde::Deserialize<'de> for Unique {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Unique, D::Error> {
-        d.deserialize_any(UniqueVisitor).map(Unique)
-    }
-}
-
-struct UniqueVisitor;
-
-impl<'de> serde::de::Visitor<'de> for UniqueVisitor {
-    type Value = Value;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("a JSON value")
-    }
-    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
-        Ok(Value::Bool(v))
-    }
-    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
-        Ok(Value::from(v))
-    }
-    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
-        Ok(Value::from(v))
-    }
-    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
-        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
-    }
-    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
-        Ok(Value::String(v.to_owned()))
-    }
-    fn visit_string<E>(self, v: String) -> Result<Value, E> {
-        Ok(Value::String(v))
-    }
-    fn visit_unit<E>(self) -> Result<Value, E> {
-        Ok(Value::Null)
-    }
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
-        let mut items = Vec::new();
-        while let Some(Unique(v)) = seq.next_element()? {
-            items.push(v);
-        }
-        Ok(Value::Array(items))
-    }
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
-        let mut out = Map::new();
-        while let Some(key) = map.next_key::<String>()? {
-            if out.contains_key(&key) {
-                return Err(serde::de::Error::custom(format!("duplicate key {key:?}")));
-            }
-            let Unique(value) = map.next_value()?;
-            out.insert(key, value);
-        }
-        Ok(Value::Object(out))
-    }
-}
-
-/// Checks a JSON value against the bounds, without recursion.
-fn check_json(value: &Value) -> Result<(), InvalidPod> {
-    let mut budget = Budget::default();
-    let mut stack = vec![(value, 0usize)];
-    while let Some((v, depth)) = stack.pop() {
-        let too_large = |message: String| refused(FieldError::too_large("", message));
-        match v {
-            Value::Array(items) => {
-                budget.charge(0).map_err(too_large)?;
-                if depth >= MAX_DEPTH {
-                    return Err(too_large(deep()));
-                }
-                stack.extend(items.iter().map(|i| (i, depth + 1)));
-            }
-            Value::Object(map) => {
-                budget.charge(0).map_err(too_large)?;
-                if depth >= MAX_DEPTH {
-                    return Err(too_large(deep()));
-                }
-                for (k, v) in map {
-                    budget.charge(k.len()).map_err(too_large)?;
-                    stack.push((v, depth + 1));
-                }
-            }
-            Value::String(s) => budget.charge(s.len()).map_err(too_large)?,
-            _ => budget.charge(8).map_err(too_large)?,
-        }
-    }
-    Ok(())
 }
 
 fn deep() -> String {
@@ -494,149 +411,6 @@ impl Reader {
                 Ok(None)
             }
         }
-    }
-}
-
-fn is_core(tag: &Tag, suffix: &str) -> bool {
-    tag.is_yaml_core_schema() && tag.suffix == suffix
-}
-
-/// A scalar's value: quoted and block scalars are strings; plain ones resolve by the core schema;
-/// the core tags (`!!str`, `!!int`, ...) say what to resolve to.
-fn resolve(text: &str, style: ScalarStyle, tag: Option<&Tag>) -> Result<Value, String> {
-    let Some(tag) = tag else {
-        return Ok(match style {
-            ScalarStyle::Plain => plain(text),
-            _ => Value::String(text.to_owned()),
-        });
-    };
-    let wrong = || format!("invalid value {text:?} for the tag {tag}");
-    if !tag.is_yaml_core_schema() {
-        return Err(format!("unsupported tag {tag}"));
-    }
-    match tag.suffix.as_str() {
-        "str" => Ok(Value::String(text.to_owned())),
-        "null" if null(text) => Ok(Value::Null),
-        "bool" => boolean(text).map(Value::Bool).ok_or_else(wrong),
-        "int" => int(text).ok_or_else(wrong),
-        "float" => float(text)
-            .or_else(|| int(text).and_then(|v| v.as_f64()))
-            .map(Value::from)
-            .ok_or_else(wrong),
-        _ => Err(wrong()),
-    }
-}
-
-fn plain(text: &str) -> Value {
-    if null(text) {
-        return Value::Null;
-    }
-    if let Some(b) = boolean(text) {
-        return Value::Bool(b);
-    }
-    if let Some(n) = int(text) {
-        return n;
-    }
-    if !leading_zeros(text)
-        && let Some(f) = float(text)
-    {
-        return Value::from(f);
-    }
-    Value::String(text.to_owned())
-}
-
-fn null(text: &str) -> bool {
-    matches!(text, "" | "~" | "null" | "Null" | "NULL")
-}
-
-fn boolean(text: &str) -> Option<bool> {
-    match text {
-        "true" | "True" | "TRUE" => Some(true),
-        "false" | "False" | "FALSE" => Some(false),
-        _ => None,
-    }
-}
-
-/// `0644` and the like: digits after a leading zero are a string in YAML 1.2.
-fn leading_zeros(text: &str) -> bool {
-    let digits = text.strip_prefix(['-', '+']).unwrap_or(text);
-    digits.len() > 1 && digits.starts_with('0') && digits[1..].bytes().all(|b| b.is_ascii_digit())
-}
-
-/// A core-schema integer that fits in 64 bits: decimal, or `0x`, `0o`, `0b` with an optional sign.
-fn int(text: &str) -> Option<Value> {
-    let (negative, unsigned) = match text.as_bytes().first()? {
-        b'-' => (true, &text[1..]),
-        b'+' => (false, &text[1..]),
-        _ => (false, text),
-    };
-    let (radix, digits) = if let Some(d) = unsigned.strip_prefix("0x") {
-        (16, d)
-    } else if let Some(d) = unsigned.strip_prefix("0o") {
-        (8, d)
-    } else if let Some(d) = unsigned.strip_prefix("0b") {
-        (2, d)
-    } else {
-        if leading_zeros(text) {
-            return None;
-        }
-        (10, unsigned)
-    };
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return None;
-    }
-    let magnitude = u64::from_str_radix(digits, radix).ok()?;
-    if !negative {
-        return Some(Value::from(magnitude));
-    }
-    match magnitude {
-        0 => Some(Value::from(0)),
-        m if m <= i64::MAX as u64 + 1 => Some(Value::from(0i64.wrapping_sub_unsigned(m))),
-        _ => None,
-    }
-}
-
-fn float(text: &str) -> Option<f64> {
-    let unsigned = match text.strip_prefix('+') {
-        Some(rest) if rest.starts_with(['+', '-']) => return None,
-        Some(rest) => rest,
-        None => text,
-    };
-    match unsigned {
-        ".inf" | ".Inf" | ".INF" => return Some(f64::INFINITY),
-        "-.inf" | "-.Inf" | "-.INF" => return Some(f64::NEG_INFINITY),
-        ".nan" | ".NaN" | ".NAN" => return Some(f64::NAN),
-        _ => {}
-    }
-    // Rust reads `inf`, `nan` and `infinity` too, which YAML does not.
-    if !unsigned.bytes().any(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    unsigned.parse::<f64>().ok().filter(|f| f.is_finite())
-}
-
-/// File modes written the YAML 1.1 way (`defaultMode: 0644`), which Kubernetes' YAML reader
-/// takes as octal and a YAML 1.2 reader as a string: `defaultMode` and `mode` values of `0`
-/// followed by octal digits become the number they mean.
-pub(super) fn octal_modes(value: &mut Value) {
-    match value {
-        Value::Object(map) => {
-            for (key, v) in map.iter_mut() {
-                if let (true, Value::String(s)) = (key == "defaultMode" || key == "mode", &*v)
-                    && s.len() > 1
-                    && s.len() <= 12
-                    && s.starts_with('0')
-                    && s.bytes().all(|b| (b'0'..=b'7').contains(&b))
-                    && let Ok(n) = i64::from_str_radix(s, 8)
-                {
-                    *v = Value::from(n);
-                } else {
-                    octal_modes(v);
-                }
-            }
-        }
-        Value::Array(items) => items.iter_mut().for_each(octal_modes),
-        _ => {}
     }
 }
 
