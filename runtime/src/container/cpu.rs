@@ -31,8 +31,8 @@ pub(super) fn prepare<T: 'static>(
     // calls, sleeping or waiting for I/O, is not CPU.
     let clock = Arc::new(std::sync::Mutex::new(WasmClock::default()));
     let hook = cpu.as_ref().map(|_| clock.clone());
-    let wake = thread != Thread::Own;
-    crate::engine::activity::track(store, activity, wake, move |inside| {
+    let counted = (thread != Thread::Own).then_some(activity);
+    crate::engine::activity::track(store, counted, move |inside| {
         if let Some(clock) = &hook {
             let mut c = clock.lock().unwrap_or_else(|e| e.into_inner());
             if inside {

@@ -11,8 +11,10 @@
 //! Waking the ticker is a system call and a thread switch, so a store wakes it only when it is
 //! parked: a guest that calls the host many times (each return from a host call enters wasm
 //! again) while the ticker counts down its tick costs nothing more. A store on a thread of its
-//! own (a probe's, a hook's, an exec's instance) does not wake it at all: computing there holds
-//! up no other guest, and it is stopped or charged at the next tick, the idle one at the latest.
+//! own (a probe's, a hook's, an exec's instance) is not counted and wakes nothing: computing
+//! there holds up no other guest, and it is stopped or charged at the next tick, the idle one at
+//! the latest. (Were it counted without waking, a guest on the workers entering after it would
+//! find the count above zero and not wake the parked ticker either.)
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -54,10 +56,8 @@ impl Activity {
         self.parked.store(false, Ordering::SeqCst);
     }
 
-    /// Counts a store in; with `wake`, wakes the ticker if it is parked.
-    fn enter(&self, wake: bool) {
+    fn enter(&self) {
         if self.running.fetch_add(1, Ordering::SeqCst) == 0
-            && wake
             && self.parked.swap(false, Ordering::SeqCst)
             && let Some(t) = self.ticker.get()
         {
@@ -72,8 +72,8 @@ impl Activity {
 
 /// One store's part in the count.
 struct Presence {
-    activity: Arc<Activity>,
-    wake: bool,
+    /// `None` for a store that is not counted.
+    activity: Option<Arc<Activity>>,
     inside: bool,
 }
 
@@ -81,10 +81,10 @@ impl Presence {
     fn set(&mut self, inside: bool) {
         if inside != self.inside {
             self.inside = inside;
-            if inside {
-                self.activity.enter(self.wake)
-            } else {
-                self.activity.leave()
+            match &self.activity {
+                Some(activity) if inside => activity.enter(),
+                Some(activity) => activity.leave(),
+                None => {}
             }
         }
     }
@@ -98,17 +98,15 @@ impl Drop for Presence {
 
 /// Makes `store` count in `activity` while it executes wasm, and tells `on_change` each time it
 /// enters (`true`) or leaves (`false`) wasm. (A store has one call hook: this is it.) With
-/// `wake`, its entering wakes a parked ticker; without, the ticker finds it at its idle tick
-/// (for stores on threads of their own, which hold up no other guest meanwhile).
+/// `activity` `None` the store is not counted: the ticker reaches it at its idle tick (for
+/// stores on threads of their own, which hold up no other guest meanwhile).
 pub(crate) fn track<T: 'static>(
     store: &mut Store<T>,
-    activity: Arc<Activity>,
-    wake: bool,
+    activity: Option<Arc<Activity>>,
     mut on_change: impl FnMut(bool) + Send + Sync + 'static,
 ) {
     let mut presence = Presence {
         activity,
-        wake,
         inside: false,
     };
     store.call_hook(move |_, hook| {
@@ -119,4 +117,37 @@ pub(crate) fn track<T: 'static>(
         presence.set(inside);
         Ok(())
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A store on a thread of its own neither counts nor wakes the ticker, and so does not keep
+    /// a guest on the workers that enters after it from waking the parked ticker.
+    #[test]
+    fn an_uncounted_store_leaves_the_ticker_to_the_counted_ones() {
+        let activity = Arc::new(Activity::default());
+        activity.set_ticker(std::thread::current());
+        activity.parked.store(true, Ordering::SeqCst);
+        let mut own = Presence {
+            activity: None,
+            inside: false,
+        };
+        own.set(true);
+        assert!(!activity.running());
+        assert!(activity.parked.load(Ordering::SeqCst), "woken for nothing");
+        let mut worker = Presence {
+            activity: Some(activity.clone()),
+            inside: false,
+        };
+        worker.set(true);
+        assert!(activity.running());
+        assert!(
+            !activity.parked.load(Ordering::SeqCst),
+            "the ticker slept on"
+        );
+        drop(worker);
+        assert!(!activity.running());
+    }
 }
