@@ -17,6 +17,7 @@ pub(crate) mod http;
 pub(crate) mod listener;
 pub(crate) mod names;
 pub(crate) mod pipe;
+mod ports;
 pub(crate) mod publish;
 pub(crate) mod tcp;
 pub(crate) mod udp;
@@ -33,6 +34,8 @@ pub(crate) use listener::HostListener;
 pub(crate) use listener::Listener;
 pub(crate) use pipe::HostStream;
 pub use pipe::PodConnection;
+pub(crate) use ports::PortGuard;
+use ports::Ports;
 use udp::Inbox;
 
 /// Whether pods may open connections to addresses outside the node's pod network.
@@ -290,7 +293,7 @@ impl PodNetwork {
             } else {
                 port + 1
             };
-            if !ports.0.contains_key(&port) {
+            if !ports.is_bound(port) {
                 return Some(port);
             }
         }
@@ -370,94 +373,6 @@ impl Drop for PodNetwork {
     fn drop(&mut self) {
         // The pod IP returns to the pool.
         self.node.pods().by_ip.remove(&self.ip);
-    }
-}
-
-/// A port table: which addresses are bound on each port.
-struct Ports<T>(HashMap<u16, Vec<(IpAddr, T)>>);
-
-impl<T> Default for Ports<T> {
-    fn default() -> Self {
-        Ports(HashMap::new())
-    }
-}
-
-impl<T> Ports<T> {
-    /// Binds `addr` unless an overlapping address of the same family holds the port.
-    fn bind(&mut self, addr: SocketAddr, item: T) -> bool {
-        let taken = self.0.get(&addr.port()).is_some_and(|bound| {
-            bound.iter().any(|(ip, _)| {
-                ip.is_ipv4() == addr.is_ipv4()
-                    && (ip.is_unspecified() || addr.ip().is_unspecified() || *ip == addr.ip())
-            })
-        });
-        if !taken {
-            self.0
-                .entry(addr.port())
-                .or_default()
-                .push((addr.ip(), item));
-        }
-        !taken
-    }
-
-    fn unbind(&mut self, addr: SocketAddr) {
-        if let Some(bound) = self.0.get_mut(&addr.port()) {
-            bound.retain(|(ip, _)| *ip != addr.ip());
-            if bound.is_empty() {
-                self.0.remove(&addr.port());
-            }
-        }
-    }
-
-    fn get_mut(&mut self, addr: SocketAddr) -> Option<&mut T> {
-        self.0
-            .get_mut(&addr.port())?
-            .iter_mut()
-            .find(|(ip, _)| *ip == addr.ip())
-            .map(|(_, item)| item)
-    }
-
-    /// What receives traffic to `to`: a binding of that exact address, or of the unspecified
-    /// address of its family. `is_pod_ip` tells the pod IP apart from other addresses.
-    fn find(&self, to: SocketAddr, is_pod_ip: impl Fn(IpAddr) -> bool) -> Option<&T> {
-        let bound = self.0.get(&to.port())?;
-        let target = if to.ip().is_loopback() || is_pod_ip(to.ip()) {
-            to.ip()
-        } else {
-            return None;
-        };
-        bound
-            .iter()
-            .find(|(ip, _)| *ip == target)
-            .or_else(|| {
-                bound
-                    .iter()
-                    .find(|(ip, _)| ip.is_unspecified() && ip.is_ipv4() == target.is_ipv4())
-            })
-            .map(|(_, item)| item)
-    }
-}
-
-/// A port bound in a pod, released when dropped.
-pub(crate) struct PortGuard {
-    pod: Arc<PodNetwork>,
-    addr: SocketAddr,
-    udp: bool,
-}
-
-impl PortGuard {
-    pub(crate) fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-}
-
-impl Drop for PortGuard {
-    fn drop(&mut self) {
-        if self.udp {
-            self.pod.udp().unbind(self.addr);
-        } else {
-            self.pod.tcp().unbind(self.addr);
-        }
     }
 }
 

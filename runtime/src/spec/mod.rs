@@ -3,7 +3,7 @@
 //!
 //! [`load`] reads documents (bounded by [`yaml`]) and checks their shape ([`shape`]); [`pod`]
 //! converts a Pod into the [`model`], with a file per part of it: [`containers`], [`env`],
-//! [`volumes`], [`handlers`] (probes and hooks), [`resources`], [`names`]. Every problem is a
+//! [`ports`], [`volumes`], [`handlers`] (probes and hooks), [`resources`], [`names`]. Every problem is a
 //! [`FieldError`] at its field path.
 
 mod affinity;
@@ -20,6 +20,7 @@ mod model;
 mod names;
 mod placement;
 mod pod;
+mod ports;
 mod priority;
 mod quantity;
 mod resources;

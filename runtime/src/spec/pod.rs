@@ -2,11 +2,12 @@
 //! deadline, hostname, priority class.
 
 use super::config::{ConfigStore, Kind};
-use super::containers::{PodContext, check_host_ports, convert_container};
+use super::containers::{PodContext, convert_container};
 use super::env;
 use super::errors::{FieldError, FieldPath};
 use super::model::{ContainerSpec, PodSpec, RestartPolicy};
 use super::names::{bounded_seconds, check_label, check_subdomain, check_uid};
+use super::ports::check_host_ports;
 use k8s_openapi::api::core::v1 as k8s;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use std::collections::{BTreeMap, BTreeSet};

@@ -5,6 +5,14 @@ use std::time::Instant;
 
 use tokio::io::{DuplexStream, ReadHalf, WriteHalf};
 
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use tokio::sync::{Semaphore, mpsc};
+use tokio::task::JoinHandle;
+
+use super::session::{Connection, Room, room};
 use super::*;
 
 const NEVER_READ: u16 = 1;
