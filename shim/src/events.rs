@@ -1,5 +1,5 @@
-//! containerd's events, as the shim sends them: in order, from a thread of their own, each
-//! a ttrpc call to containerd's publisher.
+//! The task service's events: where they go ([`EventSink`]), and containerd's publisher as one
+//! ([`Events`]: in order, from a thread of their own, each a ttrpc call to containerd).
 
 use std::sync::mpsc;
 
@@ -10,6 +10,37 @@ use containerd_shim::protos::protobuf::well_known_types::timestamp::Timestamp;
 use containerd_shim::publisher::RemotePublisher;
 
 use crate::process::{Exited, Outcome};
+
+/// Where the task service's events go, in the order sent: containerd's publisher ([`Events`]),
+/// or a list in the service's tests.
+pub(crate) trait EventSink: Clone + Send + Sync + 'static {
+    /// Sends `event` after those sent before it.
+    fn send(&self, event: impl Event + Send + 'static);
+
+    /// Returns once every event sent so far has gone out.
+    fn flush(&self);
+
+    /// A process ended: `TaskOOM` first when its memory limit ended it (the kubelet then
+    /// reports `OOMKilled`), then `TaskExit`; returns once both have gone out.
+    fn exited(&self, container: &str, id: &str, pid: u32, outcome: Outcome, end: Exited) {
+        // Only the container's own end is its OOM (an exec's is the exec's exit code).
+        if outcome.oom && id == container {
+            self.send(TaskOOM {
+                container_id: container.to_owned(),
+                ..Default::default()
+            });
+        }
+        self.send(TaskExit {
+            container_id: container.to_owned(),
+            id: id.to_owned(),
+            pid,
+            exit_status: end.code,
+            exited_at: MessageField::some(Timestamp::from(end.at)),
+            ..Default::default()
+        });
+        self.flush();
+    }
+}
 
 /// containerd's events, published in order from a thread of their own (publishing is a ttrpc
 /// call to containerd).
@@ -52,44 +83,17 @@ impl Events {
             .expect("the events thread");
         Events(tx)
     }
+}
 
-    pub(crate) fn send(&self, event: impl Event + Send + 'static) {
+impl EventSink for Events {
+    fn send(&self, event: impl Event + Send + 'static) {
         let _ = self.0.send(Message::Event(Box::new(event)));
     }
 
-    /// Waits until every event sent so far is published.
-    pub(crate) fn flush(&self) {
+    fn flush(&self) {
         let (done, published) = mpsc::channel();
         if self.0.send(Message::Flush(done)).is_ok() {
             let _ = published.recv();
         }
-    }
-
-    /// A process ended: `TaskOOM` first when its memory limit ended it (the kubelet then
-    /// reports `OOMKilled`), then `TaskExit`; returns once both are published.
-    pub(crate) fn exited(
-        &self,
-        container: &str,
-        id: &str,
-        pid: u32,
-        outcome: Outcome,
-        end: Exited,
-    ) {
-        // Only the container's own end is its OOM (an exec's is the exec's exit code).
-        if outcome.oom && id == container {
-            self.send(TaskOOM {
-                container_id: container.to_owned(),
-                ..Default::default()
-            });
-        }
-        self.send(TaskExit {
-            container_id: container.to_owned(),
-            id: id.to_owned(),
-            pid,
-            exit_status: end.code,
-            exited_at: MessageField::some(Timestamp::from(end.at)),
-            ..Default::default()
-        });
-        self.flush();
     }
 }

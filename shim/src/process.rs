@@ -201,3 +201,85 @@ fn exited(code: u32) -> Exited {
         at: SystemTime::now(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+
+    use super::*;
+
+    fn process() -> Arc<Process> {
+        Process::new("e".into(), Stdio::default(), TaskIo::new())
+    }
+
+    fn code(code: u32) -> Outcome {
+        Outcome { code, oom: false }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn a_process_runs_once_and_its_end_is_told_before_waiters_see_it() {
+        let p = process();
+        assert_eq!(p.status().0, Status::CREATED);
+        let (told, ended) = mpsc::channel();
+        let (go, gate) = tokio::sync::oneshot::channel::<()>();
+        p.start(
+            &Handle::current(),
+            |_io| async move {
+                let _ = gate.await;
+                code(5)
+            },
+            move |outcome, end| told.send((outcome, end)).unwrap(),
+        )
+        .unwrap();
+        assert!(p.running());
+        assert_eq!(p.status(), (Status::RUNNING, None));
+        let again = p.start(&Handle::current(), |_| async { code(0) }, |_, _| {});
+        assert!(matches!(again, Err(Failure::Precondition(_))));
+        go.send(()).unwrap();
+        let end = p.wait().await;
+        assert_eq!(end.code, 5);
+        // `ended` (containerd's TaskExit) ran before the end was visible.
+        let (outcome, told_end) = ended.try_recv().expect("told before the wait returned");
+        assert_eq!((outcome, told_end), (code(5), end));
+        assert_eq!(p.status(), (Status::STOPPED, Some(end)));
+        assert!(matches!(p.kill(), Err(Failure::NotFound(_))));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn kill_ends_a_running_process_with_137_and_a_created_one_without_running_it() {
+        let running = process();
+        let (told, ended) = mpsc::channel();
+        running
+            .start(
+                &Handle::current(),
+                |_io| std::future::pending(),
+                move |outcome, _| told.send(outcome).unwrap(),
+            )
+            .unwrap();
+        running.kill().unwrap();
+        assert_eq!(running.wait().await.code, KILLED);
+        assert_eq!(ended.recv().unwrap(), code(KILLED));
+
+        let created = process();
+        created.kill().unwrap();
+        assert_eq!(created.status().0, Status::STOPPED);
+        assert_eq!(created.wait().await.code, KILLED);
+        let start = created.start(&Handle::current(), |_| async { code(0) }, |_, _| {});
+        assert!(matches!(start, Err(Failure::Precondition(_))));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn a_process_that_ends_at_once_is_stamped_after_its_start_was_answered() {
+        let p = process();
+        p.start(&Handle::current(), |_io| async { code(0) }, |_, _| {})
+            .unwrap();
+        let answered = SystemTime::now();
+        p.answered();
+        let end = p.wait().await;
+        assert!(
+            end.at >= answered + AFTER_START,
+            "ended {:?} after the answer",
+            end.at.duration_since(answered)
+        );
+    }
+}

@@ -1,8 +1,10 @@
 //! containerd's task API (runtime v2), served by the pod's shim process: one method per
-//! request, each a few lines over [`Container`] and [`crate::process::Process`].
+//! request, each a few lines over [`Container`] and [`crate::process::Process`]. The service is
+//! generic over where its events go ([`EventSink`]): containerd's publisher in the shim, a list
+//! in its tests, which drive the task API's flows without containerd.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::SystemTime;
 
@@ -19,13 +21,12 @@ use containerd_shim::protos::events::task::{
 use containerd_shim::protos::protobuf::MessageField;
 use containerd_shim::protos::protobuf::well_known_types::timestamp::Timestamp;
 use containerd_shim::protos::types::task::ProcessInfo;
-use containerd_shim::publisher::RemotePublisher;
 use containerd_shim::{DeleteResponse, ExitSignal, Task, TtrpcContext, TtrpcResult};
 use wasmpod::task::TaskEngine;
 
 use crate::cgroup;
 use crate::container::{Container, Guest};
-use crate::events::Events;
+use crate::events::EventSink;
 use crate::failure::Failure;
 use crate::image::Images;
 use crate::process::Exited;
@@ -35,21 +36,31 @@ use crate::stdio::Stdio;
 /// another directory (only root may write it, else the cache is off).
 const CACHE_DIR: &str = "/var/cache/wasmpod-shim";
 
-/// The task service of one shim process.
-pub(crate) struct Service {
+/// The compile cache's directory: `WASMPOD_SHIM_CACHE`, else [`CACHE_DIR`].
+pub(crate) fn cache_dir() -> PathBuf {
+    std::env::var_os("WASMPOD_SHIM_CACHE").map_or(CACHE_DIR.into(), Into::into)
+}
+
+/// The task service of one shim process, its events sent to `E`.
+pub(crate) struct Service<E> {
     rt: tokio::runtime::Runtime,
     engine: Mutex<Option<Arc<TaskEngine>>>,
     containers: Mutex<HashMap<String, Arc<Container>>>,
-    events: Events,
+    events: E,
     /// containerd's images, where a guest the root filesystem lacks is looked for.
     images: Images,
     exit: Arc<ExitSignal>,
     cgroup: Mutex<Option<cgroup::Joined>>,
+    /// Where compiled guests are kept ([`cache_dir`]).
+    cache: PathBuf,
     pid: u32,
 }
 
-impl Service {
-    pub(crate) fn new(publisher: RemotePublisher, images: Images, exit: Arc<ExitSignal>) -> Self {
+impl<E: EventSink> Service<E> {
+    /// A service with no container yet; its events go to `events`, a guest the root filesystem
+    /// lacks is looked for in `images`, compiled guests are kept in `cache` (if only root may
+    /// write it) and `exit` is signalled at `Shutdown`.
+    pub(crate) fn new(events: E, images: Images, exit: Arc<ExitSignal>, cache: PathBuf) -> Self {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .thread_name("wasmpod-shim")
             .enable_all()
@@ -59,10 +70,11 @@ impl Service {
             rt,
             engine: Mutex::default(),
             containers: Mutex::default(),
-            events: Events::start(publisher, images.namespace.clone()),
+            events,
             images,
             exit,
             cgroup: Mutex::default(),
+            cache,
             pid: std::process::id(),
         }
     }
@@ -84,9 +96,7 @@ impl Service {
         if let Some(engine) = &*engine {
             return Ok(engine.clone());
         }
-        let dir: std::path::PathBuf =
-            std::env::var_os("WASMPOD_SHIM_CACHE").map_or(CACHE_DIR.into(), Into::into);
-        let cache = trusted_cache_dir(Path::new(&dir));
+        let cache = trusted_cache_dir(&self.cache);
         let made = Arc::new(TaskEngine::new(cache)?);
         *engine = Some(made.clone());
         Ok(made)
@@ -387,7 +397,7 @@ fn trusted_cache_dir(dir: &Path) -> Option<&Path> {
     Some(dir)
 }
 
-impl Task for Service {
+impl<E: EventSink> Task for Service<E> {
     fn create(&self, _: &TtrpcContext, req: CreateTaskRequest) -> TtrpcResult<CreateTaskResponse> {
         Ok(self.create_task(req)?)
     }
@@ -465,3 +475,6 @@ impl Task for Service {
         Ok(Empty::new())
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -12,6 +12,7 @@ use containerd_shim::util::write_address;
 use containerd_shim::{Config, DeleteResponse, ExitSignal, Flags, StartOpts};
 use oci_spec::runtime::{LinuxNamespaceType, Spec};
 
+use crate::events::Events;
 use crate::service::Service;
 
 /// The runtime's name in containerd.
@@ -28,7 +29,7 @@ pub(crate) struct WasmpodShim {
 }
 
 impl containerd_shim::Shim for WasmpodShim {
-    type T = Service;
+    type T = Service<Events>;
 
     fn new(_runtime_id: &str, args: &Flags, _config: &mut Config) -> Self {
         WasmpodShim {
@@ -74,12 +75,18 @@ impl containerd_shim::Shim for WasmpodShim {
         self.exit.wait();
     }
 
-    fn create_task_service(&self, publisher: RemotePublisher) -> Service {
+    fn create_task_service(&self, publisher: RemotePublisher) -> Service<Events> {
         let images = crate::image::Images {
             address: self.address.clone(),
             namespace: self.namespace.clone(),
         };
-        Service::new(publisher, images, self.exit.clone())
+        let events = Events::start(publisher, images.namespace.clone());
+        Service::new(
+            events,
+            images,
+            self.exit.clone(),
+            crate::service::cache_dir(),
+        )
     }
 }
 
