@@ -5,14 +5,16 @@
 //! scheduler's victim selection); it starts when they are gone. Under memory pressure, pods are
 //! evicted in the kubelet's order.
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 mod eviction;
 mod placement;
+mod queue;
 mod victims;
 
 use super::{Allocatable, PodHandle};
@@ -20,7 +22,7 @@ use crate::memory::{NodeMemory, PodMemory};
 use crate::spec::{PodSpec, Requests};
 use crate::supervisor::AdmissionSeat;
 pub(crate) use placement::SPREAD_LABEL;
-use victims::{Occupant, select_victims};
+use queue::{Action, Choice, Queue, Seated, Usage};
 
 /// The scheduler's reason for a node whose labels do not match a pod's `nodeSelector`.
 pub(crate) const NOT_SELECTED: &str = "node(s) didn't match Pod's node affinity/selector";
@@ -45,76 +47,23 @@ pub(crate) struct Candidate {
     pub unselected: Option<String>,
 }
 
-enum State {
-    /// Waiting for room; `nominated` once victims were chosen for it.
-    Pending {
-        nominated: bool,
-        message: Option<String>,
-    },
-    /// Counted against the node; `leaving` once it is stopping for good.
-    Admitted { leaving: bool },
+/// A pod admission holds: where its verdicts go, and the memory it uses.
+struct Pod {
+    handle: PodHandle,
+    memory: Arc<PodMemory>,
 }
 
-struct Entry {
-    pod: Candidate,
-    state: State,
-}
-
-/// Resources in use (or reserved).
-#[derive(Debug, Clone, Copy, Default)]
-struct Usage {
-    memory: u64,
-    cpu_milli: u64,
-    pods: u64,
-    containers: u64,
-}
-
-impl Usage {
-    fn plus(self, r: Requests) -> Usage {
-        Usage {
-            memory: self.memory.saturating_add(r.memory),
-            cpu_milli: self.cpu_milli.saturating_add(r.cpu_milli),
-            pods: self.pods + 1,
-            containers: self.containers.saturating_add(r.containers),
-        }
-    }
-
-    fn add(self, other: Usage) -> Usage {
-        Usage {
-            memory: self.memory.saturating_add(other.memory),
-            cpu_milli: self.cpu_milli.saturating_add(other.cpu_milli),
-            pods: self.pods + other.pods,
-            containers: self.containers.saturating_add(other.containers),
-        }
-    }
-
-    fn minus(self, r: Requests) -> Usage {
-        Usage {
-            memory: self.memory.saturating_sub(r.memory),
-            cpu_milli: self.cpu_milli.saturating_sub(r.cpu_milli),
-            pods: self.pods.saturating_sub(1),
-            containers: self.containers.saturating_sub(r.containers),
-        }
-    }
-}
-
-#[derive(Default)]
+/// The decision's data and the pods it is about.
 struct Inner {
-    entries: HashMap<u64, Entry>,
-    /// The pending pods, in the order they are considered: highest priority, then oldest.
-    pending: BTreeSet<(Reverse<i32>, u64)>,
-    /// The admitted pods' requests.
-    used: Usage,
-    /// How many admitted pods have a required anti-affinity (which every pending pod is then
-    /// checked against).
-    repelling: usize,
+    queue: Queue,
+    pods: HashMap<u64, Pod>,
 }
 
+/// Admission: the [`Queue`]'s decisions, told to the pods under one lock (so that each pod
+/// hears them in the order they were made).
 pub(crate) struct Scheduler {
     inner: Mutex<Inner>,
-    allocatable: Allocatable,
     node_name: String,
-    node_labels: Arc<BTreeMap<String, String>>,
     memory: Arc<NodeMemory>,
     next_key: AtomicU64,
     evicting: AtomicBool,
@@ -159,10 +108,11 @@ impl Scheduler {
         memory: Arc<NodeMemory>,
     ) -> Arc<Scheduler> {
         let scheduler = Arc::new(Scheduler {
-            inner: Mutex::default(),
-            allocatable,
+            inner: Mutex::new(Inner {
+                queue: Queue::new(allocatable, node_name.clone(), node_labels),
+                pods: HashMap::new(),
+            }),
             node_name,
-            node_labels,
             memory: memory.clone(),
             next_key: AtomicU64::new(1),
             evicting: AtomicBool::new(false),
@@ -179,7 +129,7 @@ impl Scheduler {
     }
 
     pub(crate) fn allocatable(&self) -> Allocatable {
-        self.allocatable
+        self.lock().queue.allocatable()
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -198,23 +148,24 @@ impl Scheduler {
     /// whether that pod was admitted (it is not told so through its handle).
     pub(crate) fn submit(&self, key: u64, pod: Candidate) -> bool {
         let mut inner = self.lock();
-        let state = State::Pending {
-            nominated: false,
-            message: None,
+        let seated = Seated {
+            spec: pod.spec,
+            priority: pod.priority,
+            preempts: pod.preempts,
+            requests: pod.requests,
+            unselected: pod.unselected,
         };
-        inner.pending.insert((Reverse(pod.priority), key));
-        inner.entries.insert(key, Entry { pod, state });
-        self.schedule(&mut inner, Some(key))
+        let held = Pod {
+            handle: pod.handle,
+            memory: pod.memory,
+        };
+        inner.pods.insert(key, held);
+        let actions = inner.queue.submit(key, seated);
+        self.tell(&inner, actions, Some(key))
     }
 
     fn leaving(&self, key: u64) {
-        if let Some(Entry {
-            state: State::Admitted { leaving },
-            ..
-        }) = self.lock().entries.get_mut(&key)
-        {
-            *leaving = true;
-        }
+        self.lock().queue.leaving(key);
     }
 
     /// Sets what runs after each release, outside admission's lock.
@@ -234,258 +185,38 @@ impl Scheduler {
     /// Whether the pod held a seat.
     fn release_seat(&self, key: u64) -> bool {
         let mut inner = self.lock();
-        let Some(entry) = inner.entries.remove(&key) else {
+        let Some(actions) = inner.queue.release(key) else {
             return false;
         };
-        match entry.state {
-            State::Admitted { .. } => {
-                inner.used = inner.used.minus(entry.pod.requests);
-                if !entry.pod.spec.placement.anti_affinity.is_empty() {
-                    inner.repelling -= 1;
-                }
-            }
-            State::Pending { .. } => {
-                inner.pending.remove(&(Reverse(entry.pod.priority), key));
-            }
-        }
-        self.schedule(&mut inner, None);
+        inner.pods.remove(&key);
+        self.tell(&inner, actions, None);
         true
     }
 
-    /// What `requests` lacks with `used` taken, in the scheduler's words; empty when it fits.
-    fn shortfall(&self, used: Usage, requests: Requests) -> Vec<&'static str> {
-        let after = used.plus(requests);
-        let a = &self.allocatable;
-        let mut lacking = Vec::new();
-        if after.cpu_milli > a.cpu_milli && requests.cpu_milli > 0 {
-            lacking.push("Insufficient cpu");
-        }
-        if after.memory > a.memory && requests.memory > 0 {
-            lacking.push("Insufficient memory");
-        }
-        if after.pods > a.pods {
-            lacking.push("Too many pods");
-        }
-        // An extended resource of wasmpod's, in the scheduler's words for those.
-        if after.containers > a.containers && requests.containers > 0 {
-            lacking.push("Insufficient wasmpod.dev/containers");
-        }
-        lacking
-    }
-
-    /// Admits the pending pods that fit, highest priority first (then oldest); chooses victims
-    /// for a pod that does not fit and may preempt. Returns whether `submitting` was admitted.
-    fn schedule(&self, inner: &mut Inner, submitting: Option<u64>) -> bool {
+    /// Tells the pods what was decided; returns whether `submitting` was admitted (which it
+    /// is not told: its creator starts it).
+    fn tell(&self, inner: &Inner, actions: Vec<Action>, submitting: Option<u64>) -> bool {
         let mut admitted = false;
-        // A pod admitted in a pass may be what an earlier pending pod's affinity waited for
-        // (the scheduler requeues unschedulable pods when a pod is added): pass again then,
-        // while a pass admitted a pod and refused one for its placement.
-        loop {
-            let (now, again) = self.schedule_pass(inner, submitting);
-            admitted |= now;
-            if !again || inner.pending.is_empty() {
-                return admitted;
-            }
-        }
-    }
-
-    /// One pass over the pending pods; returns whether `submitting` was admitted, and whether
-    /// to pass again (a pod was admitted and one was refused for its placement).
-    fn schedule_pass(&self, inner: &mut Inner, submitting: Option<u64>) -> (bool, bool) {
-        if inner.pending.is_empty() {
-            return (false, false);
-        }
-        let (mut any, mut unplaced) = (false, false);
-        let pending: Vec<(Reverse<i32>, u64)> = inner.pending.iter().copied().collect();
-        let mut admitted = false;
-        // Room held for nominated pods while their victims stop: lower pods may not take it.
-        let mut reserved = Usage::default();
-        for (priority, key) in pending {
-            let requests = inner.entries[&key].pod.requests;
-            let verdict = self.verdict(inner, key, reserved);
-            let entry = inner.entries.get_mut(&key).expect("pending entry");
-            let message = match verdict {
-                Verdict::Admit => {
-                    inner.pending.remove(&(priority, key));
-                    inner.used = inner.used.plus(requests);
-                    if !entry.pod.spec.placement.anti_affinity.is_empty() {
-                        inner.repelling += 1;
-                    }
-                    entry.state = State::Admitted { leaving: false };
-                    any = true;
-                    if submitting == Some(key) {
-                        admitted = true;
-                    } else {
-                        entry.pod.handle.admitted();
-                    }
-                    continue;
+        for action in actions {
+            match action {
+                Action::Admit(key) if Some(key) == submitting => admitted = true,
+                Action::Admit(key) => inner.pods[&key].handle.admitted(),
+                Action::Unschedulable {
+                    key,
+                    message,
+                    nominated,
+                } => {
+                    let node = nominated.then(|| self.node_name.clone());
+                    inner.pods[&key].handle.unschedulable(message, node);
                 }
-                Verdict::Hold => {
-                    reserved = reserved.plus(requests);
-                    continue;
-                }
-                Verdict::Nominate(victims, message) => {
-                    entry.state = State::Pending {
-                        nominated: true,
-                        message: Some(message.clone()),
-                    };
-                    entry
-                        .pod
-                        .handle
-                        .unschedulable(message, Some(self.node_name.clone()));
-                    self.preempt(inner, key, &victims);
-                    reserved = reserved.plus(requests);
-                    continue;
-                }
-                Verdict::Wait(message) => message,
-                Verdict::Unplaced(message) => {
-                    unplaced = true;
-                    message
-                }
-            };
-            if let State::Pending {
-                nominated,
-                message: said,
-            } = &mut entry.state
-            {
-                *nominated = false;
-                if said.as_deref() != Some(message.as_str()) {
-                    *said = Some(message.clone());
-                    entry.pod.handle.unschedulable(message, None);
+                Action::Preempt { key, message } => {
+                    let handle = &inner.pods[&key].handle;
+                    tracing::info!(pod = handle.name(), "{message}");
+                    handle.preempted(message);
+                    handle.delete(None);
                 }
             }
         }
-        (admitted, any && unplaced)
+        admitted
     }
-
-    /// What becomes of pending pod `key`, with `reserved` held for pods before it.
-    fn verdict(&self, inner: &Inner, key: u64, reserved: Usage) -> Verdict {
-        let entry = &inner.entries[&key];
-        if let Some(why) = &entry.pod.unselected {
-            // The scheduler's NodeName and NodeAffinity filters come first; no preemption can
-            // help them.
-            return Verdict::Wait(format!(
-                "0/1 nodes are available: 1 {why}. preemption: 0/1 nodes are available: 1 \
-                 Preemption is not helpful for scheduling."
-            ));
-        }
-        let lacking = self.shortfall(inner.used.add(reserved), entry.pod.requests);
-        if lacking.is_empty() {
-            // The inter-pod filters, which come after the resource fit. wasmpod does not
-            // preempt for them.
-            return match self.placement_refusal(inner, key) {
-                None => Verdict::Admit,
-                Some(why) => Verdict::Unplaced(format!(
-                    "0/1 nodes are available: 1 {why}. preemption: 0/1 nodes are available: 1 \
-                     Preemption is not helpful for scheduling."
-                )),
-            };
-        }
-        let nominated = matches!(
-            entry.state,
-            State::Pending {
-                nominated: true,
-                ..
-            }
-        );
-        let message = format!("0/1 nodes are available: 1 {}.", lacking.join(", 1 "));
-        if !entry.pod.preempts {
-            return Verdict::Wait(
-                message + " preemption: not eligible due to preemptionPolicy=Never.",
-            );
-        }
-        match self.victims(inner, key, reserved) {
-            Choice::Victims(victims) => Verdict::Nominate(victims, message),
-            // Its victims are still stopping.
-            Choice::WaitForLeaving if nominated => Verdict::Hold,
-            Choice::WaitForLeaving => Verdict::Wait(
-                message + " preemption: waiting for terminating pods to leave the node.",
-            ),
-            Choice::None => Verdict::Wait(
-                message
-                    + " preemption: 0/1 nodes are available: 1 No preemption victims found for \
-                       incoming pod.",
-            ),
-        }
-    }
-
-    /// Why pending pod `key` may not join the admitted pods (topology spread, pod affinity and
-    /// anti-affinity), or `None`.
-    fn placement_refusal(&self, inner: &Inner, key: u64) -> Option<&'static str> {
-        let pod = &inner.entries[&key].pod.spec;
-        if pod.placement.is_empty() && inner.repelling == 0 {
-            return None;
-        }
-        let admitted: Vec<placement::Admitted<'_>> = inner
-            .entries
-            .values()
-            .filter_map(|e| match e.state {
-                State::Admitted { leaving } => Some(placement::Admitted {
-                    spec: &e.pod.spec,
-                    leaving,
-                }),
-                State::Pending { .. } => None,
-            })
-            .collect();
-        placement::refusal(pod, &admitted, &self.node_labels)
-    }
-
-    /// The victims pending pod `key` would need (see [`select_victims`]).
-    fn victims(&self, inner: &Inner, key: u64, reserved: Usage) -> Choice {
-        let preemptor = &inner.entries[&key].pod;
-        let others: Vec<Occupant> = inner
-            .entries
-            .iter()
-            .filter_map(|(&k, e)| match e.state {
-                State::Admitted { leaving } => Some(Occupant {
-                    key: k,
-                    priority: e.pod.priority,
-                    requests: e.pod.requests,
-                    leaving,
-                }),
-                State::Pending { .. } => None,
-            })
-            .collect();
-        let fits = |used: Usage| self.shortfall(used, preemptor.requests).is_empty();
-        select_victims(fits, inner.used.add(reserved), preemptor.priority, &others)
-    }
-
-    fn preempt(&self, inner: &mut Inner, preemptor: u64, victims: &[u64]) {
-        let by = &inner.entries[&preemptor].pod;
-        let message = format!(
-            "Preempted by pod {}/{} on node {}",
-            by.spec.namespace,
-            by.handle.name(),
-            self.node_name
-        );
-        for key in victims {
-            let entry = inner.entries.get_mut(key).expect("victim entry");
-            entry.state = State::Admitted { leaving: true };
-            tracing::info!(pod = entry.pod.handle.name(), "{message}");
-            entry.pod.handle.preempted(message.clone());
-            entry.pod.handle.delete(None);
-        }
-    }
-
-    // ---- eviction under memory pressure --------------------------------------------------------
-}
-
-/// What admission does with a pending pod.
-enum Verdict {
-    Admit,
-    /// Keep its room while its victims stop.
-    Hold,
-    /// Preempt these pods for it.
-    Nominate(Vec<u64>, String),
-    /// It waits, for this reason.
-    Wait(String),
-    /// It waits for the pods on the node to change (its placement), for this reason.
-    Unplaced(String),
-}
-
-enum Choice {
-    Victims(Vec<u64>),
-    /// The pod fits once the pods already stopping have left.
-    WaitForLeaving,
-    None,
 }

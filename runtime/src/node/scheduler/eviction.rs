@@ -2,12 +2,12 @@
 //! node's threshold, one pod at a time above its memory request is evicted (lowest priority
 //! first, then furthest above its request), each waited for, until the node is below it.
 
-use std::cmp::Reverse;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
 
-use super::{PodHandle, QUIET, Scheduler, State};
+use tokio::time::Instant;
+
+use super::{PodHandle, QUIET, Scheduler};
 
 impl Scheduler {
     /// A growth left the guests above the threshold: start evicting unless already at it.
@@ -54,35 +54,26 @@ impl Scheduler {
         }
     }
 
-    /// The kubelet's ranking under memory pressure: pods using more than they request, lowest
-    /// priority first, then the most above its request. Pods within their requests are never
-    /// chosen.
+    /// The pod to evict under memory pressure (the queue's ranking, by each pod's memory
+    /// now), marked leaving, and the kubelet's message for it.
     pub(super) fn pressure_victim(&self) -> Option<(PodHandle, String)> {
         let mut inner = self.lock();
-        let (_, _, key) = inner
-            .entries
-            .iter()
-            .filter_map(|(&key, e)| {
-                let State::Admitted { leaving: false } = e.state else {
-                    return None;
-                };
-                let used = e.pod.memory.used();
-                let excess = used.checked_sub(e.pod.requests.memory)?;
-                (excess > 0).then_some((e.pod.priority, Reverse(excess), key))
-            })
-            .min()?;
-        let entry = inner.entries.get_mut(&key)?;
-        entry.state = State::Admitted { leaving: true };
+        let inner = &mut *inner;
+        let pods = &inner.pods;
+        let key = inner
+            .queue
+            .pressure_victim(|key| pods.get(&key).map_or(0, |p| p.memory.used()))?;
+        let pod = pods.get(&key)?;
         let message = format!(
             "The node was low on resource: memory. Threshold quantity: {}, in use: {}. \
              Pod {} was using {}, request is {}, has larger consumption of memory.",
             mib(self.memory.threshold()),
             mib(self.memory.used()),
-            entry.pod.handle.name(),
-            mib(entry.pod.memory.used()),
-            mib(entry.pod.requests.memory),
+            pod.handle.name(),
+            mib(pod.memory.used()),
+            mib(inner.queue.requests(key).memory),
         );
-        Some((entry.pod.handle.clone(), message))
+        Some((pod.handle.clone(), message))
     }
 }
 
