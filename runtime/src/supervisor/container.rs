@@ -24,10 +24,55 @@ pub(crate) struct Terminated {
     pub(crate) finished: Instant,
 }
 
+/// Why a container waits: the kubelet's `state.waiting.reason`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Waiting {
+    /// Its instance is being made (its image pulled, its module loaded).
+    ContainerCreating,
+    /// A regular container while the pod's init containers run.
+    PodInitializing,
+    /// Its crash-loop backoff runs.
+    CrashLoopBackOff,
+    /// Its registry image was not pulled.
+    PullFailed(PullFailure),
+    /// Its image backoff runs, after a failed pull or a module that did not load.
+    ImagePullBackOff,
+}
+
+/// Why a registry image was not pulled, as the kubelet tells them apart. (The kubelet's
+/// `InvalidImageName` does not arise: a reference that does not parse is refused with the pod.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PullFailure {
+    /// `ErrImagePull`: the registry failed or refused the pull.
+    ErrImagePull,
+    /// `ErrImageNeverPull`: not on the node, and the pull policy is `Never`.
+    ErrImageNeverPull,
+    /// `SignatureValidationFailed`: no signature the node's key accepts (CRI's
+    /// `ErrSignatureValidationFailed`).
+    SignatureValidationFailed,
+}
+
+impl Waiting {
+    /// The reason's word in the container's status.
+    pub(crate) fn reason(self) -> &'static str {
+        match self {
+            Waiting::ContainerCreating => "ContainerCreating",
+            Waiting::PodInitializing => "PodInitializing",
+            Waiting::CrashLoopBackOff => "CrashLoopBackOff",
+            Waiting::PullFailed(PullFailure::ErrImagePull) => "ErrImagePull",
+            Waiting::PullFailed(PullFailure::ErrImageNeverPull) => "ErrImageNeverPull",
+            Waiting::PullFailed(PullFailure::SignatureValidationFailed) => {
+                "SignatureValidationFailed"
+            }
+            Waiting::ImagePullBackOff => "ImagePullBackOff",
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub(crate) enum State {
     Waiting {
-        reason: &'static str,
+        reason: Waiting,
         message: Option<String>,
     },
     Running {
@@ -118,7 +163,7 @@ pub(crate) struct Container {
 impl Container {
     pub(crate) fn new(
         spec: ContainerSpec,
-        waiting_reason: &'static str,
+        waiting_reason: Waiting,
         preloaded: Option<(Arc<Image>, Pull)>,
     ) -> Container {
         Container {
@@ -163,7 +208,7 @@ impl Container {
 
     /// The container waits to start (again) with `reason`: a terminated instance's end becomes
     /// its last state.
-    pub(crate) fn wait(&mut self, reason: &'static str, message: Option<String>) {
+    pub(crate) fn wait(&mut self, reason: Waiting, message: Option<String>) {
         let waiting = State::Waiting { reason, message };
         if let State::Terminated(t) = std::mem::replace(&mut self.state, waiting) {
             self.last_state = Some(t);
@@ -255,7 +300,7 @@ fn state(s: &State) -> k8s::ContainerState {
     match s {
         State::Waiting { reason, message } => k8s::ContainerState {
             waiting: Some(k8s::ContainerStateWaiting {
-                reason: Some((*reason).into()),
+                reason: Some(reason.reason().into()),
                 message: message.clone(),
             }),
             ..Default::default()

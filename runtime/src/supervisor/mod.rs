@@ -31,7 +31,7 @@ use tokio::time::Instant;
 
 pub(crate) use crate::events::Phase;
 pub use backoff::BackoffOptions;
-use container::{Container, Instance};
+use container::{Container, Instance, Waiting};
 pub use error::ContainerError;
 pub(crate) use messages::{Mailbox, Msg};
 use probe::HookKind;
@@ -280,9 +280,9 @@ impl PodTask {
             )
         });
         let waiting = if spec.has_init() {
-            "PodInitializing"
+            Waiting::PodInitializing
         } else {
-            "ContainerCreating"
+            Waiting::ContainerCreating
         };
         let containers: Vec<Container> = spec
             .containers

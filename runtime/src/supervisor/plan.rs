@@ -16,14 +16,8 @@ use crate::spec::{RestartPolicy, Role};
 #[derive(Debug, Clone, Copy)]
 pub(super) struct ContainerState {
     pub role: Role,
-    /// An instance exists: running, in its postStart hook, or stopping.
-    pub alive: bool,
-    /// The instance counts as Running (its postStart hook returned).
-    pub running: bool,
-    /// Its startup probe passed (or it has none) and it runs.
-    pub started: bool,
-    /// Its instance's postStart hook has not returned yet.
-    pub in_post_start: bool,
+    /// Whether it has an instance, and where that instance is.
+    pub life: Life,
     /// It has a postStart hook (which holds the next regular container once it starts).
     pub has_post_start: bool,
     pub has_pre_stop: bool,
@@ -34,17 +28,84 @@ pub(super) struct ContainerState {
     pub succeeded: bool,
     /// Its image changed: it starts again whatever the policy, without backoff.
     pub changed: bool,
-    /// It may not start before this (crash-loop or image backoff).
-    pub retry_at: Option<Instant>,
-    /// It waits with `ErrImagePull`, which turns into `ImagePullBackOff` while it waits.
-    pub pull_failed: bool,
     pub backoff: Backoff,
-    /// Its instance is being stopped (a grace period runs, or its hook started early).
-    pub stopping: bool,
+}
+
+/// Whether a container has an instance, and where that instance is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Life {
+    /// No instance: it never ran, or it exited.
+    Down {
+        /// It may not start before this (crash-loop or image backoff).
+        retry_at: Option<Instant>,
+        /// It waits with `ErrImagePull`, which turns `ImagePullBackOff` while it waits.
+        pull_failed: bool,
+    },
+    /// An instance: where it is in starting, and in stopping if it is being stopped.
+    Up { phase: Phase, stop: Option<Due> },
+}
+
+/// Where a live instance is in starting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Phase {
+    /// Made, not Running yet.
+    Starting,
+    /// Its postStart hook runs (not Running until it returns).
+    PostStart,
+    /// It counts as Running; `started` once its startup probe passed (or it has none).
+    Running { started: bool },
+}
+
+/// When TERM and KILL are due to a live instance being stopped (a grace period runs, or its
+/// preStop hook started early).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(super) struct Due {
     /// TERM was sent and KILL is due then (and not sent yet).
     pub kill_at: Option<Instant>,
     /// Its preStop hook outlived the grace period: TERM is due then.
     pub term_due: Option<Instant>,
+}
+
+impl ContainerState {
+    /// An instance exists: starting, running, or stopping.
+    fn alive(&self) -> bool {
+        matches!(self.life, Life::Up { .. })
+    }
+
+    /// Its instance counts as Running and its startup probe passed.
+    fn started(&self) -> bool {
+        matches!(
+            self.life,
+            Life::Up {
+                phase: Phase::Running { started: true },
+                ..
+            }
+        )
+    }
+
+    fn in_post_start(&self) -> bool {
+        matches!(
+            self.life,
+            Life::Up {
+                phase: Phase::PostStart,
+                ..
+            }
+        )
+    }
+
+    fn stop(&self) -> Option<Due> {
+        match self.life {
+            Life::Up { stop, .. } => stop,
+            Life::Down { .. } => None,
+        }
+    }
+
+    fn retry_at(&self) -> Option<Instant> {
+        match self.life {
+            Life::Down { retry_at, .. } => retry_at,
+            Life::Up { .. } => None,
+        }
+    }
 }
 
 /// The pod's shutdown as the plan sees it: its grace period.
@@ -105,9 +166,10 @@ pub(super) enum Action {
 pub(super) fn plan(pod: &PodState, now: Instant) -> Vec<Action> {
     let mut actions = Vec::new();
     for (i, c) in pod.containers.iter().enumerate() {
-        if c.kill_at.is_some_and(|t| t <= now) {
+        let stop = c.stop().unwrap_or_default();
+        if stop.kill_at.is_some_and(|t| t <= now) {
             actions.push(Action::Kill(i));
-        } else if c.term_due.is_some_and(|t| t <= now) {
+        } else if stop.term_due.is_some_and(|t| t <= now) {
             actions.push(Action::Term(i));
         }
     }
@@ -150,7 +212,7 @@ fn plan_init(pod: &PodState, now: Instant, actions: &mut Vec<Action>) -> bool {
         match c.role {
             Role::Regular => break,
             Role::Init if c.succeeded => {}
-            Role::Init if c.alive => return false,
+            Role::Init if c.alive() => return false,
             Role::Init => {
                 let failed = c.last_exit.is_some();
                 if !(failed && pod.policy == RestartPolicy::Never) {
@@ -159,10 +221,10 @@ fn plan_init(pod: &PodState, now: Instant, actions: &mut Vec<Action>) -> bool {
                 return false;
             }
             Role::Sidecar => {
-                if !c.alive {
+                if !c.alive() {
                     actions.extend(start_or_wait(pod, i, now));
                 }
-                if !(c.running && c.started) {
+                if !c.started() {
                     return false;
                 }
             }
@@ -178,9 +240,9 @@ fn plan_restarts(pod: &PodState, now: Instant, actions: &mut Vec<Action>) {
     let mut held = pod
         .containers
         .iter()
-        .any(|c| c.role == Role::Regular && c.in_post_start);
+        .any(|c| c.role == Role::Regular && c.in_post_start());
     for (i, c) in pod.containers.iter().enumerate() {
-        if c.alive {
+        if c.alive() {
             continue;
         }
         let wanted = match (c.role, c.last_exit) {
@@ -203,8 +265,13 @@ fn plan_restarts(pod: &PodState, now: Instant, actions: &mut Vec<Action>) {
 /// Start container `index` now, or say why it waits: a backoff (none for a changed image).
 fn start_or_wait(pod: &PodState, index: usize, now: Instant) -> Option<Action> {
     let c = &pod.containers[index];
-    if c.retry_at.is_some_and(|t| t > now) {
-        return c.pull_failed.then_some(Action::ImageBackOff(index));
+    if let Life::Down {
+        retry_at: Some(at),
+        pull_failed,
+    } = c.life
+        && at > now
+    {
+        return pull_failed.then_some(Action::ImageBackOff(index));
     }
     if !c.changed
         && let Some((_, finished)) = c.last_exit
@@ -221,13 +288,14 @@ fn start_or_wait(pod: &PodState, index: usize, now: Instant) -> Option<Action> {
 fn plan_shutdown(pod: &PodState, s: Grace, now: Instant, actions: &mut Vec<Action>) {
     let cs = &pod.containers;
     for (i, c) in cs.iter().enumerate() {
-        if c.role == Role::Sidecar && c.has_pre_stop && !s.force && c.alive && !c.stopping {
+        if c.role == Role::Sidecar && c.has_pre_stop && !s.force && c.alive() && c.stop().is_none()
+        {
             actions.push(Action::EarlyPreStop(i));
         }
     }
     let mut others_alive = false;
     for (i, c) in cs.iter().enumerate() {
-        if c.role != Role::Sidecar && c.alive {
+        if c.role != Role::Sidecar && c.alive() {
             others_alive = true;
             actions.push(Action::Stop(i));
         }
@@ -237,7 +305,7 @@ fn plan_shutdown(pod: &PodState, s: Grace, now: Instant, actions: &mut Vec<Actio
         return;
     }
     for (i, c) in cs.iter().enumerate().rev() {
-        if c.role == Role::Sidecar && c.alive {
+        if c.role == Role::Sidecar && c.alive() {
             actions.push(Action::Stop(i));
             if !deadline_passed {
                 break;
@@ -249,10 +317,10 @@ fn plan_shutdown(pod: &PodState, s: Grace, now: Instant, actions: &mut Vec<Actio
 /// When the pod next needs a decision that no message will bring: a backoff ends, a kill or
 /// TERM is due, the shutdown's deadline, the active deadline, the next volume measurement.
 pub(super) fn next_wake(pod: &PodState) -> Option<Instant> {
-    let containers = pod
-        .containers
-        .iter()
-        .flat_map(|c| [c.retry_at, c.kill_at, c.term_due]);
+    let containers = pod.containers.iter().flat_map(|c| {
+        let stop = c.stop().unwrap_or_default();
+        [c.retry_at(), stop.kill_at, stop.term_due]
+    });
     let pod_wide = match pod.shutdown {
         Some(s) => [Some(s.deadline), None],
         None => [
@@ -278,7 +346,7 @@ fn regulars_done(pod: &PodState) -> bool {
         .iter()
         .filter(|c| c.role == Role::Regular)
         .all(|c| {
-            !c.alive
+            !c.alive()
                 && !c.changed
                 && c.last_exit
                     .is_some_and(|(code, _)| !restarts(pod.policy, code))

@@ -6,22 +6,22 @@
 
 use tokio::time::Instant;
 
-use super::container::{PullTask, State};
+use super::container::{PullFailure, PullTask, State, Waiting};
 use super::start::fmt_duration;
 use super::{Msg, PodTask};
 use crate::events::{EventType, Reason};
 use crate::images::{PullError, PullPolicy, Resolved};
 
-/// The waiting reason of a container whose image has no signature the node accepts.
-pub(super) const SIGNATURE_FAILED: &str = "SignatureValidationFailed";
-
 impl super::container::Container {
-    /// Whether the container's last pull failed (and waits out the image backoff).
+    /// Whether the container's last pull failed and it waits out the image backoff (a pull
+    /// refused by the `Never` policy is not tried again).
     pub(super) fn pull_failed(&self) -> bool {
         matches!(
             self.state,
             State::Waiting {
-                reason: "ErrImagePull" | SIGNATURE_FAILED,
+                reason: Waiting::PullFailed(
+                    PullFailure::ErrImagePull | PullFailure::SignatureValidationFailed
+                ),
                 ..
             }
         )
@@ -48,7 +48,7 @@ impl PodTask {
         }
         let pull = pull.clone();
         c.pulled = None;
-        c.wait("ContainerCreating", None);
+        c.wait(Waiting::ContainerCreating, None);
         let images = self.node.images.clone();
         if !self.spec.missing_pull_secrets.is_empty() {
             let message = format!(
@@ -138,25 +138,26 @@ impl PodTask {
                 return;
             }
             Err(PullError::NeverPull) => (
-                "ErrImageNeverPull",
+                PullFailure::ErrImageNeverPull,
                 format!("Container image {shown:?} is not present with pull policy of Never"),
             ),
             Err(PullError::Failed(why) | PullError::Refused(why)) => (
-                "ErrImagePull",
+                PullFailure::ErrImagePull,
                 format!("Failed to pull image {shown:?}: {why}"),
             ),
             // The container runtime's error for an image the node's policy refuses unsigned
             // (CRI's `ErrSignatureValidationFailed`), backed off as a failed pull.
             Err(PullError::Unsigned(why)) => (
-                SIGNATURE_FAILED,
+                PullFailure::SignatureValidationFailed,
                 format!("Failed to pull image {shown:?}: signature: {why}"),
             ),
         };
         // The kubelet's image backoff: the next pull waits, doubling.
         c.image_failed(now, &options);
+        let reason = Waiting::PullFailed(reason);
         c.wait(reason, Some(message.clone()));
         self.container_event(index, EventType::Warning, Reason::Failed, message, None);
-        let error = format!("Error: {reason}");
+        let error = format!("Error: {}", reason.reason());
         self.container_event(index, EventType::Warning, Reason::Failed, error, None);
     }
 
@@ -171,7 +172,7 @@ impl PodTask {
             return;
         };
         let message = format!("Back-off pulling image {:?}", pull.shown);
-        c.wait("ImagePullBackOff", Some(message.clone()));
+        c.wait(Waiting::ImagePullBackOff, Some(message.clone()));
         self.container_event(index, EventType::Normal, Reason::BackOff, message, None);
         let error = "Error: ImagePullBackOff".to_owned();
         self.container_event(index, EventType::Warning, Reason::Failed, error, None);

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
-use super::container::{HookState, Instance};
+use super::container::{HookState, Instance, Waiting};
 use super::probe::{self, HookKind, ProbeKind};
 use super::stopping::Stopping;
 use super::{MIN_GRACE, Msg, PodTask};
@@ -46,7 +46,7 @@ impl PodTask {
             "back-off {delay} restarting failed container={} pod={pod}",
             c.name
         );
-        c.wait("CrashLoopBackOff", Some(message));
+        c.wait(Waiting::CrashLoopBackOff, Some(message));
         c.retry_at = Some(until);
         let message = format!(
             "Back-off restarting failed container {} in pod {pod} (delay {delay})",
@@ -80,7 +80,7 @@ impl PodTask {
             Ok(loaded) => loaded,
             Err(e) => {
                 let until = c.image_failed(now, &options);
-                c.wait("ImagePullBackOff", Some(e.to_string()));
+                c.wait(Waiting::ImagePullBackOff, Some(e.to_string()));
                 let message = format!(
                     "Failed to load module: {e}; back-off {}",
                     fmt_duration(until - now)
@@ -228,7 +228,7 @@ impl PodTask {
         if c.runs > 0 {
             c.restart_count += 1;
         }
-        c.wait("ContainerCreating", None);
+        c.wait(Waiting::ContainerCreating, None);
         let (kill_tx, kill_rx) = oneshot::channel();
         self.meters.running(index, &c.name, &sandbox);
         let (stdout, stderr, log) = self.output.instance(&c.name, c.restart_count);

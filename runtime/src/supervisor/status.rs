@@ -97,7 +97,7 @@ mod tests {
     use super::*;
     use crate::container::Exit;
     use crate::spec::ContainerSpec;
-    use crate::supervisor::container::Terminated;
+    use crate::supervisor::container::{Terminated, Waiting};
 
     /// A container of `role` in a state written as: `w` waiting (never ran), `r` running, `0`/`1`
     /// terminated with that code, `w0`/`w1` waiting to restart after exiting with that code; a
@@ -124,7 +124,7 @@ mod tests {
             pull: None,
             stdin: None,
         };
-        let mut c = Container::new(spec, "ContainerCreating", None);
+        let mut c = Container::new(spec, Waiting::ContainerCreating, None);
         let terminated = |code: i32| Terminated {
             exit: Exit::code(code),
             started_at: Timestamp::now(),

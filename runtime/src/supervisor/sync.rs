@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::container::{Container, HookState};
-use super::plan::{self, Action, ContainerState, Grace, PodState};
+use super::plan::{self, Action, ContainerState, Due, Grace, Life, Phase, PodState};
 use super::{PodTask, ShutdownCause, Stage, VOLUME_CHECK, after};
 use crate::container::EXIT_KILLED;
 use crate::events::{EventType, Reason};
@@ -145,25 +145,36 @@ impl Container {
     /// What the plan reads of this container.
     fn plan_state(&self) -> ContainerState {
         let instance = self.instance.as_ref();
+        let life = match instance {
+            None => Life::Down {
+                retry_at: self.retry_at,
+                pull_failed: self.pull_failed(),
+            },
+            Some(i) => Life::Up {
+                phase: if i.post_start == HookState::Running {
+                    Phase::PostStart
+                } else if self.is_running() {
+                    Phase::Running {
+                        started: self.started,
+                    }
+                } else {
+                    Phase::Starting
+                },
+                stop: (i.stop != super::stopping::Stopping::No).then(|| Due {
+                    kill_at: i.kill.as_ref().and(i.stop.kill_at()),
+                    term_due: i.stop.term_due(),
+                }),
+            },
+        };
         ContainerState {
             role: self.role(),
-            alive: instance.is_some(),
-            running: self.is_running(),
-            started: self.started,
-            in_post_start: instance.is_some_and(|i| i.post_start == HookState::Running),
+            life,
             has_post_start: self.spec.post_start.is_some(),
             has_pre_stop: self.spec.pre_stop.is_some(),
             last_exit: self.last_exit().map(|t| (t.exit.code, t.finished)),
             succeeded: self.succeeded(),
             changed: self.changed,
-            retry_at: self.retry_at,
-            pull_failed: self.pull_failed(),
             backoff: self.backoff,
-            stopping: instance.is_some_and(|i| i.stop != super::stopping::Stopping::No),
-            kill_at: instance
-                .filter(|i| i.kill.is_some())
-                .and_then(|i| i.stop.kill_at()),
-            term_due: instance.and_then(|i| i.stop.term_due()),
         }
     }
 }

@@ -3,6 +3,12 @@
 use super::*;
 use Action::*;
 
+/// No instance, waiting for nothing.
+const DOWN: Life = Life::Down {
+    retry_at: None,
+    pull_failed: false,
+};
+
 fn secs(s: u64) -> Duration {
     Duration::from_secs(s)
 }
@@ -11,29 +17,32 @@ fn secs(s: u64) -> Duration {
 fn new(role: Role) -> ContainerState {
     ContainerState {
         role,
-        alive: false,
-        running: false,
-        started: false,
-        in_post_start: false,
+        life: DOWN,
         has_post_start: false,
         has_pre_stop: false,
         last_exit: None,
         succeeded: false,
         changed: false,
-        retry_at: None,
-        pull_failed: false,
         backoff: Backoff::default(),
-        stopping: false,
-        kill_at: None,
-        term_due: None,
+    }
+}
+
+/// A live instance at `phase`, not being stopped.
+fn up(phase: Phase) -> Life {
+    Life::Up { phase, stop: None }
+}
+
+/// A running, started instance being stopped.
+fn stopping(due: Due) -> Life {
+    Life::Up {
+        phase: Phase::Running { started: true },
+        stop: Some(due),
     }
 }
 
 fn running(role: Role) -> ContainerState {
     ContainerState {
-        alive: true,
-        running: true,
-        started: true,
+        life: up(Phase::Running { started: true }),
         ..new(role)
     }
 }
@@ -137,7 +146,7 @@ async fn sidecars_start_in_order_and_always_restart() {
     use Role::{Init, Regular, Sidecar};
     let t = Instant::now();
     let unstarted = ContainerState {
-        started: false,
+        life: up(Phase::Running { started: false }),
         ..running(Sidecar)
     };
     let rows: &[(&str, PodState, &[Action])] = &[
@@ -231,7 +240,7 @@ async fn crash_loop_backoff_doubles_to_the_cap_and_resets() {
                 if let Some((_, finished)) = c.last_exit {
                     c.backoff.restarted(finished, now, &options);
                 }
-                c.retry_at = None;
+                c.life = DOWN;
                 starts.push((now - t0).as_secs());
                 // It runs 0 s, except the last run, which lasts past the reset time.
                 let ran = if starts.len() == 9 {
@@ -243,7 +252,10 @@ async fn crash_loop_backoff_doubles_to_the_cap_and_resets() {
                 c.last_exit = Some((1, Instant::now()));
             }
             &[BackOff { index: 0, until }] => {
-                c.retry_at = Some(until);
+                c.life = Life::Down {
+                    retry_at: Some(until),
+                    pull_failed: false,
+                };
                 assert_eq!(plan(&state, now), [], "nothing to do while it waits");
                 assert_eq!(next_wake(&state), Some(until));
                 tokio::time::advance(until - now).await;
@@ -265,14 +277,10 @@ async fn post_start_holds_the_next_container() {
         ..new(Regular)
     };
     let in_hook = ContainerState {
-        alive: true,
-        in_post_start: true,
+        life: up(Phase::PostStart),
         ..hooked
     };
-    let after_hook = ContainerState {
-        in_post_start: false,
-        ..running(Regular)
-    };
+    let after_hook = ContainerState { ..running(Regular) };
     let rows: &[(&str, ContainerState, &[Action])] = &[
         ("the hooked one starts alone", hooked, &[Start(0)]),
         ("its hook runs", in_hook, &[]),
@@ -324,12 +332,11 @@ async fn shutdown_stops_regulars_then_sidecars_in_reverse() {
         ..running(Sidecar)
     };
     let hook_started = ContainerState {
-        stopping: true,
+        life: stopping(Due::default()),
         ..hooked
     };
     let gone = |role| ContainerState {
-        alive: false,
-        running: false,
+        life: DOWN,
         ..running(role)
     };
     let grace = Grace {
@@ -390,13 +397,17 @@ async fn term_and_kill_come_at_their_times() {
     use Role::Regular;
     let t = Instant::now();
     let hook = ContainerState {
-        stopping: true,
-        term_due: Some(t + secs(3)),
+        life: stopping(Due {
+            term_due: Some(t + secs(3)),
+            kill_at: None,
+        }),
         ..running(Regular)
     };
     let termed = ContainerState {
-        stopping: true,
-        kill_at: Some(t + secs(2)),
+        life: stopping(Due {
+            kill_at: Some(t + secs(2)),
+            term_due: None,
+        }),
         ..running(Regular)
     };
     let mut state = initialized(RestartPolicy::Always, vec![hook, termed]);
@@ -420,13 +431,18 @@ async fn image_backoff_and_volume_checks() {
     use Role::Regular;
     let t = Instant::now();
     let waiting = ContainerState {
-        retry_at: Some(t + secs(10)),
-        pull_failed: true,
+        life: Life::Down {
+            retry_at: Some(t + secs(10)),
+            pull_failed: true,
+        },
         ..new(Regular)
     };
     let mut state = initialized(RestartPolicy::Always, vec![waiting]);
     assert_eq!(plan(&state, t), [ImageBackOff(0)]);
-    state.containers[0].pull_failed = false;
+    state.containers[0].life = Life::Down {
+        retry_at: Some(t + secs(10)),
+        pull_failed: false,
+    };
     assert_eq!(plan(&state, t), []);
     assert_eq!(plan(&state, t + secs(10)), [Start(0)]);
     state.volume_check = Some(t + secs(1));
