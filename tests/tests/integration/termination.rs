@@ -29,23 +29,41 @@ async fn start_running(node: &TestNode, yaml: &str) -> wasmpod::PodHandle {
     pod
 }
 
-/// A container that does not import the termination interface is stopped at once on TERM.
+/// A container that does not import the termination interface is stopped at once on TERM
+/// (its default action, 143): before a container of the same pod that takes 300 ms to finish
+/// after TERM, and long before the grace period's end.
 #[tokio::test]
-async fn default_action_stops_within_50ms() {
+async fn a_guest_without_the_term_import_stops_at_once() {
     let node = TestNode::new();
-    for image in ["{p1}", "{p2}"] {
-        let pod = start_running(&node, &yaml("plain", 30, image, r#"[sleep, "100000"]"#)).await;
-        pod.delete(None);
-        let t = Timeline::collect(&pod).await;
-        assert_eq!(t.exit_codes("c"), [143], "{t}");
-        let stop = t.between(t.first("c", Killing), t.first("c", Exited));
+    let pod = node
+        .start(
+            r#"
+apiVersion: v1
+kind: Pod
+metadata: { name: plain }
+spec:
+  terminationGracePeriodSeconds: 30
+  containers:
+  - { name: p1, image: "{p1}", args: [sleep, "100000"] }
+  - { name: p2, image: "{p2}", args: [sleep, "100000"] }
+  - { name: handler, image: "{term}", args: [on-term, "0", "300", sleep, "100000"] }
+"#,
+        )
+        .await;
+    running(&pod, &["p1", "p2", "handler"]).await;
+    pod.delete(None);
+    let t = Timeline::collect(&pod).await;
+    let handled = t.first("handler", Exited);
+    for plain in ["p1", "p2"] {
+        assert_eq!(t.exit_codes(plain), [143], "{t}");
         assert!(
-            stop < Duration::from_millis(50),
-            "{image}: stopped after {stop:?}"
+            t.first(plain, Exited) < handled,
+            "{plain} before handler:\n{t}"
         );
-        assert_eq!(t.0.last().unwrap().reason, Deleted);
-        assert_eq!(t.phases().last(), Some(&"Failed"));
     }
+    assert_eq!(t.exit_codes("handler"), [0], "{t}");
+    assert_eq!(t.0.last().unwrap().reason, Deleted);
+    assert_eq!(t.phases().last(), Some(&"Failed"));
 }
 
 /// A guest that handles TERM gets it as a signal and exits cleanly in its own time.
@@ -77,8 +95,9 @@ async fn handling_guest_exits_cleanly() {
     assert_eq!(pod.status().phase.as_deref(), Some("Succeeded"));
 }
 
-/// A guest that ignores TERM is killed at the grace deadline, not before and at most 100 ms
-/// after: while computing, and while blocked in a host call (preview1 and preview2 sleeps).
+/// A guest that ignores TERM is killed at the grace deadline, not before (and within a second
+/// after; `--bench termination` measures how close): while computing, and while blocked in a
+/// host call.
 #[tokio::test]
 async fn ignoring_guest_is_killed_at_the_deadline() {
     let node = TestNode::new();
@@ -105,7 +124,7 @@ async fn ignoring_guest_is_killed_at_the_deadline() {
             "{name}: killed early, after {took:?}"
         );
         assert!(
-            took < Duration::from_millis(2100),
+            took < Duration::from_secs(3),
             "{name}: killed late, after {took:?}"
         );
     }
@@ -122,7 +141,8 @@ async fn grace_can_be_shortened_not_lengthened() {
     .await;
     pod.delete(None);
     pod.delete(Some(Duration::from_secs(120)));
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // TERM was sent; the guest, which imports the interface, goes on in its grace period.
+    Timeline::until(&pod, "c", Killing, LIMIT).await;
     assert!(
         container(&pod.status(), "c")
             .state
@@ -431,8 +451,9 @@ async fn component_receives_term() {
         let t = Timeline::collect(&pod).await;
         let code = if name == "pollable" { 0 } else { 1 };
         assert_eq!(t.exit_codes("c"), [code], "{name}\n{t}");
+        // At once, not at the grace period's end (30 s).
         let took = t.between(t.first("c", Killing), t.first("c", Exited));
-        assert!(took < Duration::from_millis(100), "{name}: {took:?}");
+        assert!(took < Duration::from_secs(5), "{name}: {took:?}");
         let log = wasmpod_tests::read(&pod.log_file("c", 0));
         assert!(log.contains("got TERM"), "{log}");
     }
@@ -461,8 +482,9 @@ spec:
     let asked = std::time::Instant::now();
     pod.delete(None);
     let t = Timeline::collect(&pod).await;
+    // The sidecar never started: nothing waits for its grace period (30 s).
     assert!(
-        asked.elapsed() < Duration::from_millis(200),
+        asked.elapsed() < Duration::from_secs(5),
         "{:?}",
         asked.elapsed()
     );
