@@ -17,7 +17,7 @@ use sha2::Digest;
 use tokio::sync::watch;
 
 use crate::api::Api;
-use crate::api::pods::MIRROR;
+use crate::api::resources::MIRROR;
 
 /// The most manifests read from the directory, and the largest one.
 const MAX_FILES: usize = 1000;

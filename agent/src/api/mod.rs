@@ -16,7 +16,6 @@ mod metrics;
 mod node;
 mod objects;
 mod patch;
-pub(crate) mod pods;
 mod portforward;
 mod protobuf;
 pub(crate) mod resources;

@@ -352,7 +352,7 @@ impl Api {
         };
         // New images are loaded before the update is taken; a bad one is refused with its field.
         let images = if resource.strategy.storage() == Storage::Pods {
-            super::pods::check_update(&current, &mut next)?;
+            super::resources::check_update(&current, &mut next)?;
             self.load_changed_images(&current, &next).await?
         } else {
             let mut fields = next.fields();

@@ -359,8 +359,7 @@ impl Kubelet {
             };
             let now = digest(&status);
             if now != last {
-                let value = serde_json::to_value(&status).unwrap_or_default();
-                self.set_status(&ns, &name, &uid, |s| *s = value);
+                self.write_status(&ns, &name, &uid, |_| status.clone());
                 last = now;
             }
             if restoring && crate::ready::started_again(&status) {
@@ -416,16 +415,35 @@ impl Kubelet {
         }
     }
 
-    fn set_status(&self, ns: &str, name: &str, uid: &str, change: impl FnOnce(&mut Value)) {
+    /// Changes the status of pod `ns/name` if it is still the pod `uid`.
+    fn set_status(&self, ns: &str, name: &str, uid: &str, change: impl FnOnce(&mut PodStatus)) {
+        self.write_status(ns, name, uid, |old| {
+            let mut status: PodStatus = old
+                .and_then(|v| serde_json::from_value(v).ok())
+                .unwrap_or_default();
+            change(&mut status);
+            status
+        });
+    }
+
+    /// Writes the status `make` makes of the stored one (its JSON, if any), if the object is
+    /// still the pod `uid`.
+    fn write_status(
+        &self,
+        ns: &str,
+        name: &str,
+        uid: &str,
+        make: impl FnOnce(Option<Value>) -> PodStatus,
+    ) {
         let result = self.store.update("pods", ns, name, Durable::Later, |p| {
             if p.uid() == uid {
                 // The object's fields read and written once.
                 let mut fields = p.fields();
-                let status = fields.entry("status").or_insert_with(|| json!({}));
-                if !status.is_object() {
-                    *status = json!({});
-                }
-                change(status);
+                let status = make(fields.remove("status"));
+                fields.insert(
+                    "status".into(),
+                    serde_json::to_value(&status).unwrap_or_default(),
+                );
                 p.set_fields(fields);
             }
             Ok(())

@@ -76,36 +76,39 @@ impl Kubelet {
 /// A pod's status when it ended without its containers' ends being seen (lost with the agent's
 /// process, or the pod could not be made again): Failed, with `reason` and `message`, and every
 /// container that ran terminated as `ContainerStatusUnknown`.
-pub(super) fn end_lost(status: &mut Value, reason: &str, message: &str) {
-    status["phase"] = json!("Failed");
-    status["reason"] = json!(reason);
-    status["message"] = json!(message);
-    for list in ["initContainerStatuses", "containerStatuses"] {
-        for c in status
-            .get_mut(list)
-            .and_then(Value::as_array_mut)
-            .into_iter()
-            .flatten()
-        {
-            let running = c.pointer("/state/running").cloned();
-            if let Some(running) = running {
-                c["state"] = json!({"terminated": {
-                    "exitCode": 137,
-                    "reason": "ContainerStatusUnknown",
-                    "message": "The container could not be located when the node agent restarted",
-                    "startedAt": running.get("startedAt"),
-                    "finishedAt": crate::clock::now(),
-                }});
-                c["ready"] = json!(false);
-            }
-        }
+pub(super) fn end_lost(status: &mut PodStatus, reason: &str, message: &str) {
+    use wasmpod::k8s_openapi::api::core::v1::{ContainerState, ContainerStateTerminated};
+    status.phase = Some("Failed".into());
+    status.reason = Some(reason.into());
+    status.message = Some(message.into());
+    let containers = status
+        .init_container_statuses
+        .iter_mut()
+        .chain(status.container_statuses.iter_mut())
+        .flatten();
+    for c in containers {
+        let Some(running) = c.state.as_ref().and_then(|s| s.running.clone()) else {
+            continue;
+        };
+        c.state = Some(ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                exit_code: 137,
+                reason: Some("ContainerStatusUnknown".into()),
+                message: Some(
+                    "The container could not be located when the node agent restarted".into(),
+                ),
+                started_at: running.started_at,
+                finished_at: Some(crate::clock::time()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        c.ready = false;
     }
-    if let Some(conditions) = status.get_mut("conditions").and_then(Value::as_array_mut) {
-        for c in conditions {
-            if matches!(c["type"].as_str(), Some("Ready" | "ContainersReady")) {
-                c["status"] = json!("False");
-                c["reason"] = json!("PodFailed");
-            }
+    for c in status.conditions.iter_mut().flatten() {
+        if matches!(c.type_.as_str(), "Ready" | "ContainersReady") {
+            c.status = "False".into();
+            c.reason = Some("PodFailed".into());
         }
     }
 }

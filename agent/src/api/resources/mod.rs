@@ -24,7 +24,7 @@ pub(crate) use configmaps::CONFIG_MAPS;
 pub(crate) use events::EVENTS;
 pub(crate) use namespaces::NAMESPACES;
 pub(crate) use nodes::NODES;
-pub(crate) use pods::PODS;
+pub(crate) use pods::{MIRROR, PODS, check_update};
 pub(crate) use priorityclasses::PRIORITY_CLASSES;
 pub(crate) use runtimeclasses::RUNTIME_CLASSES;
 pub(crate) use secrets::SECRETS;

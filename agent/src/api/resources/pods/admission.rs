@@ -3,17 +3,14 @@
 //! stays, `Terminating`, until every container has stopped; a later delete may only shorten the
 //! grace period; grace 0 removes it at once), and which updates a pod takes.
 
-mod update;
-
 use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::Api;
-use super::source::Applied;
+use super::update::{is_mirror, mirror_annotation_refused, mirror_refused};
+use crate::api::Api;
+use crate::api::source::Applied;
 use crate::object::Object;
-pub(crate) use update::{MIRROR, check_update, is_mirror};
-use update::{mirror_annotation_refused, mirror_refused};
 use wasmpod::FieldErrorKind;
 
 use crate::status::{ApiError, Cause};
@@ -49,7 +46,7 @@ impl Api {
             .or_else(|| self.store.get(resource, ns, name).map(|o| o.to_value()))
     }
 
-    pub(super) async fn create_pod(
+    pub(crate) async fn create_pod(
         &self,
         object: Object,
         dry_run: bool,
@@ -290,7 +287,7 @@ impl Api {
     /// The containers whose image an update changes, and the updated spec (validated, its new
     /// `.wasm` files loaded, so a module that cannot be loaded refuses the update, naming its
     /// field); `None` when no image changes.
-    pub(super) async fn load_changed_images(
+    pub(crate) async fn load_changed_images(
         &self,
         current: &Object,
         next: &Object,
@@ -329,7 +326,7 @@ impl Api {
 
     /// Gives the running pod its containers' new images (files, or registry images pulled when
     /// the containers start again).
-    pub(super) async fn set_images(
+    pub(crate) async fn set_images(
         &self,
         pod: &Object,
         images: Option<(wasmpod::PodSpec, Vec<String>)>,
@@ -358,7 +355,7 @@ impl Api {
         pod: Value,
         uid: &str,
     ) -> Result<Arc<Object>, ApiError> {
-        let mut pod = self.new_object(&super::resources::PODS, Some(ns), pod)?;
+        let mut pod = self.new_object(&super::PODS, Some(ns), pod)?;
         pod.metadata.uid = Some(uid.to_owned());
         // The host's own user placed the manifest: hostPath is theirs to use.
         self.admit_pod(pod, false, &[]).await

@@ -1,72 +1,16 @@
-//! Pods: run by the node; `kubectl get`'s columns and STATUS as kubectl's pod printer makes
-//! them.
+//! `kubectl get pods`: the columns and the STATUS string as kubectl's pod printer makes them,
+//! from the typed pod.
 
 use serde_json::{Value, json};
-
-use super::{Column, RW, Resource, Storage, Strategy, age, human_duration, str_at};
-use crate::object::Object;
-
-pub(crate) static PODS: Resource = Resource {
-    name: "pods",
-    singular: "pod",
-    kind: "Pod",
-    group: "",
-    namespaced: true,
-    short_names: &["po"],
-    verbs: RW,
-    subresources: &[
-        ("attach", &["create", "get"]),
-        ("exec", &["create", "get"]),
-        ("log", &["get"]),
-        ("portforward", &["create", "get"]),
-        ("status", &["get"]),
-    ],
-    strategy: &Pods,
+use wasmpod::k8s_openapi::api::core::v1::{
+    ContainerStateTerminated, ContainerStatus, Pod, PodStatus,
 };
 
-struct Pods;
-
-impl Strategy for Pods {
-    fn storage(&self) -> Storage {
-        Storage::Pods
-    }
-
-    fn selectable(&self, field: &str) -> bool {
-        matches!(
-            field,
-            "spec.nodeName"
-                | "spec.restartPolicy"
-                | "spec.schedulerName"
-                | "spec.serviceAccountName"
-                | "status.phase"
-                | "status.podIP"
-                | "status.nominatedNodeName"
-        )
-    }
-
-    fn columns(&self) -> &'static [Column] {
-        &[
-            Column("Name", "string", 0),
-            Column("Ready", "string", 0),
-            Column("Status", "string", 0),
-            Column("Restarts", "string", 0),
-            Column("Age", "string", 0),
-            Column("IP", "string", 1),
-            Column("Node", "string", 1),
-            Column("Nominated Node", "string", 1),
-            Column("Readiness Gates", "string", 1),
-        ]
-    }
-
-    fn cells(&self, o: &Object, now: jiff::Timestamp) -> Vec<Value> {
-        pod_cells(&o.to_value(), now)
-    }
-}
+use super::super::human_duration;
 
 /// NAME READY STATUS RESTARTS AGE IP NODE NOMINATED-NODE READINESS-GATES, as kubectl's pod
 /// printer computes them.
-fn pod_cells(pod: &Value, now: jiff::Timestamp) -> Vec<Value> {
-    let status = pod.get("status").cloned().unwrap_or(json!({}));
+pub(super) fn pod_cells(pod: &Pod, now: jiff::Timestamp) -> Vec<Value> {
     let s = pod_status(pod);
     let restarts = match s.last_restart {
         Some(t) => format!(
@@ -76,41 +20,48 @@ fn pod_cells(pod: &Value, now: jiff::Timestamp) -> Vec<Value> {
         ),
         None => s.restarts.to_string(),
     };
-    let or_none = |v: &str| {
-        if v.is_empty() {
-            "<none>".to_owned()
-        } else {
-            v.to_owned()
-        }
+    let status = pod.status.as_ref();
+    let or_none = |v: Option<&String>| match v {
+        Some(v) if !v.is_empty() => v.clone(),
+        _ => "<none>".to_owned(),
     };
     let gates = pod
-        .pointer("/spec/readinessGates")
-        .and_then(Value::as_array)
+        .spec
+        .as_ref()
+        .and_then(|s| s.readiness_gates.as_ref())
         .filter(|g| !g.is_empty())
         .map(|gates| {
             let met = gates
                 .iter()
-                .filter(|g| {
-                    let t = g["conditionType"].as_str().unwrap_or("");
-                    status["conditions"].as_array().is_some_and(|cs| {
-                        cs.iter().any(|c| c["type"] == t && c["status"] == "True")
-                    })
-                })
+                .filter(|g| condition_true(status, &g.condition_type))
                 .count();
             format!("{met}/{}", gates.len())
         })
         .unwrap_or_else(|| "<none>".into());
+    let age = match &pod.metadata.creation_timestamp {
+        Some(t) => human_duration(now.duration_since(t.0).as_secs().max(0) as u64),
+        None => "<unknown>".into(),
+    };
     vec![
-        json!(str_at(pod, "/metadata/name")),
+        json!(pod.metadata.name.as_deref().unwrap_or("")),
         json!(format!("{}/{}", s.ready, s.total)),
         json!(s.reason),
         json!(restarts),
-        age(pod, "/metadata/creationTimestamp", now),
-        json!(or_none(str_at(pod, "/status/podIP"))),
-        json!(or_none(str_at(pod, "/spec/nodeName"))),
-        json!(or_none(str_at(pod, "/status/nominatedNodeName"))),
+        json!(age),
+        json!(or_none(status.and_then(|s| s.pod_ip.as_ref()))),
+        json!(or_none(
+            pod.spec.as_ref().and_then(|s| s.node_name.as_ref())
+        )),
+        json!(or_none(status.and_then(|s| s.nominated_node_name.as_ref()))),
         json!(gates),
     ]
+}
+
+/// Whether the pod's condition `kind` is `True`.
+fn condition_true(status: Option<&PodStatus>, kind: &str) -> bool {
+    status
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == kind && c.status == "True"))
 }
 
 /// What kubectl shows of a pod.
@@ -123,125 +74,119 @@ struct PodSummary {
     last_restart: Option<jiff::Timestamp>,
 }
 
+/// When a container's last instance finished, if it terminated.
+fn last_finished(c: &ContainerStatus) -> Option<jiff::Timestamp> {
+    let terminated = c.last_state.as_ref()?.terminated.as_ref()?;
+    terminated.finished_at.as_ref().map(|t| t.0)
+}
+
+/// The reason a container waits, `""` when it does not.
+fn waiting_reason(c: &ContainerStatus) -> &str {
+    c.state
+        .as_ref()
+        .and_then(|s| s.waiting.as_ref())
+        .and_then(|w| w.reason.as_deref())
+        .unwrap_or("")
+}
+
+fn terminated(c: &ContainerStatus) -> Option<&ContainerStateTerminated> {
+    c.state.as_ref()?.terminated.as_ref()
+}
+
 /// kubectl's `printPod`: the STATUS string (`Init:0/2`, `PodInitializing`, `CrashLoopBackOff`,
 /// `Completed`, `Terminating`, ...), READY and RESTARTS.
-fn pod_status(pod: &Value) -> PodSummary {
-    let empty = Vec::new();
-    let list = |p: &str| pod.pointer(p).and_then(Value::as_array).unwrap_or(&empty);
-    let (spec_inits, spec_containers) = (list("/spec/initContainers"), list("/spec/containers"));
-    let (init_statuses, statuses) = (
-        list("/status/initContainerStatuses"),
-        list("/status/containerStatuses"),
-    );
-    let conditions = list("/status/conditions");
+fn pod_status(pod: &Pod) -> PodSummary {
+    let (spec, status) = (pod.spec.as_ref(), pod.status.as_ref());
+    let spec_inits = spec
+        .and_then(|s| s.init_containers.as_deref())
+        .unwrap_or(&[]);
+    let spec_containers = spec.map_or(&[][..], |s| &s.containers[..]);
+    let init_statuses = status
+        .and_then(|s| s.init_container_statuses.as_deref())
+        .unwrap_or(&[]);
+    let statuses = status
+        .and_then(|s| s.container_statuses.as_deref())
+        .unwrap_or(&[]);
     let sidecar = |name: &str| {
         spec_inits
             .iter()
-            .any(|c| c["name"] == name && c["restartPolicy"] == "Always")
+            .any(|c| c.name == name && c.restart_policy.as_deref() == Some("Always"))
     };
-    let phase = str_at(pod, "/status/phase");
-    let mut reason = phase.to_owned();
-    if !str_at(pod, "/status/reason").is_empty() {
-        reason = str_at(pod, "/status/reason").to_owned();
-    }
+    let phase = status.and_then(|s| s.phase.as_deref()).unwrap_or("");
+    let mut reason = match status.and_then(|s| s.reason.as_deref()) {
+        Some(r) if !r.is_empty() => r.to_owned(),
+        _ => phase.to_owned(),
+    };
     let total = spec_containers.len()
         + spec_inits
             .iter()
-            .filter(|c| c["restartPolicy"] == "Always")
+            .filter(|c| c.restart_policy.as_deref() == Some("Always"))
             .count();
     let mut ready = 0;
     let mut restarts = 0i64;
     let mut last_restart: Option<jiff::Timestamp> = None;
     let mut sidecar_restarts = 0i64;
     let mut sidecar_last: Option<jiff::Timestamp> = None;
-    let finished = |c: &Value, p: &str| {
-        c.pointer(p)
-            .and_then(Value::as_str)
-            .and_then(|t| t.parse::<jiff::Timestamp>().ok())
-    };
-    let later = |a: Option<jiff::Timestamp>, b: Option<jiff::Timestamp>| a.max(b);
     let mut initializing = false;
     for (i, c) in init_statuses.iter().enumerate() {
-        let n = c["restartCount"].as_i64().unwrap_or(0);
+        let n = i64::from(c.restart_count);
         restarts += n;
-        let last = finished(c, "/lastState/terminated/finishedAt");
-        if last.is_some() {
-            last_restart = later(last_restart, last);
-        }
-        let name = c["name"].as_str().unwrap_or("");
-        if sidecar(name) {
+        let last = last_finished(c);
+        last_restart = last_restart.max(last);
+        if sidecar(&c.name) {
             sidecar_restarts += n;
-            if last.is_some() {
-                sidecar_last = later(sidecar_last, last);
-            }
+            sidecar_last = sidecar_last.max(last);
         }
-        let terminated = c.pointer("/state/terminated");
-        let waiting_reason = c
-            .pointer("/state/waiting/reason")
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        if terminated.is_some_and(|t| t["exitCode"] == 0) {
+        let ended = terminated(c);
+        if ended.is_some_and(|t| t.exit_code == 0) {
             continue;
         }
-        if sidecar(name) && c["started"] == true {
-            if c["ready"] == true {
+        if sidecar(&c.name) && c.started == Some(true) {
+            if c.ready {
                 ready += 1;
             }
             continue;
         }
-        if let Some(t) = terminated {
-            reason = match t["reason"].as_str().unwrap_or("") {
-                "" => format!("Init:ExitCode:{}", t["exitCode"].as_i64().unwrap_or(0)),
+        let waiting = waiting_reason(c);
+        reason = match ended {
+            Some(t) => match t.reason.as_deref().unwrap_or("") {
+                "" => format!("Init:ExitCode:{}", t.exit_code),
                 r => format!("Init:{r}"),
-            };
-        } else if !waiting_reason.is_empty() && waiting_reason != "PodInitializing" {
-            reason = format!("Init:{waiting_reason}");
-        } else {
-            reason = format!("Init:{i}/{}", spec_inits.len());
-        }
+            },
+            None if !waiting.is_empty() && waiting != "PodInitializing" => {
+                format!("Init:{waiting}")
+            }
+            None => format!("Init:{i}/{}", spec_inits.len()),
+        };
         initializing = true;
         break;
     }
-    let initialized = conditions
-        .iter()
-        .any(|c| c["type"] == "Initialized" && c["status"] == "True");
-    if !initializing || initialized {
+    if !initializing || condition_true(status, "Initialized") {
         restarts = sidecar_restarts;
         last_restart = sidecar_last;
         let mut has_running = false;
         for c in statuses.iter().rev() {
-            restarts += c["restartCount"].as_i64().unwrap_or(0);
-            let last = finished(c, "/lastState/terminated/finishedAt");
-            if last.is_some() {
-                last_restart = later(last_restart, last);
-            }
-            let waiting = c
-                .pointer("/state/waiting/reason")
-                .and_then(Value::as_str)
-                .unwrap_or("");
-            let terminated = c.pointer("/state/terminated");
+            restarts += i64::from(c.restart_count);
+            last_restart = last_restart.max(last_finished(c));
+            let waiting = waiting_reason(c);
             if !waiting.is_empty() {
                 reason = waiting.to_owned();
-            } else if let Some(t) = terminated {
-                reason = match t["reason"].as_str().unwrap_or("") {
-                    "" => format!("ExitCode:{}", t["exitCode"].as_i64().unwrap_or(0)),
+            } else if let Some(t) = terminated(c) {
+                reason = match t.reason.as_deref().unwrap_or("") {
+                    "" => format!("ExitCode:{}", t.exit_code),
                     r => r.to_owned(),
                 };
-            } else if c["ready"] == true && c.pointer("/state/running").is_some() {
+            } else if c.ready && c.state.as_ref().is_some_and(|s| s.running.is_some()) {
                 has_running = true;
                 ready += 1;
             }
         }
         if reason == "Completed" && has_running {
-            let has_ready = conditions
-                .iter()
-                .any(|c| c["type"] == "Ready" && c["status"] == "True");
+            let has_ready = condition_true(status, "Ready");
             reason = if has_ready { "Running" } else { "NotReady" }.to_owned();
         }
     }
-    let deleting = pod
-        .pointer("/metadata/deletionTimestamp")
-        .is_some_and(|t| !t.is_null());
+    let deleting = pod.metadata.deletion_timestamp.is_some();
     if deleting && !matches!(phase, "Succeeded" | "Failed") {
         reason = "Terminating".to_owned();
     }
@@ -258,7 +203,24 @@ fn pod_status(pod: &Value) -> PodSummary {
 mod tests {
     use super::*;
 
-    fn summary(pod: Value) -> (usize, usize, String, i64) {
+    /// A pod written as JSON, its container statuses given the fields the kubelet always
+    /// writes (image, imageID, ready, restartCount) where the test leaves them out.
+    fn summary(mut pod: Value) -> (usize, usize, String, i64) {
+        for list in ["initContainerStatuses", "containerStatuses"] {
+            for c in pod["status"][list].as_array_mut().into_iter().flatten() {
+                for (field, default) in [
+                    ("image", json!("a.wasm")),
+                    ("imageID", json!("")),
+                    ("ready", json!(false)),
+                    ("restartCount", json!(0)),
+                ] {
+                    if c.get(field).is_none() {
+                        c[field] = default;
+                    }
+                }
+            }
+        }
+        let pod: Pod = serde_json::from_value(pod).expect("a pod");
         let s = pod_status(&pod);
         (s.ready, s.total, s.reason, s.restarts)
     }
