@@ -24,12 +24,12 @@ pub(super) async fn write_logs(
     limits: LogLimits,
 ) {
     // The directories first, while the pod's first instance is being made.
-    for name in containers {
-        if let Err(e) = std::fs::create_dir_all(dir.join(&*name)) {
-            tracing::warn!(dir = %dir.display(), "cannot make the pod's log directory: {e}");
-        }
+    if let Err(e) = make_dirs(&dir, &containers) {
+        tracing::warn!(dir = %dir.display(), "cannot make the pod's log directory: {e}");
     }
     let mut files: HashMap<Arc<str>, LogFile> = HashMap::new();
+    // The instance whose log each container's was made last (empty): its size is known.
+    let mut made: HashMap<Arc<str>, i32> = HashMap::new();
     let mut dropped_for_tap = 0u64;
     let mut held = Held::default();
     let mut open = true;
@@ -67,10 +67,12 @@ pub(super) async fn write_logs(
                 // a quiet container costs the writer nothing.
                 _ if chunk.lines.is_empty() => {
                     LogFile::create(&dir, &chunk.container, chunk.instance);
+                    made.insert(chunk.container.clone(), chunk.instance);
                     continue;
                 }
                 _ => {
-                    let file = LogFile::open(&dir, &chunk.container, chunk.instance);
+                    let empty = made.remove(&chunk.container) == Some(chunk.instance);
+                    let file = LogFile::open(&dir, &chunk.container, chunk.instance, empty);
                     files
                         .entry(chunk.container.clone())
                         .insert_entry(file)
@@ -178,17 +180,25 @@ impl LogFile {
     fn create(dir: &std::path::Path, container: &str, instance: i32) {
         let path = log_file(dir, container, instance);
         let parent = path.parent().unwrap_or(dir);
-        if let Err(e) = std::fs::create_dir_all(parent).and_then(|()| append(&path)) {
+        // The directory is there but when it was removed meanwhile: made again then.
+        let made = append(&path).or_else(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => {
+                std::fs::create_dir_all(parent).and_then(|()| append(&path))
+            }
+            _ => Err(e),
+        });
+        if let Err(e) = made {
             tracing::warn!(file = %path.display(), "cannot make the container log: {e}");
         }
         remove_old_instances(parent, instance);
     }
 
     /// The log of `instance`, to append to: made when it does not exist yet (its instance's
-    /// creation could not ask for it).
-    fn open(dir: &std::path::Path, container: &str, instance: i32) -> LogFile {
+    /// creation could not ask for it). `empty`: the writer made it and wrote nothing to it yet.
+    fn open(dir: &std::path::Path, container: &str, instance: i32, empty: bool) -> LogFile {
         let path = log_file(dir, container, instance);
         let size = match std::fs::metadata(&path) {
+            _ if empty => 0,
             Ok(meta) => meta.len(),
             Err(_) => {
                 LogFile::create(dir, container, instance);
@@ -259,6 +269,23 @@ impl LogFile {
             let _ = std::fs::remove_file(file);
         }
     }
+}
+
+/// Makes the pod's log directory `dir` and a directory in it for each container: a `mkdir`
+/// each, and the parents only when missing.
+fn make_dirs(dir: &std::path::Path, containers: &[Arc<str>]) -> std::io::Result<()> {
+    let exists = |r: std::io::Result<()>| match r {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        other => other,
+    };
+    match std::fs::create_dir(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::create_dir_all(dir)?,
+        other => exists(other)?,
+    }
+    for name in containers {
+        exists(std::fs::create_dir(dir.join(&**name)))?;
+    }
+    Ok(())
 }
 
 /// `path` opened to append to, made if missing.
