@@ -15,6 +15,19 @@ const OWN_GROWTH: u64 = 8 << 20;
 /// How old a [`Cap`] may be when the guests grow.
 const REFIT: Duration = Duration::from_secs(1);
 
+/// A procfs, sysfs or cgroupfs file's text. Such files report no size, so `read_to_string` would
+/// look for one (`fstat`, `lseek`) and then grow its buffer from 32 bytes, a `read` each time;
+/// this reads into a page at once.
+pub(crate) fn read_kernel_file(path: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut text = String::with_capacity(4096);
+    // Through `Take`, which has no size lookup.
+    std::fs::File::open(path)?
+        .take(1 << 20)
+        .read_to_string(&mut text)?;
+    Ok(text)
+}
+
 /// The limit over the process and its use against it, in bytes.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Memory {
@@ -28,7 +41,7 @@ pub(crate) struct Memory {
 /// pod cgroup), the one with the smallest limit, and its working set. `None` where no limit
 /// applies.
 pub(crate) fn memory() -> Option<Memory> {
-    let cgroups = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let cgroups = read_kernel_file(Path::new("/proc/self/cgroup")).ok()?;
     // cgroup v1's memory hierarchy, else the unified one.
     let (root, path, v1) = cgroups
         .lines()
@@ -55,7 +68,7 @@ pub(crate) fn memory() -> Option<Memory> {
         ("memory.max", "memory.current", "inactive_file")
     };
     let read = |dir: &Path, file: &str| -> Option<u64> {
-        std::fs::read_to_string(dir.join(file))
+        read_kernel_file(&dir.join(file))
             .ok()?
             .trim()
             .parse()
@@ -76,7 +89,7 @@ pub(crate) fn memory() -> Option<Memory> {
     }
     let (limit, dir) = tightest?;
     let usage = read(&dir, usage_file)?;
-    let stat = std::fs::read_to_string(dir.join("memory.stat")).unwrap_or_default();
+    let stat = read_kernel_file(&dir.join("memory.stat")).unwrap_or_default();
     let inactive = stat
         .lines()
         .find_map(|l| {

@@ -217,11 +217,16 @@ pub(crate) fn make_private_trees(state_dir: &Path) -> io::Result<()> {
     Ok(())
 }
 
-/// `dir` made if missing, and its mode set to 0700.
+/// `dir` made if missing, and its mode set to 0700 (one `stat` when it is so already).
 pub(crate) fn private_dir(dir: &Path) -> io::Result<()> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        if std::fs::symlink_metadata(dir)
+            .is_ok_and(|m| m.is_dir() && m.permissions().mode() & 0o7777 == 0o700)
+        {
+            return Ok(());
+        }
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)

@@ -15,6 +15,12 @@ use super::HttpPre;
 use super::{Entry, Image, LoadError, Twin};
 use crate::host::Linkers;
 
+/// A compiled artefact: in memory, or a file of the compile cache (mapped as it is).
+pub(crate) enum Artefact<'a> {
+    Bytes(&'a [u8]),
+    File(&'a Path),
+}
+
 /// Deserializes an artefact in `wasmtime` and links it with `linkers`.
 ///
 /// # Safety
@@ -25,7 +31,7 @@ pub(super) unsafe fn link(
     linkers: &Linkers,
     path: &Path,
     kind: Kind,
-    artefact: &[u8],
+    artefact: Artefact<'_>,
     twin: Twin,
 ) -> Result<Image, LoadError> {
     let compile_err = |e: wasmtime::Error| LoadError::Compile {
@@ -38,7 +44,14 @@ pub(super) unsafe fn link(
     };
     let image = match kind {
         Kind::Module => {
-            let module = unsafe { Module::deserialize(wasmtime, artefact) }.map_err(compile_err)?;
+            // SAFETY: as the caller promised.
+            let module = unsafe {
+                match artefact {
+                    Artefact::Bytes(bytes) => Module::deserialize(wasmtime, bytes),
+                    Artefact::File(file) => Module::deserialize_file(wasmtime, file),
+                }
+            }
+            .map_err(compile_err)?;
             let handles_term = module
                 .imports()
                 .any(|i| i.module() == crate::host::TERM_MODULE);
@@ -59,8 +72,14 @@ pub(super) unsafe fn link(
             }
         }
         Kind::Component => {
-            let component =
-                unsafe { Component::deserialize(wasmtime, artefact) }.map_err(compile_err)?;
+            // SAFETY: as the caller promised.
+            let component = unsafe {
+                match artefact {
+                    Artefact::Bytes(bytes) => Component::deserialize(wasmtime, bytes),
+                    Artefact::File(file) => Component::deserialize_file(wasmtime, file),
+                }
+            }
+            .map_err(compile_err)?;
             let ty = component.component_type();
             let imports_term = ty
                 .imports(wasmtime)

@@ -29,7 +29,7 @@ pub use compile::CompileTarget;
 #[cfg(feature = "compiler")]
 pub use compile::compile;
 pub(crate) use compile::{MachineCode, Origin};
-use link::{Kind, link, precompiled_kind};
+use link::{Artefact, Kind, link, precompiled_kind};
 use pool::{Pool, Twin};
 pub use space::AddressSpace;
 
@@ -327,12 +327,16 @@ impl Engine {
         if let Some(image) = self.loaded.lock().unwrap().get(&key) {
             return Ok((image.clone(), Pull::Present));
         }
-        // The file as it is named after symbolic links: what is checked is what is read.
-        let file = std::fs::canonicalize(path).map_err(read_err)?;
-        let bytes = std::fs::read(&file).map_err(read_err)?;
-        let machine_code = match origin {
-            Origin::Local if self.machine_code.allows(&file) => Ok(()),
-            Origin::Local => Err(self.machine_code.sources()),
+        let mut file = std::fs::File::open(path).map_err(read_err)?;
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut file, &mut bytes).map_err(read_err)?;
+        // Asked only of a precompiled artefact: where the file read is, after symbolic links
+        // (what is checked is what was read).
+        let machine_code = || match origin {
+            Origin::Local => match opened_path(&file, path) {
+                Some(real) if self.machine_code.allows(&real) => Ok(()),
+                _ => Err(self.machine_code.sources()),
+            },
             Origin::Pulled { machine_code: true } => Ok(()),
             Origin::Pulled {
                 machine_code: false,
@@ -342,6 +346,7 @@ impl Engine {
             ),
         };
         let (image, pull) = self.compile(path, &bytes, machine_code)?;
+        drop(file);
         let image = Arc::new(image);
         self.loaded.lock().unwrap().insert(key, image.clone());
         Ok((image, pull))
@@ -353,10 +358,10 @@ impl Engine {
         &self,
         path: &Path,
         bytes: &[u8],
-        machine_code: Result<(), String>,
+        machine_code: impl FnOnce() -> Result<(), String>,
     ) -> Result<(Image, Pull), LoadError> {
         if let Some(kind) = precompiled_kind(bytes) {
-            if let Err(allowed) = machine_code {
+            if let Err(allowed) = machine_code() {
                 return Err(LoadError::MachineCode {
                     path: path.to_owned(),
                     allowed,
@@ -364,19 +369,24 @@ impl Engine {
             }
             // SAFETY: a `.cwasm` is trusted as the node's binary is (docs/small-devices.md);
             // wasmtime checks its version, target, CPU features and settings.
-            let image = unsafe { self.link(path, kind, bytes) }.map_err(|e| match e {
-                LoadError::Compile { message, .. } => compile::mismatch(path, &message),
-                other => other,
-            })?;
+            let image =
+                unsafe { self.link(path, kind, Artefact::Bytes(bytes)) }.map_err(|e| match e {
+                    LoadError::Compile { message, .. } => compile::mismatch(path, &message),
+                    other => other,
+                })?;
             return Ok((image, Pull::Precompiled));
         }
         let kind = Kind::of(bytes).ok_or_else(|| LoadError::NotWasm {
             path: path.to_owned(),
         })?;
         let (artefact, pull) = self.artefact(path, kind, bytes)?;
+        let artefact = match &artefact {
+            Compiled::Bytes(bytes) => Artefact::Bytes(bytes),
+            Compiled::Cached(file) => Artefact::File(file),
+        };
         // SAFETY: the artefact was produced by `precompile_*` of an engine with the same
         // compatibility hash (it is part of the cache key) and passed its checksum.
-        let image = unsafe { self.link(path, kind, &artefact) }?;
+        let image = unsafe { self.link(path, kind, artefact) }?;
         Ok((image, pull))
     }
 
@@ -387,14 +397,14 @@ impl Engine {
         path: &Path,
         kind: Kind,
         bytes: &[u8],
-    ) -> Result<(Vec<u8>, Pull), LoadError> {
+    ) -> Result<(Compiled, Pull), LoadError> {
         let compile_err = |e: wasmtime::Error| LoadError::Compile {
             path: path.to_owned(),
             message: format!("{e:#}"),
         };
         let cached = self.cache.path_for(bytes);
-        if let Some(artefact) = cached.as_deref().and_then(CompileCache::read) {
-            return Ok((artefact, Pull::Cached));
+        if let Some(file) = cached.as_ref().filter(|file| CompileCache::intact(file)) {
+            return Ok((Compiled::Cached(file.clone()), Pull::Cached));
         }
         let start = std::time::Instant::now();
         let artefact = match kind {
@@ -407,12 +417,12 @@ impl Engine {
         {
             tracing::warn!(file = %file.display(), "cannot write the compile cache: {e}");
         }
-        Ok((artefact, Pull::Compiled(start.elapsed())))
+        Ok((Compiled::Bytes(artefact), Pull::Compiled(start.elapsed())))
     }
 
     /// A build without a compiler runs only precompiled artefacts.
     #[cfg(not(feature = "compiler"))]
-    fn artefact(&self, path: &Path, _: Kind, _: &[u8]) -> Result<(Vec<u8>, Pull), LoadError> {
+    fn artefact(&self, path: &Path, _: Kind, _: &[u8]) -> Result<(Compiled, Pull), LoadError> {
         Err(LoadError::Compile {
             path: path.to_owned(),
             message: format!(
@@ -428,7 +438,7 @@ impl Engine {
     /// precompiled artefact is refused). Blocking.
     pub(crate) fn load_bytes(&self, name: &Path, bytes: &[u8]) -> Result<Image, LoadError> {
         let allowed = "from sources it trusts, not from a container image".to_owned();
-        self.compile(name, bytes, Err(allowed))
+        self.compile(name, bytes, || Err(allowed))
             .map(|(image, _)| image)
     }
 
@@ -437,9 +447,35 @@ impl Engine {
     /// # Safety
     ///
     /// `artefact` must be a `precompile_*` output of an engine with this engine's configuration.
-    unsafe fn link(&self, path: &Path, kind: Kind, artefact: &[u8]) -> Result<Image, LoadError> {
+    unsafe fn link(
+        &self,
+        path: &Path,
+        kind: Kind,
+        artefact: Artefact<'_>,
+    ) -> Result<Image, LoadError> {
         let twin = Twin::new(Some(self.pool.clone()));
         // SAFETY: as the caller promised.
         unsafe { link(&self.wasmtime, &self.linkers, path, kind, artefact, twin) }
     }
+}
+
+/// A module's or component's compiled artefact: compiled now, or a file of the compile cache.
+/// (A build without a compiler makes neither.)
+#[cfg_attr(
+    not(feature = "compiler"),
+    expect(dead_code, reason = "a build without a compiler refuses to make one")
+)]
+enum Compiled {
+    Bytes(Vec<u8>),
+    Cached(PathBuf),
+}
+
+/// Where the file `file` (opened as `path`) is, after symbolic links: the kernel's name for the
+/// descriptor, else `path` resolved.
+fn opened_path(file: &std::fs::File, path: &Path) -> Option<PathBuf> {
+    use std::os::fd::AsRawFd;
+    std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))
+        .ok()
+        .filter(|p| p.is_absolute())
+        .or_else(|| std::fs::canonicalize(path).ok())
 }

@@ -44,7 +44,7 @@ use std::sync::{Arc, OnceLock};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use wasmtime::{InstanceAllocationStrategy, PoolingAllocationConfig};
 
-use super::{Image, Kind, config, link};
+use super::{Artefact, Image, Kind, config, link};
 use crate::host::{GuestSockets, Linkers};
 
 /// Short-lived instances the pool holds at once.
@@ -133,7 +133,7 @@ impl Pool {
                     &engine.linkers,
                     Path::new("(pooled)"),
                     kind,
-                    &artefact,
+                    Artefact::Bytes(&artefact),
                     Twin::new(None),
                 )
             }

@@ -4,12 +4,13 @@
 use crate::images::{ImageGc, VerifyKey};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::Taint;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use tokio::sync::mpsc;
 
+use crate::cgroup::read_kernel_file;
 use crate::network::Egress;
 use crate::output::{LogLimits, OutputLine};
 use crate::supervisor::BackoffOptions;
@@ -119,17 +120,10 @@ pub struct Allocatable {
 impl Allocatable {
     /// Memory, CPU and pod count as the machine, and the cgroups over the process, allow.
     pub fn from_machine() -> Allocatable {
-        let memory = std::fs::read_to_string("/proc/meminfo")
-            .ok()
-            .and_then(|info| {
-                let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
-                let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-                Some(kib * 1024)
-            })
-            .unwrap_or(4 << 30);
+        let memory = total_memory().unwrap_or(4 << 30);
         let memory = crate::cgroup::memory().map_or(memory, |cgroup| memory.min(cgroup.limit));
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
-        let max_map_count = std::fs::read_to_string("/proc/sys/vm/max_map_count")
+        let max_map_count = read_kernel_file(Path::new("/proc/sys/vm/max_map_count"))
             .ok()
             .and_then(|s| s.trim().parse::<u64>().ok())
             .unwrap_or(65_530);
@@ -375,9 +369,25 @@ impl NodeOptions {
     }
 }
 
+/// The machine's memory in bytes (`MemTotal`), as `sysinfo` tells it.
+fn total_memory() -> Option<u64> {
+    // SAFETY: `sysinfo` fills the zeroed struct it is given.
+    let mut info: libc::sysinfo = unsafe { std::mem::zeroed() };
+    // SAFETY: `info` is a valid, writable `sysinfo`.
+    if unsafe { libc::sysinfo(&mut info) } != 0 {
+        return None;
+    }
+    #[expect(
+        clippy::useless_conversion,
+        reason = "`c_ulong` is 32 bits on 32-bit targets"
+    )]
+    let total = u64::from(info.totalram);
+    total.checked_mul(u64::from(info.mem_unit))
+}
+
 /// The machine's host name, or `localhost`.
 pub(super) fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
+    read_kernel_file(Path::new("/proc/sys/kernel/hostname"))
         .or_else(|_| std::fs::read_to_string("/etc/hostname"))
         .map(|h| h.trim().to_owned())
         .ok()

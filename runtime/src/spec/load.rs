@@ -221,7 +221,9 @@ pub(super) fn read_bounded(path: &Path) -> Result<String, FieldError> {
     let unreadable =
         |e: std::io::Error| FieldError::invalid("", format!("cannot read the file: {e}"));
     let file = std::fs::File::open(path).map_err(unreadable)?;
-    let mut text = String::new();
+    // Room for the whole file at once (read in one call), as much as is read at most.
+    let size = file.metadata().map_or(0, |m| m.len());
+    let mut text = String::with_capacity(size.min(yaml::MAX_INPUT as u64) as usize + 1);
     file.take(yaml::MAX_INPUT as u64 + 1)
         .read_to_string(&mut text)
         .map_err(unreadable)?;
