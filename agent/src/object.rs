@@ -156,6 +156,20 @@ impl Object {
     /// The object read as a pod, typed: its spec and status as k8s-openapi has them (what
     /// admission and the kubelet wrote; a field that does not read as its type is left out).
     pub(crate) fn pod(&self) -> Pod {
+        /// The typed fields of a pod, read straight from the object's text.
+        #[derive(serde::Deserialize)]
+        struct Fields {
+            spec: Option<wasmpod::k8s_openapi::api::core::v1::PodSpec>,
+            status: Option<wasmpod::k8s_openapi::api::core::v1::PodStatus>,
+        }
+        if let Ok(Fields { spec, status }) = serde_json::from_str(self.rest.get()) {
+            return Pod {
+                metadata: self.metadata.clone(),
+                spec,
+                status,
+            };
+        }
+        // One of them does not read as its type: each on its own.
         let mut fields = self.fields();
         let spec = fields.remove("spec");
         let status = fields.remove("status");
