@@ -68,11 +68,7 @@ pub(crate) fn memory() -> Option<Memory> {
         ("memory.max", "memory.current", "inactive_file")
     };
     let read = |dir: &Path, file: &str| -> Option<u64> {
-        read_kernel_file(&dir.join(file))
-            .ok()?
-            .trim()
-            .parse()
-            .ok()
+        read_kernel_file(&dir.join(file)).ok()?.trim().parse().ok()
     };
     let mut dir = Path::new(root).join(path.trim_start_matches('/'));
     let mut tightest: Option<(u64, PathBuf)> = None;

@@ -100,7 +100,7 @@ impl Api {
         name: &str,
         call: &Call,
     ) -> Result<Response<Body>, ApiError> {
-        let object = if resource.strategy.storage() == Storage::Node {
+        let object = if matches!(resource.strategy.storage(), Storage::Node) {
             Arc::new(self.node_object(name)?)
         } else {
             self.store
@@ -123,7 +123,7 @@ impl Api {
         resource: &Resource,
         namespace: Option<&str>,
     ) -> (u64, Vec<Arc<Object>>) {
-        if resource.strategy.storage() == Storage::Node {
+        if matches!(resource.strategy.storage(), Storage::Node) {
             let node = self.node_object(self.kubelet.node_name()).ok();
             (
                 self.store.resource_version(),
@@ -202,7 +202,7 @@ impl Api {
         let mut object = self.new_object(resource, namespace, body)?;
         let (ns, name) = (object.namespace().to_owned(), object.name().to_owned());
         let created = match resource.strategy.storage() {
-            Storage::Pods => self.create_pod(object, dry_run, &[]).await?,
+            Storage::Run(run) => run.create(self, object, dry_run, &[]).await?,
             Storage::Stored { .. } => {
                 let mut fields = object.fields();
                 resource.strategy.prepare(&self.store, &name, &mut fields)?;
@@ -253,7 +253,7 @@ impl Api {
         let ns = namespace.unwrap_or("");
         let kind = call.content_type.as_str();
         if kind == "application/apply-patch+yaml"
-            && resource.strategy.storage() != Storage::Node
+            && !matches!(resource.strategy.storage(), Storage::Node)
             && self.store.get(resource.name, ns, name).is_none()
         {
             if let Some(ns) = namespace {
@@ -351,14 +351,14 @@ impl Api {
             kind: resource.kind.into(),
         };
         // New images are loaded before the update is taken; a bad one is refused with its field.
-        let images = if resource.strategy.storage() == Storage::Pods {
-            super::resources::check_update(&current, &mut next)?;
-            self.load_changed_images(&current, &next).await?
-        } else {
-            let mut fields = next.fields();
-            resource.strategy.prepare(&self.store, name, &mut fields)?;
-            next.set_fields(fields);
-            None
+        let changes = match resource.strategy.storage() {
+            Storage::Run(run) => run.update(self, &current, &mut next).await?,
+            _ => {
+                let mut fields = next.fields();
+                resource.strategy.prepare(&self.store, name, &mut fields)?;
+                next.set_fields(fields);
+                None
+            }
         };
         let before = current.resource_version().map(str::to_owned);
         let updated = self
@@ -383,7 +383,9 @@ impl Api {
                 Ok(())
             })?;
         resource.strategy.changed(&self.kubelet)?;
-        self.set_images(&updated, images).await;
+        if let Storage::Run(run) = resource.strategy.storage() {
+            run.updated(self, &updated, changes).await;
+        }
         Ok(updated)
     }
 
@@ -404,9 +406,9 @@ impl Api {
                 None => call.query.number("gracePeriodSeconds")?,
             };
         match resource.strategy.storage() {
-            Storage::Pods => {
-                let pod = self.delete_pod(ns, name, grace, true)?;
-                Ok(json(StatusCode::OK, &*pod))
+            Storage::Run(run) => {
+                let object = run.delete(self, ns, name, grace, true)?;
+                Ok(json(StatusCode::OK, &*object))
             }
             Storage::Stored { deletable: true } => {
                 let gone = self.delete_stored(resource, ns, name, Durable::Now)?;

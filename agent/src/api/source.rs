@@ -29,7 +29,12 @@ pub(crate) fn resource_of(api_version: &str, kind: &str) -> Option<&'static Reso
     super::resources::ALL
         .iter()
         .copied()
-        .filter(|r| matches!(r.strategy.storage(), Storage::Pods | Storage::Stored { .. }))
+        .filter(|r| {
+            matches!(
+                r.strategy.storage(),
+                Storage::Run(_) | Storage::Stored { .. }
+            )
+        })
         .find(|r| r.kind == kind && r.api_version() == api_version)
 }
 
@@ -37,7 +42,7 @@ pub(crate) fn resource_of(api_version: &str, kind: &str) -> Option<&'static Reso
 pub(crate) fn deletable(resource: &Resource) -> bool {
     matches!(
         resource.strategy.storage(),
-        Storage::Pods | Storage::Stored { deletable: true }
+        Storage::Run(_) | Storage::Stored { deletable: true }
     )
 }
 
@@ -58,7 +63,7 @@ impl Api {
         let ns = item.resource.namespaced.then_some(item.namespace.as_str());
         let mut object = self.new_object(item.resource, ns, item.object.clone())?;
         match item.resource.strategy.storage() {
-            Storage::Pods => self.create_pod(object, true, set).await.map(drop),
+            Storage::Run(run) => run.create(self, object, true, set).await.map(drop),
             _ => {
                 let mut fields = object.fields();
                 item.resource
@@ -95,7 +100,7 @@ impl Api {
         name: &str,
     ) -> Result<(), ApiError> {
         match resource.strategy.storage() {
-            Storage::Pods => self.delete_pod(ns, name, None, true).map(drop),
+            Storage::Run(run) => run.delete(self, ns, name, None, true).map(drop),
             _ => self
                 .delete_stored(resource, ns, name, Durable::Now)
                 .map(drop),

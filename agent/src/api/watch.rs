@@ -57,8 +57,8 @@ impl Api {
             .query
             .number("timeoutSeconds")?
             .map_or(MAX_WATCH, |s| Duration::from_secs(s.clamp(1, 3600) as u64));
-        let nodes =
-            (resource.strategy.storage() == Storage::Node).then(|| self.objects(resource, None).1);
+        let nodes = matches!(resource.strategy.storage(), Storage::Node)
+            .then(|| self.objects(resource, None).1);
         let (backlog, mut rx, mut reached) = self.store.watch(resource.name, from)?;
         // `sendInitialEvents=false` without a version: only what changes from now.
         let backlog = if initial == Some(false) && from.is_none() {

@@ -13,7 +13,13 @@ mod runtimeclasses;
 mod secrets;
 mod serviceaccounts;
 
+use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
 use serde_json::{Map, Value, json};
+
+use super::Api;
+use super::source::Applied;
 
 use crate::kubelet::Kubelet;
 use crate::object::Object;
@@ -24,7 +30,7 @@ pub(crate) use configmaps::CONFIG_MAPS;
 pub(crate) use events::EVENTS;
 pub(crate) use namespaces::NAMESPACES;
 pub(crate) use nodes::NODES;
-pub(crate) use pods::{MIRROR, PODS, check_update};
+pub(crate) use pods::{MIRROR, PODS};
 pub(crate) use priorityclasses::PRIORITY_CLASSES;
 pub(crate) use runtimeclasses::RUNTIME_CLASSES;
 pub(crate) use secrets::SECRETS;
@@ -96,7 +102,7 @@ pub(crate) static ALL: &[&Resource] = &[
 /// The resources kept in the store (nodes are made from the running node).
 pub(crate) fn stored() -> Vec<&'static str> {
     ALL.iter()
-        .filter(|r| r.strategy.storage() != Storage::Node)
+        .filter(|r| !matches!(r.strategy.storage(), Storage::Node))
         .map(|r| r.name)
         .collect()
 }
@@ -109,16 +115,73 @@ pub(crate) fn find(group: &str, name: &str) -> Option<&'static Resource> {
 }
 
 /// How a resource's objects are kept and changed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy)]
 pub(crate) enum Storage {
     /// Stored as clients send them, once checked; `deletable` when clients may delete them.
     Stored { deletable: bool },
-    /// Pods: the node runs them; creation admits and starts them, deletion is graceful.
-    Pods,
+    /// Run by the node (pods): created, updated and deleted through these hooks.
+    Run(&'static dyn Run),
     /// Written by the node only (events): clients read them.
     ReadOnly,
     /// The node itself, made from the running node at each read, never stored.
     Node,
+}
+
+/// What an update changes in what the node runs: a pod's spec with its new images, and the
+/// containers whose image changed (`None`: nothing to give the pod).
+pub(crate) type NewImages = Option<(wasmpod::PodSpec, Vec<String>)>;
+
+/// The hooks of a resource the node runs, where the API server would only store: what the API
+/// server's admission and the kubelet do for pods. (Futures boxed: the strategies are objects.)
+pub(crate) trait Run: Sync {
+    /// Admits and starts `object` (checks it only, with `dry_run`); the objects of `pending`,
+    /// applied with it, count as present.
+    fn create<'a>(
+        &'a self,
+        api: &'a Api,
+        object: Object,
+        dry_run: bool,
+        pending: &'a [Applied],
+    ) -> BoxFuture<'a, Result<Arc<Object>, ApiError>>;
+
+    /// Checks an update of `current` to `next` (completing `next`) and makes ready what it
+    /// changes in what runs, given to it by [`Run::updated`] once `next` is stored.
+    fn update<'a>(
+        &'a self,
+        api: &'a Api,
+        current: &'a Object,
+        next: &'a mut Object,
+    ) -> BoxFuture<'a, Result<NewImages, ApiError>>;
+
+    /// After an update was stored: what runs takes its changes.
+    fn updated<'a>(
+        &'a self,
+        api: &'a Api,
+        stored: &'a Object,
+        changes: NewImages,
+    ) -> BoxFuture<'a, ()>;
+
+    /// Deletes `ns/name` (gracefully within `grace`, or its own period); `from_api`: asked by a
+    /// client rather than the node. Returns the object as it is after the call.
+    fn delete(
+        &self,
+        api: &Api,
+        ns: &str,
+        name: &str,
+        grace: Option<i64>,
+        from_api: bool,
+    ) -> Result<Arc<Object>, ApiError>;
+}
+
+impl std::fmt::Debug for Storage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Storage::Stored { deletable } => write!(f, "Stored {{ deletable: {deletable} }}"),
+            Storage::Run(_) => f.write_str("Run"),
+            Storage::ReadOnly => f.write_str("ReadOnly"),
+            Storage::Node => f.write_str("Node"),
+        }
+    }
 }
 
 /// What the API server's strategy for a resource decides; every method has the behaviour most

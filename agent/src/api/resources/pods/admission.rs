@@ -46,7 +46,7 @@ impl Api {
             .or_else(|| self.store.get(resource, ns, name).map(|o| o.to_value()))
     }
 
-    pub(crate) async fn create_pod(
+    pub(super) async fn create_pod(
         &self,
         object: Object,
         dry_run: bool,
@@ -287,7 +287,7 @@ impl Api {
     /// The containers whose image an update changes, and the updated spec (validated, its new
     /// `.wasm` files loaded, so a module that cannot be loaded refuses the update, naming its
     /// field); `None` when no image changes.
-    pub(crate) async fn load_changed_images(
+    pub(super) async fn load_changed_images(
         &self,
         current: &Object,
         next: &Object,
@@ -326,7 +326,7 @@ impl Api {
 
     /// Gives the running pod its containers' new images (files, or registry images pulled when
     /// the containers start again).
-    pub(crate) async fn set_images(
+    pub(super) async fn set_images(
         &self,
         pod: &Object,
         images: Option<(wasmpod::PodSpec, Vec<String>)>,

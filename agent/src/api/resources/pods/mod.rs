@@ -9,9 +9,17 @@ mod update;
 
 use serde_json::Value;
 
-use super::{Column, RW, Resource, Storage, Strategy};
+use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
+
+use super::{Column, NewImages, RW, Resource, Run, Storage, Strategy};
+use crate::api::Api;
+use crate::api::source::Applied;
 use crate::object::Object;
-pub(crate) use update::{MIRROR, check_update};
+use crate::status::ApiError;
+pub(crate) use update::MIRROR;
+use update::check_update;
 
 pub(crate) static PODS: Resource = Resource {
     name: "pods",
@@ -35,7 +43,7 @@ struct Pods;
 
 impl Strategy for Pods {
     fn storage(&self) -> Storage {
-        Storage::Pods
+        Storage::Run(&Pods)
     }
 
     fn selectable(&self, field: &str) -> bool {
@@ -67,5 +75,51 @@ impl Strategy for Pods {
 
     fn cells(&self, o: &Object, now: jiff::Timestamp) -> Vec<Value> {
         table::pod_cells(&o.pod(), now)
+    }
+}
+
+/// The node runs pods: admission and start at creation, new images at an update, graceful
+/// deletion (`admission.rs`, `update.rs`).
+impl Run for Pods {
+    fn create<'a>(
+        &'a self,
+        api: &'a Api,
+        object: Object,
+        dry_run: bool,
+        pending: &'a [Applied],
+    ) -> BoxFuture<'a, Result<Arc<Object>, ApiError>> {
+        Box::pin(api.create_pod(object, dry_run, pending))
+    }
+
+    fn update<'a>(
+        &'a self,
+        api: &'a Api,
+        current: &'a Object,
+        next: &'a mut Object,
+    ) -> BoxFuture<'a, Result<NewImages, ApiError>> {
+        Box::pin(async move {
+            check_update(current, next)?;
+            api.load_changed_images(current, next).await
+        })
+    }
+
+    fn updated<'a>(
+        &'a self,
+        api: &'a Api,
+        stored: &'a Object,
+        changes: NewImages,
+    ) -> BoxFuture<'a, ()> {
+        Box::pin(api.set_images(stored, changes))
+    }
+
+    fn delete(
+        &self,
+        api: &Api,
+        ns: &str,
+        name: &str,
+        grace: Option<i64>,
+        from_api: bool,
+    ) -> Result<Arc<Object>, ApiError> {
+        api.delete_pod(ns, name, grace, from_api)
     }
 }
