@@ -32,7 +32,7 @@ for arch in amd64 arm64; do
   cargo build --release -p wasmpod-shim --target "$triple"
   mkdir -p "$work/$arch"
   cp "target/$triple/release/containerd-shim-wasmpod-v1" "$work/$arch/"
-  file "$work/$arch/containerd-shim-wasmpod-v1" | grep -q "statically linked" \
+  file "$work/$arch/containerd-shim-wasmpod-v1" | grep -Eq "statically linked|static-pie linked" \
     || { echo "$triple: the shim is not statically linked" >&2; exit 1; }
 done
 
