@@ -1,6 +1,6 @@
 //! Get, list, watch, create, update, patch and delete of any resource, with what the API server
-//! checks for all of them (names, namespaces, resourceVersion preconditions); [`super::pods`] adds
-//! what is particular to pods.
+//! checks for all of them (names, namespaces, resourceVersion preconditions); pods add what is
+//! particular to them through their strategy's `Storage::Run` hooks (`resources/pods/`).
 
 use http::{Response, StatusCode};
 use serde_json::{Value, json};

@@ -359,7 +359,9 @@ impl Kubelet {
             };
             let now = digest(&status);
             if now != last {
-                self.write_status(&ns, &name, &uid, |_| status.clone());
+                // Made before the store's lock is taken.
+                let value = serde_json::to_value(&status).unwrap_or_default();
+                self.write_status(&ns, &name, &uid, |_| value);
                 last = now;
             }
             if restoring && crate::ready::started_again(&status) {
@@ -422,28 +424,25 @@ impl Kubelet {
                 .and_then(|v| serde_json::from_value(v).ok())
                 .unwrap_or_default();
             change(&mut status);
-            status
+            serde_json::to_value(&status).unwrap_or_default()
         });
     }
 
-    /// Writes the status `make` makes of the stored one (its JSON, if any), if the object is
-    /// still the pod `uid`.
+    /// Writes the status (as JSON) `make` makes of the stored one, if the object is still the
+    /// pod `uid`.
     fn write_status(
         &self,
         ns: &str,
         name: &str,
         uid: &str,
-        make: impl FnOnce(Option<Value>) -> PodStatus,
+        make: impl FnOnce(Option<Value>) -> Value,
     ) {
         let result = self.store.update("pods", ns, name, Durable::Later, |p| {
             if p.uid() == uid {
                 // The object's fields read and written once.
                 let mut fields = p.fields();
                 let status = make(fields.remove("status"));
-                fields.insert(
-                    "status".into(),
-                    serde_json::to_value(&status).unwrap_or_default(),
-                );
+                fields.insert("status".into(), status);
                 p.set_fields(fields);
             }
             Ok(())

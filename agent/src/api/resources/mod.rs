@@ -173,17 +173,6 @@ pub(crate) trait Run: Sync {
     ) -> Result<Arc<Object>, ApiError>;
 }
 
-impl std::fmt::Debug for Storage {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Storage::Stored { deletable } => write!(f, "Stored {{ deletable: {deletable} }}"),
-            Storage::Run(_) => f.write_str("Run"),
-            Storage::ReadOnly => f.write_str("ReadOnly"),
-            Storage::Node => f.write_str("Node"),
-        }
-    }
-}
-
 /// What the API server's strategy for a resource decides; every method has the behaviour most
 /// resources share.
 pub(crate) trait Strategy {
