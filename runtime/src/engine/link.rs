@@ -2,7 +2,10 @@
 //! ready to instantiate (a preview1 module, a 0.2 or 0.3 command, an HTTP handler), and telling
 //! the kinds of bytes apart.
 
+use std::borrow::Cow;
 use std::path::Path;
+#[cfg(feature = "compiler")]
+use std::path::PathBuf;
 
 use wasmtime::Module;
 use wasmtime::component::Component;
@@ -17,8 +20,9 @@ use crate::host::Linkers;
 
 /// A compiled artefact: in memory, or a file of the compile cache (mapped as it is).
 pub(crate) enum Artefact<'a> {
-    Bytes(&'a [u8]),
-    File(&'a Path),
+    Bytes(Cow<'a, [u8]>),
+    #[cfg(feature = "compiler")]
+    File(PathBuf),
 }
 
 /// Deserializes an artefact in `wasmtime` and links it with `linkers`.
@@ -48,6 +52,7 @@ pub(super) unsafe fn link(
             let module = unsafe {
                 match artefact {
                     Artefact::Bytes(bytes) => Module::deserialize(wasmtime, bytes),
+                    #[cfg(feature = "compiler")]
                     Artefact::File(file) => Module::deserialize_file(wasmtime, file),
                 }
             }
@@ -76,6 +81,7 @@ pub(super) unsafe fn link(
             let component = unsafe {
                 match artefact {
                     Artefact::Bytes(bytes) => Component::deserialize(wasmtime, bytes),
+                    #[cfg(feature = "compiler")]
                     Artefact::File(file) => Component::deserialize_file(wasmtime, file),
                 }
             }

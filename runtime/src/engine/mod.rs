@@ -346,7 +346,6 @@ impl Engine {
             ),
         };
         let (image, pull) = self.compile(path, &bytes, machine_code)?;
-        drop(file);
         let image = Arc::new(image);
         self.loaded.lock().unwrap().insert(key, image.clone());
         Ok((image, pull))
@@ -369,21 +368,18 @@ impl Engine {
             }
             // SAFETY: a `.cwasm` is trusted as the node's binary is (docs/small-devices.md);
             // wasmtime checks its version, target, CPU features and settings.
-            let image =
-                unsafe { self.link(path, kind, Artefact::Bytes(bytes)) }.map_err(|e| match e {
+            let image = unsafe { self.link(path, kind, Artefact::Bytes(bytes.into())) }.map_err(
+                |e| match e {
                     LoadError::Compile { message, .. } => compile::mismatch(path, &message),
                     other => other,
-                })?;
+                },
+            )?;
             return Ok((image, Pull::Precompiled));
         }
         let kind = Kind::of(bytes).ok_or_else(|| LoadError::NotWasm {
             path: path.to_owned(),
         })?;
         let (artefact, pull) = self.artefact(path, kind, bytes)?;
-        let artefact = match &artefact {
-            Compiled::Bytes(bytes) => Artefact::Bytes(bytes),
-            Compiled::Cached(file) => Artefact::File(file),
-        };
         // SAFETY: the artefact was produced by `precompile_*` of an engine with the same
         // compatibility hash (it is part of the cache key) and passed its checksum.
         let image = unsafe { self.link(path, kind, artefact) }?;
@@ -397,14 +393,14 @@ impl Engine {
         path: &Path,
         kind: Kind,
         bytes: &[u8],
-    ) -> Result<(Compiled, Pull), LoadError> {
+    ) -> Result<(Artefact<'static>, Pull), LoadError> {
         let compile_err = |e: wasmtime::Error| LoadError::Compile {
             path: path.to_owned(),
             message: format!("{e:#}"),
         };
         let cached = self.cache.path_for(bytes);
         if let Some(file) = cached.as_ref().filter(|file| CompileCache::intact(file)) {
-            return Ok((Compiled::Cached(file.clone()), Pull::Cached));
+            return Ok((Artefact::File(file.clone()), Pull::Cached));
         }
         let start = std::time::Instant::now();
         let artefact = match kind {
@@ -417,12 +413,20 @@ impl Engine {
         {
             tracing::warn!(file = %file.display(), "cannot write the compile cache: {e}");
         }
-        Ok((Compiled::Bytes(artefact), Pull::Compiled(start.elapsed())))
+        Ok((
+            Artefact::Bytes(artefact.into()),
+            Pull::Compiled(start.elapsed()),
+        ))
     }
 
     /// A build without a compiler runs only precompiled artefacts.
     #[cfg(not(feature = "compiler"))]
-    fn artefact(&self, path: &Path, _: Kind, _: &[u8]) -> Result<(Compiled, Pull), LoadError> {
+    fn artefact(
+        &self,
+        path: &Path,
+        _: Kind,
+        _: &[u8],
+    ) -> Result<(Artefact<'static>, Pull), LoadError> {
         Err(LoadError::Compile {
             path: path.to_owned(),
             message: format!(
@@ -457,17 +461,6 @@ impl Engine {
         // SAFETY: as the caller promised.
         unsafe { link(&self.wasmtime, &self.linkers, path, kind, artefact, twin) }
     }
-}
-
-/// A module's or component's compiled artefact: compiled now, or a file of the compile cache.
-/// (A build without a compiler makes neither.)
-#[cfg_attr(
-    not(feature = "compiler"),
-    expect(dead_code, reason = "a build without a compiler refuses to make one")
-)]
-enum Compiled {
-    Bytes(Vec<u8>),
-    Cached(PathBuf),
 }
 
 /// Where the file `file` (opened as `path`) is, after symbolic links: the kernel's name for the

@@ -133,7 +133,7 @@ impl Pool {
                     &engine.linkers,
                     Path::new("(pooled)"),
                     kind,
-                    Artefact::Bytes(&artefact),
+                    Artefact::Bytes(artefact.into()),
                     Twin::new(None),
                 )
             }

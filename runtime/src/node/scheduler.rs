@@ -15,6 +15,7 @@ use tokio::time::Instant;
 mod eviction;
 mod placement;
 mod queue;
+mod usage;
 mod victims;
 
 use super::{Allocatable, PodHandle};
@@ -22,7 +23,7 @@ use crate::memory::{NodeMemory, PodMemory};
 use crate::spec::{PodSpec, Requests};
 use crate::supervisor::AdmissionSeat;
 pub(crate) use placement::SPREAD_LABEL;
-use queue::{Action, Choice, Queue, Seated, Usage};
+use queue::{Action, Queue, Seated};
 
 /// The scheduler's reason for a node whose labels do not match a pod's `nodeSelector`.
 pub(crate) const NOT_SELECTED: &str = "node(s) didn't match Pod's node affinity/selector";
@@ -63,7 +64,6 @@ struct Inner {
 /// hears them in the order they were made).
 pub(crate) struct Scheduler {
     inner: Mutex<Inner>,
-    node_name: String,
     memory: Arc<NodeMemory>,
     next_key: AtomicU64,
     evicting: AtomicBool,
@@ -109,10 +109,9 @@ impl Scheduler {
     ) -> Arc<Scheduler> {
         let scheduler = Arc::new(Scheduler {
             inner: Mutex::new(Inner {
-                queue: Queue::new(allocatable, node_name.clone(), node_labels),
+                queue: Queue::new(allocatable, node_name, node_labels),
                 pods: HashMap::new(),
             }),
-            node_name,
             memory: memory.clone(),
             next_key: AtomicU64::new(1),
             evicting: AtomicBool::new(false),
@@ -206,7 +205,7 @@ impl Scheduler {
                     message,
                     nominated,
                 } => {
-                    let node = nominated.then(|| self.node_name.clone());
+                    let node = nominated.then(|| inner.queue.node_name().to_owned());
                     inner.pods[&key].handle.unschedulable(message, node);
                 }
                 Action::Preempt { key, message } => {

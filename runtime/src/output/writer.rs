@@ -180,7 +180,8 @@ impl LogFile {
     fn create(dir: &std::path::Path, container: &str, instance: i32) {
         let path = log_file(dir, container, instance);
         let parent = path.parent().unwrap_or(dir);
-        // The directory is there but when it was removed meanwhile: made again then.
+        // The writer made the directory at the pod's start; it is made again only if it was
+        // removed since.
         let made = append(&path).or_else(|e| match e.kind() {
             std::io::ErrorKind::NotFound => {
                 std::fs::create_dir_all(parent).and_then(|()| append(&path))

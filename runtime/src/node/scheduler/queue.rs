@@ -9,47 +9,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use super::placement;
-use super::victims::{Occupant, select_victims};
+use super::usage::Usage;
+use super::victims::{Choice, Occupant, select_victims};
 use crate::node::Allocatable;
 use crate::spec::{PodSpec, Requests};
-
-/// Resources in use (or reserved).
-#[derive(Debug, Clone, Copy, Default)]
-pub(super) struct Usage {
-    pub(super) memory: u64,
-    pub(super) cpu_milli: u64,
-    pub(super) pods: u64,
-    pub(super) containers: u64,
-}
-
-impl Usage {
-    pub(super) fn plus(self, r: Requests) -> Usage {
-        Usage {
-            memory: self.memory.saturating_add(r.memory),
-            cpu_milli: self.cpu_milli.saturating_add(r.cpu_milli),
-            pods: self.pods + 1,
-            containers: self.containers.saturating_add(r.containers),
-        }
-    }
-
-    fn add(self, other: Usage) -> Usage {
-        Usage {
-            memory: self.memory.saturating_add(other.memory),
-            cpu_milli: self.cpu_milli.saturating_add(other.cpu_milli),
-            pods: self.pods + other.pods,
-            containers: self.containers.saturating_add(other.containers),
-        }
-    }
-
-    pub(super) fn minus(self, r: Requests) -> Usage {
-        Usage {
-            memory: self.memory.saturating_sub(r.memory),
-            cpu_milli: self.cpu_milli.saturating_sub(r.cpu_milli),
-            pods: self.pods.saturating_sub(1),
-            containers: self.containers.saturating_sub(r.containers),
-        }
-    }
-}
 
 /// What admission decides a pod by.
 pub(super) struct Seated {
@@ -109,14 +72,6 @@ enum Verdict {
     Unplaced(String),
 }
 
-/// What victim selection found.
-pub(super) enum Choice {
-    Victims(Vec<u64>),
-    /// The pod fits once the pods already stopping have left.
-    WaitForLeaving,
-    None,
-}
-
 /// The node's pods and what they hold, as admission decides with them.
 pub(super) struct Queue {
     allocatable: Allocatable,
@@ -151,6 +106,11 @@ impl Queue {
 
     pub(super) fn allocatable(&self) -> Allocatable {
         self.allocatable
+    }
+
+    /// The node's name: the one a pod is nominated for when pods are preempted for it.
+    pub(super) fn node_name(&self) -> &str {
+        &self.node_name
     }
 
     /// Queues pod `key` (keys grow with age) and admits what fits.

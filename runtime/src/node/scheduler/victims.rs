@@ -2,8 +2,16 @@
 
 use std::cmp::Reverse;
 
-use super::{Choice, Usage};
+use super::usage::Usage;
 use crate::spec::Requests;
+
+/// What victim selection found.
+pub(super) enum Choice {
+    Victims(Vec<u64>),
+    /// The pod fits once the pods already stopping have left.
+    WaitForLeaving,
+    None,
+}
 
 /// An admitted pod, as victim selection sees it.
 #[derive(Debug, Clone, Copy)]
