@@ -296,15 +296,18 @@ impl Agent {
         node_options.host_ip = node_ip;
         let node = Node::new(node_options)?;
         let address = node_ip.to_string();
-        let kubelet = Arc::new(kubelet::Kubelet::new(
-            node,
-            node_name,
-            store.clone(),
-            options.images_dir.clone(),
-            address,
-            credentials.ca_pem.clone(),
-            tokens.clone(),
-        ));
+        let kubelet = Arc::new(
+            kubelet::Kubelet::new(
+                node,
+                node_name,
+                store.clone(),
+                options.images_dir.clone(),
+                address,
+                credentials.ca_pem.clone(),
+                tokens.clone(),
+            )
+            .keeping_node_meta_in(&dir),
+        );
         kubelet.sync_runtime_classes();
         kubelet.publish_root_ca().map_err(|e| Error::Store {
             path: path.clone(),

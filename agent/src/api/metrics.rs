@@ -124,7 +124,7 @@ impl Api {
             ["nodes"] => {
                 let items: Vec<Value> = self
                     .node_metrics()
-                    .filter(|_| labels.matches_labels(self.kubelet.node().labels()))
+                    .filter(|_| labels.matches_labels(&self.kubelet.node().labels()))
                     .into_iter()
                     .collect();
                 Ok(json(
@@ -196,7 +196,7 @@ impl Api {
             "apiVersion": API_VERSION,
             "metadata": {
                 "name": self.kubelet.node_name(),
-                "labels": node.labels(),
+                "labels": *node.labels(),
                 "creationTimestamp": w.last.time.to_string(),
             },
             "timestamp": w.last.time.to_string(),

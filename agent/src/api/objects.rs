@@ -269,33 +269,12 @@ impl Api {
             }
             return self.create(resource, namespace, object, call).await;
         }
-        let updated = self.update(resource, ns, name, |current| {
-            let mut next = current.clone();
-            match kind {
-                "application/json-patch+json" => {
-                    crate::bounds::json_patch(&mut next, body).map_err(|message| {
-                        ApiError::invalid(resource.kind, name, vec![Cause {
-                            kind: FieldErrorKind::Invalid,
-                            field: String::new(),
-                            message,
-                        }])
-                    })?;
-                }
-                "application/merge-patch+json" => {
-                    json_patch::merge(&mut next, &super::parse_json(body)?);
-                }
-                "application/strategic-merge-patch+json" | "application/apply-patch+yaml" => {
-                    patch::strategic(&mut next, &super::parse_json(body)?);
-                }
-                other => {
-                    return Err(ApiError::unsupported_media(format!(
-                        "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json (not {other:?})"
-                    )));
-                }
-            }
-            Ok(next)
-        })
-        .await?;
+        let apply = |current: &Value| patched(resource, name, kind, body, current);
+        let updated = if matches!(resource.strategy.storage(), Storage::Node) {
+            Arc::new(self.patch_node(name, apply)?)
+        } else {
+            self.update(resource, ns, name, apply).await?
+        };
         Ok(json(StatusCode::OK, &*updated))
     }
 
@@ -452,4 +431,42 @@ impl Api {
         resource.strategy.changed(&self.kubelet)?;
         Ok(gone)
     }
+}
+
+/// `current` with a patch of media type `kind` applied.
+fn patched(
+    resource: &Resource,
+    name: &str,
+    kind: &str,
+    body: &[u8],
+    current: &Value,
+) -> Result<Value, ApiError> {
+    let mut next = current.clone();
+    match kind {
+        "application/json-patch+json" => {
+            crate::bounds::json_patch(&mut next, body).map_err(|message| {
+                ApiError::invalid(
+                    resource.kind,
+                    name,
+                    vec![Cause {
+                        kind: FieldErrorKind::Invalid,
+                        field: String::new(),
+                        message,
+                    }],
+                )
+            })?;
+        }
+        "application/merge-patch+json" => {
+            json_patch::merge(&mut next, &super::parse_json(body)?);
+        }
+        "application/strategic-merge-patch+json" | "application/apply-patch+yaml" => {
+            patch::strategic(&mut next, &super::parse_json(body)?);
+        }
+        other => {
+            return Err(ApiError::unsupported_media(format!(
+                "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json (not {other:?})"
+            )));
+        }
+    }
+    Ok(next)
 }

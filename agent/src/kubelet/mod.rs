@@ -20,10 +20,12 @@ use crate::store::{Durable, Store};
 use crate::tokens::Tokens;
 
 mod events;
+mod labels;
 mod node;
 mod restore;
 mod tokens;
 
+pub(crate) use labels::NodeMeta;
 pub(crate) use node::Condition;
 
 use events::Recorded;
@@ -67,6 +69,9 @@ pub(crate) struct Kubelet {
     restoring: tokio::sync::watch::Sender<usize>,
     /// The node's own conditions and events.
     report: Mutex<node::NodeReport>,
+    /// The node's annotations of its users (its labels are the node's).
+    node_meta: Mutex<NodeMeta>,
+    node_meta_file: PathBuf,
 }
 
 impl std::fmt::Debug for Kubelet {
@@ -107,7 +112,21 @@ impl Kubelet {
             events: Mutex::default(),
             restoring: tokio::sync::watch::Sender::new(0),
             report: Mutex::default(),
+            node_meta: Mutex::default(),
+            node_meta_file: PathBuf::new(),
         }
+    }
+
+    /// Keeps the node's labels and annotations under `state`, and gives the node those kept
+    /// there.
+    pub(crate) fn keeping_node_meta_in(mut self, state: &std::path::Path) -> Kubelet {
+        let meta = NodeMeta::load(state, &self.node.labels()).unwrap_or_default();
+        if !meta.labels.is_empty() {
+            self.node.set_labels(meta.labels.clone());
+        }
+        self.node_meta = Mutex::new(meta);
+        self.node_meta_file = labels::file(state);
+        self
     }
 
     /// How many pods brought back after a restart do not run again yet

@@ -498,6 +498,129 @@ fn runtime_classes() {
     agent.fails(&["create", "-f", &file]);
 }
 
+/// The node's labels and a RuntimeClass's overhead, as `containerd-shim-wasmpod-v1 install`
+/// leaves them on a cluster: a pod of a class whose `scheduling.nodeSelector` the node does not
+/// match stays Pending until `kubectl label node` gives the node the label, then runs with the
+/// class's overhead in its spec, counted with its requests (the RuntimeClass admission); a pod
+/// naming another overhead is refused; the labels outlive a restart of the agent and only the
+/// node's labels and annotations may be patched.
+#[test]
+fn node_labels_and_runtime_class_overhead() {
+    let tmp = tempfile::tempdir().unwrap();
+    let agent = Agent::start_in(tmp.path(), &[]);
+    let node = agent.ok(&["get", "nodes", "-o", "name"]).trim().to_owned();
+    agent.create(
+        "apiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata: {name: wasmpod}\nhandler: wasmpod\noverhead:\n  podFixed: {memory: 32Mi, cpu: 10m}\nscheduling:\n  nodeSelector: {wasmpod.dev/installed: \"true\"}\n",
+    );
+    let pod = |name: &str, more: &str| {
+        let mut pod = PodYaml::new(name).never().spec("runtimeClassName: wasmpod");
+        if !more.is_empty() {
+            pod = pod.spec(more);
+        }
+        pod.container(r#"{ name: main, image: "{p1}", args: [print, ran] }"#)
+            .build()
+    };
+    agent.create(&pod("early", ""));
+    agent.until(&["get", "pod", "early", "-o", "json"], LIMIT, |o| {
+        o.contains("didn't match Pod's node affinity/selector")
+    });
+    let phase = agent.ok(&["get", "pod", "early", "-o", "jsonpath={.status.phase}"]);
+    assert_eq!(phase, "Pending");
+
+    let labelled = agent.ok(&["label", &node[..], "wasmpod.dev/installed=true"]);
+    assert_eq!(labelled.trim(), format!("{node} labeled"));
+    agent.until(&["get", "pods"], LIMIT, |t| {
+        status_of(t, "early") == "Completed"
+    });
+    let early = agent.pod("early");
+    assert_eq!(
+        early["spec"]["overhead"],
+        serde_json::json!({"memory": "32Mi", "cpu": "10m"})
+    );
+    assert_eq!(
+        early["spec"]["nodeSelector"]["wasmpod.dev/installed"],
+        "true"
+    );
+
+    // The overhead is counted: a pod whose requests fit the node alone does not fit with it.
+    let allocatable = agent.ok(&[
+        "get",
+        &node[..],
+        "-o",
+        "jsonpath={.status.allocatable.memory}",
+    ]);
+    let kib: u64 = allocatable.trim().trim_end_matches("Ki").parse().unwrap();
+    let request = format!("{}Ki", kib - 16 * 1024);
+    let big = PodYaml::new("big")
+        .never()
+        .spec("runtimeClassName: wasmpod")
+        .container(&format!(
+            r#"{{ name: main, image: "{{p1}}", args: [print, ran], resources: {{requests: {{memory: {request}}}}} }}"#
+        ))
+        .build();
+    agent.create(&big);
+    agent.until(&["get", "pod", "big", "-o", "json"], LIMIT, |o| {
+        o.contains("Insufficient memory")
+    });
+    let file = agent.file("own.yaml", &pod("own", "overhead: {memory: 1Mi}"));
+    let err = agent.fails(&["create", "-f", &file]);
+    assert!(
+        err.contains("pod rejected: Pod's Overhead doesn't match RuntimeClass's defined Overhead"),
+        "{err}"
+    );
+    let file = agent.file(
+        "unclassed.yaml",
+        &PodYaml::new("unclassed")
+            .spec("overhead: {memory: 1Mi}")
+            .container(r#"{ name: main, image: "{p1}" }"#)
+            .build(),
+    );
+    let err = agent.fails(&["create", "-f", &file]);
+    assert!(
+        err.contains(
+            "pod rejected: Pod Overhead set without corresponding RuntimeClass defined Overhead"
+        ),
+        "{err}"
+    );
+
+    // Only labels and annotations change; a bad label names its field.
+    let err = agent.fails(&[
+        "patch",
+        &node[..],
+        "-p",
+        r#"{"spec":{"unschedulable":true}}"#,
+    ]);
+    assert!(
+        err.contains("only its labels and annotations may be changed"),
+        "{err}"
+    );
+    let err = agent.fails(&[
+        "patch",
+        &node[..],
+        "-p",
+        r#"{"metadata":{"labels":{"a":"-b"}}}"#,
+    ]);
+    assert!(err.contains("metadata.labels.a"), "{err}");
+    agent.ok(&["annotate", &node[..], "example.com/owner=edge-team"]);
+
+    // After a restart: the labels and annotations are as they were left.
+    agent.kill();
+    let agent = Agent::start_in(tmp.path(), &[]);
+    let labels = agent.ok(&["get", &node[..], "--show-labels"]);
+    assert!(labels.contains("wasmpod.dev/installed=true"), "{labels}");
+    let owner = agent.ok(&[
+        "get",
+        &node[..],
+        "-o",
+        r"jsonpath={.metadata.annotations.example\.com/owner}",
+    ]);
+    assert_eq!(owner, "edge-team");
+    agent.ok(&["label", &node[..], "wasmpod.dev/installed-"]);
+    let labels = agent.ok(&["get", &node[..], "--show-labels"]);
+    assert!(!labels.contains("wasmpod.dev/installed"), "{labels}");
+    assert!(labels.contains("kubernetes.io/hostname="), "{labels}");
+}
+
 /// Manifests of the corpus (`tests/manifests`) created with kubectl run as they do on a node of
 /// their own: kubectl's generated pod, the documentation's init containers, runwasi's and
 /// SpinKube's pods.

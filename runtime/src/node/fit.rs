@@ -49,12 +49,13 @@ impl Node {
         {
             return Some(scheduler::NOT_NAMED.into());
         }
+        let labels = self.labels();
         let matches = spec
             .node_selector
             .iter()
-            .all(|(k, v)| self.labels.get(k) == Some(v))
+            .all(|(k, v)| labels.get(k) == Some(v))
             && spec.node_affinity.as_ref().is_none_or(|terms| {
-                crate::spec::terms_match(terms, &self.labels, &self.context.node_name)
+                crate::spec::terms_match(terms, &labels, &self.context.node_name)
             });
         if !matches {
             return Some(scheduler::NOT_SELECTED.into());
@@ -84,7 +85,7 @@ impl Node {
         spec.placement
             .spread
             .iter()
-            .any(|c| !self.labels.contains_key(&c.topology_key))
+            .any(|c| !labels.contains_key(&c.topology_key))
             .then(|| scheduler::SPREAD_LABEL.to_owned())
     }
 

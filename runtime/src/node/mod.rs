@@ -51,7 +51,7 @@ pub struct Node {
     memory: Arc<NodeMemory>,
     priorities: Arc<std::sync::RwLock<Arc<Priorities>>>,
     runtime_classes: Arc<std::sync::RwLock<Arc<runtime_classes::RuntimeClasses>>>,
-    labels: Arc<std::collections::BTreeMap<String, String>>,
+    labels: Arc<std::sync::RwLock<Arc<std::collections::BTreeMap<String, String>>>>,
     taints: Arc<[k8s_openapi::api::core::v1::Taint]>,
 }
 
@@ -142,7 +142,7 @@ impl Node {
             log_limits: options.log_limits,
         };
         Ok(Node {
-            labels,
+            labels: Arc::new(std::sync::RwLock::new(labels)),
             taints,
             context: Arc::new(context),
             state_dir: options.state_dir,
@@ -195,9 +195,26 @@ impl Node {
         self.scheduler.allocatable()
     }
 
-    /// The node's labels (the kubelet's own and [`NodeOptions::labels`]).
-    pub fn labels(&self) -> &std::collections::BTreeMap<String, String> {
-        &self.labels
+    /// The node's labels: the kubelet's own and [`NodeOptions::labels`], or what
+    /// [`Node::set_labels`] made them.
+    pub fn labels(&self) -> Arc<std::collections::BTreeMap<String, String>> {
+        self.labels
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Replaces the node's labels (`kubectl label node`): pending pods and pods admitted from
+    /// now on are matched against them (their `nodeSelector`, required node affinity and
+    /// topology keys), and a pending pod they now select is admitted if it fits; pods already
+    /// running stay, as the kubelet leaves them.
+    pub fn set_labels(&self, labels: std::collections::BTreeMap<String, String>) {
+        let labels = Arc::new(labels);
+        *self
+            .labels
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = labels.clone();
+        self.scheduler.relabel(labels, |spec| self.unselected(spec));
     }
 
     /// The node's taints.

@@ -127,6 +127,17 @@ impl Scheduler {
         scheduler
     }
 
+    /// The node's labels from now on: pending pods are matched again with `unselected`.
+    pub(crate) fn relabel(
+        &self,
+        labels: Arc<BTreeMap<String, String>>,
+        unselected: impl Fn(&PodSpec) -> Option<String>,
+    ) {
+        let mut inner = self.lock();
+        let actions = inner.queue.relabel(labels, unselected);
+        self.tell(&inner, actions, None);
+    }
+
     pub(crate) fn allocatable(&self) -> Allocatable {
         self.lock().queue.allocatable()
     }

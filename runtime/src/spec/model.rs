@@ -244,6 +244,8 @@ pub struct PodSpec {
     pub(crate) containers: Vec<ContainerSpec>,
     /// `spec.resources`: the pod's CPU and memory as a whole (empty when not given).
     pub(crate) pod_resources: Resources,
+    /// `spec.overhead`: counted with the requests (no container is ever charged for it).
+    pub(crate) overhead: Requests,
     pub(crate) restart_policy: RestartPolicy,
     pub(crate) volumes: Vec<Volume>,
     pub(crate) grace_period: Duration,
@@ -392,7 +394,11 @@ impl PodSpec {
         if let Some(cpu) = self.pod_resources.cpu_request_milli {
             total.cpu_milli = cpu;
         }
-        total
+        // As the scheduler and the kubelet's admission count it: on top of the requests.
+        total.plus(Requests {
+            containers: 0,
+            ..self.overhead
+        })
     }
 
     pub(crate) fn has_init(&self) -> bool {

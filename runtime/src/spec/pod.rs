@@ -75,9 +75,11 @@ pub(super) fn convert(
     let annotations = meta.annotations.clone().unwrap_or_default();
     let (pull_secrets, missing_pull_secrets) = pull_secrets(spec, store, errors);
     let pod_resources = super::resources::pod_level(spec.resources.as_ref(), &containers, errors);
+    let overhead = super::resources::overhead(spec.overhead.as_ref(), errors);
     Some(PodSpec {
         host_network,
         pod_resources,
+        overhead,
         serving: super::serving::check(&annotations, errors),
         node_selector: spec.node_selector.clone().unwrap_or_default(),
         node_affinity: super::affinity::check_affinity(spec.affinity.as_ref(), errors),

@@ -59,6 +59,40 @@ pub(super) fn convert_resources(
     }
 }
 
+/// `spec.overhead`: what running the pod costs beside its containers, set by the RuntimeClass
+/// admission from the pod's class (`overhead.podFixed`). The node counts it with the pod's
+/// requests; its memory and CPU are all a wasm node has to count.
+pub(super) fn overhead(
+    map: Option<
+        &std::collections::BTreeMap<
+            String,
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity,
+        >,
+    >,
+    errors: &mut Vec<FieldError>,
+) -> super::Requests {
+    let path = FieldPath::new("spec").child("overhead");
+    let mut parsed = super::Requests::default();
+    for (key, q) in map.into_iter().flatten() {
+        let (scale, into) = match key.as_str() {
+            "memory" => (1.0, &mut parsed.memory),
+            "cpu" => (1000.0, &mut parsed.cpu_milli),
+            _ => {
+                errors.push(FieldError::not_supported(
+                    path.child(key),
+                    "not supported: a wasm node counts a pod's overhead of cpu and memory",
+                ));
+                continue;
+            }
+        };
+        match quantity::parse(&q.0, scale) {
+            Ok(v) => *into = v,
+            Err(e) => errors.push(FieldError::invalid(path.child(key), e)),
+        }
+    }
+    parsed
+}
+
 /// Pod-level `spec.resources` (Kubernetes' PodLevelResources): CPU and memory for the pod as a
 /// whole. Its requests replace the sum of the containers' for scheduling and must cover it; its
 /// limits cap every container together, and each container's own limit must fit in them.

@@ -120,7 +120,6 @@ fn why_not(key: &str) -> &'static str {
             "ephemeral containers are added through the API's ephemeralcontainers \
              subresource, which wasmpod does not serve; use kubectl exec"
         }
-        "overhead" => "a pod's overhead comes from its RuntimeClass, and wasmpod's set none",
         "resourceClaims" | "claims" => "a wasm node has no dynamic resources (DRA)",
         "subdomain" | "setHostnameAsFQDN" => {
             "a pod's fully qualified name needs a headless Service and cluster DNS, which a \

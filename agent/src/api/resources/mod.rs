@@ -227,7 +227,7 @@ pub(crate) trait Strategy {
 }
 
 /// A DNS-1123 subdomain, or a DNS-1123 label when `label`.
-fn dns_name(name: &str, label: bool) -> Result<(), String> {
+pub(super) fn dns_name(name: &str, label: bool) -> Result<(), String> {
     let part_ok = |p: &str| {
         !p.is_empty()
             && p.len() <= 63

@@ -12,7 +12,7 @@ pub(crate) static NODES: Resource = Resource {
     group: "",
     namespaced: false,
     short_names: &["no"],
-    verbs: &["get", "list"],
+    verbs: &["get", "list", "patch"],
     subresources: &[("proxy", &["get"]), ("status", &["get"])],
     strategy: &Nodes,
 };

@@ -1,5 +1,5 @@
-//! RuntimeClasses: a handler that is a DNS label, no overhead; the node admits pods of a class
-//! whose handler it serves.
+//! RuntimeClasses: a handler that is a DNS label and an overhead of cpu and memory; the node
+//! admits pods of a class whose handler it serves, with the class's overhead counted.
 
 use serde_json::{Value, json};
 
@@ -32,15 +32,20 @@ impl Strategy for RuntimeClasses {
             serde_json::from_value(Value::Object(body.clone()))
                 .map_err(|e| bad("handler", e.to_string()))?;
         dns_name(&class.handler, true).map_err(|message| bad("handler", message))?;
-        // The RuntimeClass admission adds the overhead to every pod of the class; the
-        // node's admission does not count it.
-        if class.overhead.is_some() {
-            return Err(bad(
-                "overhead",
-                "Forbidden: not supported by wasmpod: a pod's overhead is not counted by this \
-                 node; leave it out"
-                    .into(),
-            ));
+        // What the RuntimeClass admission copies into each pod of the class, and the node
+        // counts with its requests (a quantity it cannot read is the pod's field error).
+        for key in class
+            .overhead
+            .iter()
+            .flat_map(|o| o.pod_fixed.iter().flatten())
+            .map(|(k, _)| k)
+        {
+            if key != "cpu" && key != "memory" {
+                return Err(bad(
+                    &format!("overhead.podFixed.{key}"),
+                    "Unsupported value: a wasm node counts an overhead of cpu and memory".into(),
+                ));
+            }
         }
         Ok(())
     }

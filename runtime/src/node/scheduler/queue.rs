@@ -88,6 +88,23 @@ pub(super) struct Queue {
 }
 
 impl Queue {
+    /// The node's labels changed: each pending pod is matched again (`unselected` says why the
+    /// node can never take it now), and what fits is admitted, as the scheduler requeues
+    /// unschedulable pods when a node changes.
+    pub(super) fn relabel(
+        &mut self,
+        labels: Arc<BTreeMap<String, String>>,
+        unselected: impl Fn(&PodSpec) -> Option<String>,
+    ) -> Vec<Action> {
+        self.node_labels = labels;
+        for (_, key) in &self.pending {
+            if let Some(entry) = self.entries.get_mut(key) {
+                entry.pod.unselected = unselected(&entry.pod.spec);
+            }
+        }
+        self.schedule()
+    }
+
     pub(super) fn new(
         allocatable: Allocatable,
         node_name: String,

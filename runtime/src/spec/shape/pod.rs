@@ -323,6 +323,7 @@ pub(super) const POD: Shape = Object(&[
                 "resources",
                 Object(&[("limits", Quantities), ("requests", Quantities)]),
             ),
+            ("overhead", Quantities),
             ("nodeName", Scalar),
             ("priority", Scalar),
             ("preemptionPolicy", Scalar),

@@ -183,15 +183,27 @@ impl Api {
         pod: &mut Value,
         pending: &[Applied],
     ) -> Result<(), ApiError> {
+        let forbidden = |why: String| {
+            ApiError::forbidden("pods", name, format!("pods \"{name}\" is forbidden: {why}"))
+        };
+        let unclassed_overhead = || {
+            forbidden(
+                "pod rejected: Pod Overhead set without corresponding RuntimeClass defined \
+                 Overhead"
+                    .into(),
+            )
+        };
+        let own_overhead = pod.pointer("/spec/overhead").is_some_and(|v| !v.is_null());
         let Some(class) = pod
             .pointer("/spec/runtimeClassName")
             .and_then(Value::as_str)
             .map(str::to_owned)
         else {
-            return Ok(());
-        };
-        let forbidden = |why: String| {
-            ApiError::forbidden("pods", name, format!("pods \"{name}\" is forbidden: {why}"))
+            return if own_overhead {
+                Err(unclassed_overhead())
+            } else {
+                Ok(())
+            };
         };
         match self.kubelet.node().check_runtime_class(Some(&class)) {
             Err(wasmpod::Error::UnknownRuntimeClass(_)) => {
@@ -203,9 +215,28 @@ impl Api {
             Ok(()) => {}
         }
         let Some(found) = self.present(pending, "runtimeclasses", "", &class) else {
-            return Ok(());
+            return if own_overhead {
+                Err(unclassed_overhead())
+            } else {
+                Ok(())
+            };
         };
         let spec = &mut pod["spec"];
+        // The class's overhead becomes the pod's; a pod that names another is refused.
+        match (
+            found.pointer("/overhead/podFixed").filter(|v| !v.is_null()),
+            spec.get("overhead").filter(|v| !v.is_null()),
+        ) {
+            (Some(fixed), None) => spec["overhead"] = fixed.clone(),
+            (Some(fixed), Some(own)) if own != fixed => {
+                return Err(forbidden(
+                    "pod rejected: Pod's Overhead doesn't match RuntimeClass's defined Overhead"
+                        .into(),
+                ));
+            }
+            (None, Some(_)) => return Err(unclassed_overhead()),
+            _ => {}
+        }
         if let Some(selector) = found
             .pointer("/scheduling/nodeSelector")
             .and_then(Value::as_object)

@@ -261,3 +261,39 @@ fn memory_pressure_takes_the_lowest_priority_then_the_furthest_above_its_request
     assert_eq!(victim(&mut node).as_deref(), Some("b"));
     assert_eq!(victim(&mut node), None, "c is within its request");
 }
+
+#[test]
+fn a_pending_pod_the_node_now_selects_is_admitted_when_the_labels_change() {
+    let mut node = Node::new(1000, 10);
+    let unselected = |name| Pod {
+        unselected: Some("node(s) didn't match Pod's node affinity/selector"),
+        ..pod(name, 0, 100)
+    };
+    node.submit(unselected("a"));
+    node.submit(unselected("b"));
+    let labels = |pairs: &[(&str, &str)]| {
+        Arc::new(
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect::<BTreeMap<_, _>>(),
+        )
+    };
+    // The new labels select `b` only (as the node's own filter would say).
+    let actions = node
+        .queue
+        .relabel(labels(&[("wasmpod.dev/installed", "true")]), |spec| {
+            (spec.name != "b").then(|| "node(s) didn't match Pod's node affinity/selector".into())
+        });
+    assert_eq!(node.lines(actions), ["admit b"]);
+    assert_eq!(
+        node.queue
+            .node_labels
+            .get("wasmpod.dev/installed")
+            .map(String::as_str),
+        Some("true")
+    );
+    // And `a`, when they select it too.
+    let actions = node.queue.relabel(labels(&[]), |_| None);
+    assert_eq!(node.lines(actions), ["admit a"]);
+}
