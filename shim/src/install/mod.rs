@@ -13,7 +13,9 @@
 //! - [`node`]: where the node's distribution keeps containerd's config.
 //! - [`config`]: the edit of a config file or template.
 //! - [`containerd`]: the process, its restart, its CRI.
+//! - [`cluster`]: the RuntimeClass and the node's label, through the API server.
 
+mod cluster;
 mod config;
 mod containerd;
 mod files;
@@ -62,6 +64,8 @@ struct Options {
     /// How long containerd may take to restart and answer.
     #[arg(long, default_value = "2m", value_parser = humantime::parse_duration)]
     timeout: Duration,
+    #[command(flatten)]
+    cluster: cluster::ClusterOptions,
 }
 
 /// Runs `install` or `uninstall` when the command line asks for one: the process's exit code.
@@ -135,6 +139,8 @@ fn install(o: &Options) -> anyhow::Result<()> {
         }
     };
     let containerd = Process::find(&node.config);
+    let cluster = o.cluster.connect(&o.host_root)?;
+    let plan = cluster.as_ref().map(cluster::Cluster::plan).transpose()?;
 
     let installed = put_shim(&host(&o.host_root, &shim))?;
     match installed {
@@ -207,7 +213,22 @@ fn install(o: &Options) -> anyhow::Result<()> {
             false
         }
     };
-    restart_and_wait(o, &node, containerd, changed, true)
+    let listed = restart_and_wait(o, &node, containerd, changed, true)?;
+    match (cluster, plan) {
+        (Some(cluster), Some(plan)) if listed => cluster.apply(plan),
+        (Some(_), _) => {
+            say(
+                "node",
+                format!(
+                    "not labelled {}: containerd is not running, so nothing says it lists the \
+                     handler; run install again once it runs",
+                    cluster::LABEL
+                ),
+            );
+            Ok(())
+        }
+        _ => Ok(()),
+    }
 }
 
 fn uninstall(o: &Options) -> anyhow::Result<()> {
@@ -217,6 +238,10 @@ fn uninstall(o: &Options) -> anyhow::Result<()> {
     let record = paths.record()?;
     let current = read_optional(&paths.file)?;
     let containerd = Process::find(&node.config);
+    // First no new pod of the class comes here; then the handler goes.
+    if let Some(cluster) = o.cluster.connect(&o.host_root)? {
+        cluster.unlabel()?;
+    }
     let restored = match (&record, &current) {
         (Some(record), Some(text)) if digest(text.as_bytes()) == record.written => {
             if record.existed {
@@ -296,14 +321,15 @@ fn uninstall(o: &Options) -> anyhow::Result<()> {
 }
 
 /// Restarts containerd when its config changed, then waits until its CRI lists the handler
-/// (`listed`) or does not.
+/// (`listed`) or does not; returns whether containerd was seen to (it is not when it does not
+/// run).
 fn restart_and_wait(
     o: &Options,
     node: &Node,
     containerd: Option<Process>,
     changed: bool,
     listed: bool,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<bool> {
     let socket = socket(o, node, containerd.as_ref());
     if changed {
         let Some(process) = containerd else {
@@ -311,7 +337,7 @@ fn restart_and_wait(
                 "containerd",
                 "not running: it reads the new config when it starts",
             );
-            return Ok(());
+            return Ok(false);
         };
         let start = Instant::now();
         process.restart(&o.host_root, o.timeout)?;
@@ -336,9 +362,10 @@ fn restart_and_wait(
                     if listed { "lists" } else { "does not list" }
                 ),
             );
+            return Ok(true);
         }
     }
-    Ok(())
+    Ok(changed)
 }
 
 /// The node's containerd, and what this run edits, said.
