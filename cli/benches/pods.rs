@@ -10,6 +10,11 @@
 //!
 //! `cargo bench -p wasmpod-cli --bench pods`; writes `target/wasmpod-bench/pods.json` and prints
 //! the 10,000-pod run beside the `pods` entry of `docs/bench-baseline.json`.
+//!
+//! Past ~31,000 pods a 47-bit address space no longer holds a 4 GiB reservation per linear
+//! memory: `BENCH_ADDRESS_SPACE=compact` runs every size on compact, bounds-checked memories
+//! (`AddressSpace::Compact`), as a node chooses them where the space is short. Each mapping
+//! counts against `vm.max_map_count` (6 a pod).
 
 use std::time::{Duration, Instant};
 
@@ -191,6 +196,12 @@ async fn run(n: usize) -> serde_json::Value {
 
 #[tokio::main]
 async fn main() {
+    if std::env::var("BENCH_ADDRESS_SPACE").as_deref() == Ok("compact") {
+        wasmpod::AddressSpace::Compact
+            .set_for_process()
+            .expect("compact, before any node");
+        eprintln!("compact memories (BENCH_ADDRESS_SPACE=compact)");
+    }
     let sizes: Vec<usize> = std::env::var("BENCH_PODS")
         .unwrap_or_else(|_| "1000,10000".into())
         .split(',')

@@ -48,8 +48,15 @@ pub enum Egress {
     Deny,
 }
 
-/// The node's pod IP range: 10.88.0.0/16, pod IPs from 10.88.0.2 up.
-const POD_NET: [u8; 2] = [10, 88];
+/// The node's pod IP range: 10.88.0.0/13 (10.88.0.0 to 10.95.255.255), the node at 10.88.0.1,
+/// pod IPs from 10.88.0.2 up: half a million addresses, more pods than a process can hold.
+const POD_NET: u32 = u32::from_be_bytes([10, 88, 0, 0]);
+/// The range's prefix length.
+const POD_NET_PREFIX: u32 = 13;
+/// The pod IPs in the range (all but the network's, the node's and the broadcast address).
+pub(crate) const POD_IPS: u32 = (1 << (32 - POD_NET_PREFIX)) - 3;
+/// The node's own address in the range.
+const NODE_IP: Ipv4Addr = Ipv4Addr::new(10, 88, 0, 1);
 
 /// Ports handed out for `bind(port 0)` and the client side of connections (Linux's range).
 const EPHEMERAL: std::ops::RangeInclusive<u16> = 32768..=60999;
@@ -93,12 +100,17 @@ impl NodeNetwork {
 
     /// A new pod network with a free pod IP; the IP returns to the pool when it is dropped.
     /// (A pod IP is taken until its `PodNetwork` drops, so the search below ends quickly.)
-    pub(crate) fn create_pod(&self, names: PodNames) -> Arc<PodNetwork> {
+    /// A pod's network with the next free pod IP; `None` when every one is taken.
+    pub(crate) fn create_pod(&self, names: PodNames) -> Option<Arc<PodNetwork>> {
         let mut pods = self.pods();
+        if pods.by_ip.len() >= POD_IPS as usize {
+            return None;
+        }
+        // Some address is free: the search ends within one turn of the range.
         let ip = loop {
-            let host = 2 + pods.next % (u16::MAX as u32 - 3);
-            pods.next = pods.next.wrapping_add(1);
-            let ip = Ipv4Addr::new(POD_NET[0], POD_NET[1], (host >> 8) as u8, host as u8);
+            let host = 2 + pods.next % POD_IPS;
+            pods.next = pods.next.wrapping_add(1) % POD_IPS;
+            let ip = Ipv4Addr::from(POD_NET | host);
             if !pods.by_ip.contains_key(&ip) {
                 break ip;
             }
@@ -113,7 +125,7 @@ impl NodeNetwork {
             outside: Arc::new(tokio::sync::Semaphore::new(MAX_OUTSIDE_CONNECTIONS)),
         });
         pods.by_ip.insert(ip, Arc::downgrade(&pod));
-        pod
+        Some(pod)
     }
 
     fn pod(&self, ip: Ipv4Addr) -> Option<Arc<PodNetwork>> {
@@ -164,7 +176,7 @@ pub(crate) enum Route {
 
 /// Is the address one of the node's pod IPs (allocated or not)?
 fn in_pod_range(ip: IpAddr) -> bool {
-    matches!(ip, IpAddr::V4(v4) if v4.octets()[..2] == POD_NET)
+    matches!(ip, IpAddr::V4(v4) if u32::from(v4) >> (32 - POD_NET_PREFIX) == POD_NET >> (32 - POD_NET_PREFIX))
 }
 
 /// One pod's network namespace: its IP, its hostname and its port tables.
@@ -319,7 +331,7 @@ impl PodNetwork {
     /// the connection comes from the node's address in the pod range, 10.88.0.1.
     pub(crate) async fn connect_from_host(&self, port: u16) -> std::io::Result<HostStream> {
         let to = SocketAddr::new(IpAddr::V4(self.ip), port);
-        let from = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(POD_NET[0], POD_NET[1], 0, 1)), 0);
+        let from = SocketAddr::new(IpAddr::V4(NODE_IP), 0);
         let listener = self
             .listener(to)
             .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::ConnectionRefused))?;
@@ -383,14 +395,18 @@ mod tests {
     #[test]
     fn pods_get_distinct_ips_and_reuse_freed_ones_later() {
         let node = NodeNetwork::new(Egress::Allow, None);
-        let a = node.create_pod(PodNames {
-            hostname: "a".into(),
-            ..PodNames::default()
-        });
-        let b = node.create_pod(PodNames {
-            hostname: "b".into(),
-            ..PodNames::default()
-        });
+        let a = node
+            .create_pod(PodNames {
+                hostname: "a".into(),
+                ..PodNames::default()
+            })
+            .unwrap();
+        let b = node
+            .create_pod(PodNames {
+                hostname: "b".into(),
+                ..PodNames::default()
+            })
+            .unwrap();
         assert_ne!(a.ip(), b.ip());
         assert!(in_pod_range(IpAddr::V4(a.ip())));
         assert!(matches!(a.route(IpAddr::V4(b.ip())), Route::Pod(p) if p.ip() == b.ip()));
@@ -401,6 +417,27 @@ mod tests {
             a.route("1.1.1.1".parse().unwrap()),
             Route::Outside
         ));
+    }
+
+    /// Past 65,533 pods (a /16) addresses come from the rest of the /13; when all are taken a
+    /// pod gets none (an error, never a search without end), and a freed one is found again.
+    #[test]
+    fn the_pod_range_holds_half_a_million_pods_and_says_when_it_is_full() {
+        let node = NodeNetwork::new(Egress::Allow, None);
+        let mut pods: Vec<_> = (0..POD_IPS)
+            .map(|_| {
+                node.create_pod(PodNames::default())
+                    .expect("a free address")
+            })
+            .collect();
+        let last = pods.last().unwrap().ip();
+        assert_eq!(last, Ipv4Addr::new(10, 95, 255, 254));
+        assert!(in_pod_range(IpAddr::V4(last)));
+        assert!(!in_pod_range("10.96.0.1".parse().unwrap()));
+        assert!(node.create_pod(PodNames::default()).is_none(), "full");
+        let freed = pods.swap_remove(70_000).ip();
+        let again = node.create_pod(PodNames::default()).unwrap();
+        assert_eq!(again.ip(), freed);
     }
 
     #[test]

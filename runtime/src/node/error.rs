@@ -89,6 +89,9 @@ pub enum Error {
     /// `metadata.uid`.
     #[error("metadata.uid: {0:?} is in use by another pod sharing this state dir")]
     UidInUse(String),
+    /// Every address of the node's pod network (10.88.0.0/13) is some pod's.
+    #[error("the node's pod network has no free address: its {0} pod IPs are all in use")]
+    PodNetworkFull(u32),
     /// An artifact could not be pulled ([`crate::Node::pull_artifact`]).
     #[error("{reference}: {message}")]
     Artifact {

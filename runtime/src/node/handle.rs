@@ -16,6 +16,8 @@ use crate::supervisor::{Mailbox, Msg, Snapshot};
 pub(super) struct PodShared {
     /// `delete` was called.
     pub(super) deleting: std::sync::atomic::AtomicBool,
+    /// Its place in the order the node's pods were created (0 until it is recorded).
+    pub(super) seq: std::sync::atomic::AtomicU64,
     pub(super) name: String,
     pub(super) uid: String,
     pub(super) pod_dir: PathBuf,

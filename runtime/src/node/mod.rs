@@ -110,9 +110,9 @@ impl Node {
         // number grows).
         let pods: Arc<registry::Registry> = Arc::default();
         let (registry, keep) = (Arc::downgrade(&pods), options.terminated_pods_kept);
-        scheduler.after_release(move || {
+        scheduler.after_release(move |pod| {
             if let Some(pods) = registry.upgrade() {
-                pods.sweep(keep);
+                pods.stopped(pod, keep);
             }
         });
         let images_root = options.image_dir.clone().unwrap_or_else(|| {
@@ -338,10 +338,14 @@ impl Node {
                 ClaimError::Io { path, source } => Error::Io { path, source },
             })?;
         let (pod_dir, log_dir) = (paths.pod_dir_path().to_owned(), paths.log_dir.clone());
-        let net = self.context.network.create_pod(crate::network::PodNames {
-            hostname: spec.hostname.clone(),
-            dns: spec.dns.clone(),
-        });
+        let net = self
+            .context
+            .network
+            .create_pod(crate::network::PodNames {
+                hostname: spec.hostname.clone(),
+                dns: spec.dns.clone(),
+            })
+            .ok_or(Error::PodNetworkFull(crate::network::POD_IPS))?;
         let mut ports: Vec<PortMapping> = spec
             .host_ports()
             .filter_map(|(origin, p)| {
@@ -385,6 +389,7 @@ impl Node {
         let handle = PodHandle {
             inner: Arc::new(PodShared {
                 deleting: Default::default(),
+                seq: Default::default(),
                 name: spec.name.clone(),
                 uid,
                 pod_dir,

@@ -1,7 +1,12 @@
 //! The node's pods by name: at most one pod of a name runs at any time (Kubernetes' pod safety
 //! guarantee), and terminated pods are garbage-collected past a threshold.
+//!
+//! Nothing here is linear in the number of pods per pod event: the terminated pods are kept in
+//! creation order as they finish, so collecting the oldest past the threshold looks at them
+//! alone, and the slots of deleted pods are swept out when the table has doubled since the last
+//! sweep (amortized constant per pod).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
 use super::PodHandle;
@@ -22,8 +27,23 @@ pub(super) enum Reserve {
     Taken,
 }
 
-/// Pods by (namespace, name), and the creation counter that orders them.
-type Pods = (HashMap<(String, String), Slot>, u64);
+/// The fewest slots a sweep of deleted pods waits for.
+const FIRST_SWEEP: usize = 1024;
+
+/// Pods by (namespace, name), the creation counter that orders them, the terminated pods by
+/// creation, and the table's size at which deleted pods' slots are swept out next.
+struct Pods(
+    HashMap<(String, String), Slot>,
+    u64,
+    BTreeMap<u64, PodHandle>,
+    usize,
+);
+
+impl Default for Pods {
+    fn default() -> Pods {
+        Pods(HashMap::new(), 0, BTreeMap::new(), FIRST_SWEEP)
+    }
+}
 
 #[derive(Default)]
 pub(super) struct Registry {
@@ -67,10 +87,23 @@ impl Registry {
         let mut pods = self.lock();
         pods.1 += 1;
         let seq = pods.1;
+        handle
+            .inner
+            .seq
+            .store(seq, std::sync::atomic::Ordering::Relaxed);
+        // A pod may end before it is recorded, when its stop found no order to keep it by.
+        if handle.is_finished() && !handle.is_deleting() {
+            pods.2.insert(seq, handle.clone());
+        }
         pods.0.insert(
             (namespace.to_owned(), name.to_owned()),
             Slot::Pod { handle, seq },
         );
+        if pods.0.len() >= pods.3 {
+            pods.0
+                .retain(|_, slot| !matches!(slot, Slot::Pod { handle, .. } if handle.is_deleted()));
+            pods.3 = (pods.0.len() * 2).max(FIRST_SWEEP);
+        }
     }
 
     /// The pods not yet deleted, oldest first.
@@ -90,10 +123,11 @@ impl Registry {
         list.into_iter().map(|(_, h)| h).collect()
     }
 
-    /// Deletes the oldest terminated pods beyond `keep`, as Kubernetes' pod garbage collector
-    /// does, and their directories once they are gone.
-    pub(super) fn sweep(&self, keep: usize) {
-        for gone in self.collect_garbage(keep) {
+    /// A pod stopped for good (it finished, or is being deleted): a finished pod joins the
+    /// terminated ones, and the oldest terminated pods beyond `keep` are deleted, as Kubernetes'
+    /// pod garbage collector does, and their directories once they are gone.
+    pub(super) fn stopped(&self, pod: &PodHandle, keep: usize) {
+        for gone in self.collect_garbage(pod, keep) {
             tokio::spawn(async move {
                 gone.deleted().await;
                 for dir in [gone.dir(), &gone.inner.log_dir] {
@@ -107,18 +141,24 @@ impl Registry {
         }
     }
 
-    fn collect_garbage(&self, keep: usize) -> Vec<PodHandle> {
-        // Cheap in the common case: with no more pods than `keep`, no more are terminated.
-        if self.lock().0.len() <= keep {
+    fn collect_garbage(&self, pod: &PodHandle, keep: usize) -> Vec<PodHandle> {
+        let mut pods = self.lock();
+        let seq = pod.inner.seq.load(std::sync::atomic::Ordering::Relaxed);
+        if seq != 0 && pod.is_finished() && !pod.is_deleting() {
+            pods.2.insert(seq, pod.clone());
+        }
+        if pods.2.len() <= keep {
             return Vec::new();
         }
-        let terminated: Vec<PodHandle> = self
-            .list()
-            .into_iter()
-            .filter(|p| p.is_finished() && !p.is_deleting())
-            .collect();
-        let excess = terminated.len().saturating_sub(keep);
-        let victims: Vec<PodHandle> = terminated.into_iter().take(excess).collect();
+        // Those deleted since they finished do not count.
+        pods.2.retain(|_, p| !p.is_deleting());
+        let mut victims = Vec::new();
+        while pods.2.len() > keep {
+            if let Some((_, oldest)) = pods.2.pop_first() {
+                victims.push(oldest);
+            }
+        }
+        drop(pods);
         for pod in &victims {
             pod.delete(Some(std::time::Duration::ZERO));
         }

@@ -70,7 +70,7 @@ pub(crate) struct Scheduler {
     /// No eviction victim was found: do not look again before then.
     quiet_until: Mutex<Option<Instant>>,
     /// Runs after a pod was released (the node's garbage collection).
-    after_release: OnceLock<Box<dyn Fn() + Send + Sync>>,
+    after_release: OnceLock<Box<dyn Fn(&PodHandle) + Send + Sync>>,
 }
 
 /// A pod's place in admission, held by its supervisor.
@@ -179,28 +179,26 @@ impl Scheduler {
     }
 
     /// Sets what runs after each release, outside admission's lock.
-    pub(crate) fn after_release(&self, hook: impl Fn() + Send + Sync + 'static) {
+    pub(crate) fn after_release(&self, hook: impl Fn(&PodHandle) + Send + Sync + 'static) {
         let _ = self.after_release.set(Box::new(hook));
     }
 
     /// Frees the pod's room (once; a second release of the same pod does nothing).
     fn release(&self, key: u64) {
-        if self.release_seat(key)
+        if let Some(pod) = self.release_seat(key)
             && let Some(hook) = self.after_release.get()
         {
-            hook();
+            hook(&pod);
         }
     }
 
-    /// Whether the pod held a seat.
-    fn release_seat(&self, key: u64) -> bool {
+    /// The pod, if it held a seat.
+    fn release_seat(&self, key: u64) -> Option<PodHandle> {
         let mut inner = self.lock();
-        let Some(actions) = inner.queue.release(key) else {
-            return false;
-        };
-        inner.pods.remove(&key);
+        let actions = inner.queue.release(key)?;
+        let held = inner.pods.remove(&key);
         self.tell(&inner, actions, None);
-        true
+        held.map(|p| p.handle)
     }
 
     /// Tells the pods what was decided; returns whether `submitting` was admitted (which it

@@ -227,7 +227,9 @@ impl Task {
             cpu: Some(cpu.clone()),
             term: TermSignal(term_rx),
             kill: Default::default(),
-            net: NodeNetwork::new(Egress::Allow, None).create_pod(names),
+            net: NodeNetwork::new(Egress::Allow, None)
+                .create_pod(names)
+                .expect("a new network has every address free"),
             host_sockets: true,
             http: HttpServe {
                 ports: vec![options.http_port.unwrap_or(DEFAULT_PORT)],
