@@ -25,6 +25,9 @@ use crate::supervisor::AdmissionSeat;
 pub(crate) use placement::SPREAD_LABEL;
 use queue::{Action, Queue, Seated};
 
+/// What runs after a pod's release, with the pod.
+type ReleaseHook = Box<dyn Fn(&PodHandle) + Send + Sync>;
+
 /// The scheduler's reason for a node whose labels do not match a pod's `nodeSelector`.
 pub(crate) const NOT_SELECTED: &str = "node(s) didn't match Pod's node affinity/selector";
 /// The scheduler's reason for a node other than the pod's `nodeName`.
@@ -70,7 +73,7 @@ pub(crate) struct Scheduler {
     /// No eviction victim was found: do not look again before then.
     quiet_until: Mutex<Option<Instant>>,
     /// Runs after a pod was released (the node's garbage collection).
-    after_release: OnceLock<Box<dyn Fn(&PodHandle) + Send + Sync>>,
+    after_release: OnceLock<ReleaseHook>,
 }
 
 /// A pod's place in admission, held by its supervisor.
