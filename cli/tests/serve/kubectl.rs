@@ -524,8 +524,7 @@ fn node_labels_and_runtime_class_overhead() {
     agent.until(&["get", "pod", "early", "-o", "json"], LIMIT, |o| {
         o.contains("didn't match Pod's node affinity/selector")
     });
-    let phase = agent.ok(&["get", "pod", "early", "-o", "jsonpath={.status.phase}"]);
-    assert_eq!(phase, "Pending");
+    assert_eq!(status_of(&agent.ok(&["get", "pods"]), "early"), "Pending");
 
     let labelled = agent.ok(&["label", &node[..], "wasmpod.dev/installed=true"]);
     assert_eq!(labelled.trim(), format!("{node} labeled"));

@@ -101,12 +101,21 @@ fn pod_status(pod: &Pod) -> PodSummary {
         .and_then(|s| s.init_containers.as_deref())
         .unwrap_or(&[]);
     let spec_containers = spec.map_or(&[][..], |s| &s.containers[..]);
-    let init_statuses = status
-        .and_then(|s| s.init_container_statuses.as_deref())
-        .unwrap_or(&[]);
-    let statuses = status
-        .and_then(|s| s.container_statuses.as_deref())
-        .unwrap_or(&[]);
+    // A pod not admitted yet (`PodScheduled` False) has, in a cluster, no container statuses
+    // before a node takes it: kubectl shows it `Pending`, not its containers' waiting reason.
+    let unscheduled = status
+        .and_then(|s| s.conditions.as_deref())
+        .is_some_and(|c| {
+            c.iter()
+                .any(|c| c.type_ == "PodScheduled" && c.status == "False")
+        });
+    let (init_statuses, statuses) = match status {
+        Some(s) if !unscheduled => (
+            s.init_container_statuses.as_deref().unwrap_or(&[]),
+            s.container_statuses.as_deref().unwrap_or(&[]),
+        ),
+        _ => (&[][..], &[][..]),
+    };
     let sidecar = |name: &str| {
         spec_inits
             .iter()
@@ -239,6 +248,14 @@ mod tests {
                 "containerStatuses": [{"name": "m", "state": waiting("PodInitializing"), "restartCount": 0}]}
         });
         assert_eq!(summary(pod), (0, 1, "Init:0/2".into(), 0));
+        // Not admitted: Pending, whatever its containers wait for.
+        let pod = json!({
+            "spec": {"containers": [{"name": "m"}]},
+            "status": {"phase": "Pending",
+                "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
+                "containerStatuses": [{"name": "m", "state": waiting("ContainerCreating"), "restartCount": 0}]}
+        });
+        assert_eq!(summary(pod), (0, 1, "Pending".into(), 0));
         // A failing init container in backoff.
         let pod = json!({
             "spec": {"initContainers": inits, "containers": [{"name": "m"}]},
