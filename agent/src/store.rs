@@ -377,6 +377,20 @@ impl Store {
             .map(Some)
     }
 
+    /// Tells the watchers of `resource` that `object`, which is not kept here (the node, made
+    /// from the running node), changed; at the current resourceVersion, and not in the history
+    /// (a watch resumed from before it does not see it again).
+    pub(crate) fn announce(&self, resource: &'static str, object: Object) {
+        // Under the lock, as commits send theirs: watchers see resourceVersions in order.
+        let state = self.state();
+        let _ = self.bus.send(Arc::new(Change {
+            rv: state.rv,
+            resource,
+            kind: ChangeKind::Modified,
+            object: Arc::new(object),
+        }));
+    }
+
     /// A watch of `resource` from `from` (a `resourceVersion`; `None`: from now, with every
     /// current object first as `ADDED`): the changes so far, and a receiver of those to come.
     /// A `from` older than the kept history is `410 Gone`, as the API server answers.

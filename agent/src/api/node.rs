@@ -69,7 +69,9 @@ impl Api {
             labels,
             annotations,
         })?;
-        self.node_object(name)
+        let node = self.node_object(name)?;
+        self.store.announce("nodes", node.clone());
+        Ok(node)
     }
 
     /// The Node named `name`; `NotFound` for any other name.

@@ -329,3 +329,30 @@ async fn bad_routes_and_bad_objects_get_the_api_servers_statuses() {
         }
     }
 }
+
+/// A watch of nodes sees the node, then each change of its labels (`kubectl label node`) as
+/// `MODIFIED`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_of_nodes_follows_their_labels() {
+    let node = Node::start().await;
+    let c = node.client.clone();
+    let mut watch = c.watch("/api/v1/nodes?watch=1").await;
+    let added = watch.next().await;
+    assert_eq!(added["type"], "ADDED");
+    let name = added["object"]["metadata"]["name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let patch = json!({"metadata": {"labels": {"tier": "edge"}}});
+    let answer = c
+        .patch(
+            &format!("/api/v1/nodes/{name}"),
+            "application/strategic-merge-patch+json",
+            &patch,
+        )
+        .await;
+    assert_eq!(answer.code, 200, "{}", answer.body);
+    let modified = watch.next().await;
+    assert_eq!(modified["type"], "MODIFIED");
+    assert_eq!(modified["object"]["metadata"]["labels"]["tier"], "edge");
+}
