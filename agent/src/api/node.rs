@@ -68,6 +68,7 @@ impl Api {
         self.kubelet.set_node_meta(NodeMeta {
             labels,
             annotations,
+            ..NodeMeta::default()
         })?;
         let node = self.node_object(name)?;
         self.store.announce("nodes", node.clone());
@@ -142,7 +143,7 @@ impl Api {
                 "uid": k.node_uid(),
                 "labels": meta.labels,
                 "annotations": annotations,
-                "creationTimestamp": since,
+                "creationTimestamp": k.node_created(),
                 "resourceVersion": self.store.resource_version().to_string(),
             },
             "spec": { "taints": taints },

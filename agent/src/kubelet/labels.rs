@@ -1,7 +1,8 @@
-//! The node's labels and annotations as `kubectl label node` and `kubectl annotate node` leave
-//! them: kept in `node.json` beside the store (written whole, synced, renamed), read back at
-//! start with the kubelet's own labels and the command line's set over them, as a kubelet sets
-//! its `--node-labels` when it registers.
+//! What of the Node outlives the agent: its UID and creation time, made at the first start, and
+//! its labels and annotations as `kubectl label node` and `kubectl annotate node` leave them.
+//! Kept in `node.json` beside the store (written whole, synced, renamed), read back at start
+//! with the kubelet's own labels and the command line's set over them, as a kubelet sets its
+//! `--node-labels` when it registers.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -16,11 +17,17 @@ const FILE: &str = "node.json";
 /// much again for its labels.
 const MAX_FILE: u64 = 512 * 1024;
 
-/// What of the node its users may change.
+/// What of the node its users may change, and its identity.
 #[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct NodeMeta {
     pub(crate) labels: BTreeMap<String, String>,
     pub(crate) annotations: BTreeMap<String, String>,
+    /// The Node's `metadata.uid` (empty until made).
+    #[serde(default)]
+    pub(crate) uid: String,
+    /// The Node's `metadata.creationTimestamp`.
+    #[serde(default)]
+    pub(crate) created: String,
 }
 
 impl NodeMeta {
@@ -62,17 +69,19 @@ impl Kubelet {
     /// The node's labels and annotations of its users (the node's own annotations are the
     /// API's to add).
     pub(crate) fn node_meta(&self) -> NodeMeta {
-        let annotations = lock(&self.node_meta).annotations.clone();
+        let kept = lock(&self.node_meta).clone();
         NodeMeta {
             labels: (*self.node.labels()).clone(),
-            annotations,
+            ..kept
         }
     }
 
     /// Keeps new labels and annotations, then gives the node its labels: pods admitted from
     /// now on are matched against them.
-    pub(crate) fn set_node_meta(&self, meta: NodeMeta) -> Result<(), ApiError> {
+    pub(crate) fn set_node_meta(&self, mut meta: NodeMeta) -> Result<(), ApiError> {
         let mut kept = lock(&self.node_meta);
+        meta.uid.clone_from(&kept.uid);
+        meta.created.clone_from(&kept.created);
         let text = serde_json::to_vec(&meta).map_err(|e| ApiError::internal(e.to_string()))?;
         if text.len() as u64 > MAX_FILE {
             return Err(ApiError::bad_request(format!(

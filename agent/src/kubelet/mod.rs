@@ -120,13 +120,35 @@ impl Kubelet {
     /// Keeps the node's labels and annotations under `state`, and gives the node those kept
     /// there.
     pub(crate) fn keeping_node_meta_in(mut self, state: &std::path::Path) -> Kubelet {
-        let meta = NodeMeta::load(state, &self.node.labels()).unwrap_or_default();
+        self.node_meta_file = labels::file(state);
+        let mut meta = NodeMeta::load(state, &self.node.labels()).unwrap_or_default();
         if !meta.labels.is_empty() {
             self.node.set_labels(meta.labels.clone());
         }
-        self.node_meta = Mutex::new(meta);
-        self.node_meta_file = labels::file(state);
+        if meta.uid.is_empty() {
+            // The first start: the Node is made now.
+            meta.uid.clone_from(&self.node_uid);
+            meta.created.clone_from(&self.started);
+            meta.labels = (*self.node.labels()).clone();
+            self.node_meta = Mutex::new(meta.clone());
+            if let Err(e) = self.set_node_meta(meta) {
+                tracing::warn!(error = %e.message, "cannot keep the node's identity");
+            }
+        } else {
+            self.node_uid.clone_from(&meta.uid);
+            self.node_meta = Mutex::new(meta);
+        }
         self
+    }
+
+    /// When the Node was made (its first start on this state dir).
+    pub(crate) fn node_created(&self) -> String {
+        let created = lock(&self.node_meta).created.clone();
+        if created.is_empty() {
+            self.started.clone()
+        } else {
+            created
+        }
     }
 
     /// How many pods brought back after a restart do not run again yet

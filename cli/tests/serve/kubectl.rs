@@ -502,8 +502,8 @@ fn runtime_classes() {
 /// leaves them on a cluster: a pod of a class whose `scheduling.nodeSelector` the node does not
 /// match stays Pending until `kubectl label node` gives the node the label, then runs with the
 /// class's overhead in its spec, counted with its requests (the RuntimeClass admission); a pod
-/// naming another overhead is refused; the labels outlive a restart of the agent and only the
-/// node's labels and annotations may be patched.
+/// naming another overhead is refused; the labels, and the Node's identity, outlive a restart of
+/// the agent, and only the node's labels and annotations may be patched.
 #[test]
 fn node_labels_and_runtime_class_overhead() {
     let tmp = tempfile::tempdir().unwrap();
@@ -602,9 +602,20 @@ fn node_labels_and_runtime_class_overhead() {
     assert!(err.contains("metadata.labels.a"), "{err}");
     agent.ok(&["annotate", &node[..], "example.com/owner=edge-team"]);
 
-    // After a restart: the labels and annotations are as they were left.
+    // After a restart: the labels and annotations are as they were left, and the Node is the
+    // same object (its uid and creation time).
+    let identity = |agent: &Agent| {
+        agent.ok(&[
+            "get",
+            &node[..],
+            "-o",
+            "jsonpath={.metadata.uid} {.metadata.creationTimestamp}",
+        ])
+    };
+    let before = identity(&agent);
     agent.kill();
     let agent = Agent::start_in(tmp.path(), &[]);
+    assert_eq!(identity(&agent), before);
     let labels = agent.ok(&["get", &node[..], "--show-labels"]);
     assert!(labels.contains("wasmpod.dev/installed=true"), "{labels}");
     let owner = agent.ok(&[
