@@ -33,6 +33,27 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// The largest answer read from the API server (a Node with many images is tens of KiB).
 const MAX_ANSWER: usize = 4 << 20;
 
+/// The largest credentials file read (a kubeconfig, a token, a certificate).
+const MAX_FILE: u64 = 3 << 20;
+
+/// A credentials file, refused past [`MAX_FILE`].
+fn read(path: &Path) -> anyhow::Result<Vec<u8>> {
+    use std::io::Read as _;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_FILE + 1).read_to_end(&mut bytes))
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    if bytes.len() as u64 > MAX_FILE {
+        bail!("{} is larger than {MAX_FILE} bytes", path.display());
+    }
+    Ok(bytes)
+}
+
+/// [`read`], as text.
+fn read_text(path: &Path) -> anyhow::Result<String> {
+    String::from_utf8(read(path)?).with_context(|| format!("{} is not UTF-8", path.display()))
+}
+
 /// How the installer reaches the cluster.
 #[derive(Debug, clap::Args)]
 pub(super) struct ClusterOptions {
@@ -125,11 +146,11 @@ impl Credentials {
             return Ok(None);
         };
         let dir = Path::new(SERVICE_ACCOUNT);
-        let Ok(token) = std::fs::read_to_string(dir.join("token")) else {
+        if !dir.join("token").exists() {
             return Ok(None);
-        };
-        let ca = std::fs::read(dir.join("ca.crt"))
-            .with_context(|| format!("{SERVICE_ACCOUNT}/ca.crt"))?;
+        }
+        let token = read_text(&dir.join("token"))?;
+        let ca = read(&dir.join("ca.crt"))?;
         let host = if host.contains(':') {
             format!("[{host}]")
         } else {
@@ -147,7 +168,7 @@ impl Credentials {
     /// The current context's cluster and user of a kubeconfig (tokens and client
     /// certificates, inline or in files; exec plugins are not run).
     fn from_kubeconfig(file: &Path) -> anyhow::Result<Credentials> {
-        let text = std::fs::read(file).context("cannot read it")?;
+        let text = read(file)?;
         let config = wasmpod::read_documents(&text)
             .map_err(|e| anyhow::anyhow!("{e}"))?
             .into_iter()
@@ -189,17 +210,17 @@ impl Credentials {
                     .with_context(|| format!("{key}-data: not base64"));
             }
             match of[key].as_str() {
-                Some(path) => std::fs::read(dir.join(path))
+                Some(path) => read(&dir.join(path))
                     .map(Some)
-                    .with_context(|| format!("{key}: cannot read {path}")),
+                    .with_context(|| key.to_owned()),
                 None => Ok(None),
             }
         };
         let token = match (user["token"].as_str(), user["tokenFile"].as_str()) {
             (Some(token), _) => Some(token.to_owned()),
             (None, Some(path)) => Some(
-                std::fs::read_to_string(dir.join(path))
-                    .with_context(|| format!("tokenFile: cannot read {path}"))?
+                read_text(&dir.join(path))
+                    .context("tokenFile")?
                     .trim()
                     .to_owned(),
             ),
