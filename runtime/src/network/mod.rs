@@ -98,9 +98,8 @@ impl NodeNetwork {
         self.0.pods.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A new pod network with a free pod IP; the IP returns to the pool when it is dropped.
-    /// (A pod IP is taken until its `PodNetwork` drops, so the search below ends quickly.)
-    /// A pod's network with the next free pod IP; `None` when every one is taken.
+    /// A new pod network with the next free pod IP, which returns to the range when it is
+    /// dropped; `None` when every one is taken.
     pub(crate) fn create_pod(&self, names: PodNames) -> Option<Arc<PodNetwork>> {
         let mut pods = self.pods();
         if pods.by_ip.len() >= POD_IPS as usize {

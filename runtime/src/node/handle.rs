@@ -273,6 +273,11 @@ impl PodHandle {
         self.send(Msg::Evict { message });
     }
 
+    /// Its place in the order the node's pods were created (0 until the node records it).
+    pub(super) fn seq(&self) -> u64 {
+        self.inner.seq.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     pub(super) fn is_deleting(&self) -> bool {
         self.inner
             .deleting

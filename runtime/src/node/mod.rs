@@ -209,12 +209,16 @@ impl Node {
     /// topology keys), and a pending pod they now select is admitted if it fits; pods already
     /// running stay, as the kubelet leaves them.
     pub fn set_labels(&self, labels: std::collections::BTreeMap<String, String>) {
-        let labels = Arc::new(labels);
-        *self
-            .labels
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = labels.clone();
-        self.scheduler.relabel(labels, |spec| self.unselected(spec));
+        let publish = || {
+            let labels = Arc::new(labels);
+            *self
+                .labels
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = labels.clone();
+            labels
+        };
+        self.scheduler
+            .relabel(publish, |spec| self.unselected(spec));
     }
 
     /// The node's taints.
@@ -409,10 +413,12 @@ impl Node {
             preempts: priority.preempts,
             requests,
             memory,
-            unselected: self.unselected(&spec),
         };
         let no_execute = self.no_execute_limit(&spec);
-        if self.scheduler.submit(key, candidate) {
+        if self
+            .scheduler
+            .submit(key, candidate, |spec| self.unselected(spec))
+        {
             task.admit();
         }
         task.spawn();

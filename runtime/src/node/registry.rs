@@ -14,7 +14,8 @@ use super::PodHandle;
 /// A name's slot: a pod being created (its name is taken), or a pod.
 enum Slot {
     Creating,
-    Pod { handle: PodHandle, seq: u64 },
+    /// Its handle holds its place in the order of creation.
+    Pod(PodHandle),
 }
 
 /// What [`Registry::reserve`] found.
@@ -30,18 +31,24 @@ pub(super) enum Reserve {
 /// The fewest slots a sweep of deleted pods waits for.
 const FIRST_SWEEP: usize = 1024;
 
-/// Pods by (namespace, name), the creation counter that orders them, the terminated pods by
-/// creation, and the table's size at which deleted pods' slots are swept out next.
-struct Pods(
-    HashMap<(String, String), Slot>,
-    u64,
-    BTreeMap<u64, PodHandle>,
-    usize,
-);
+struct Pods {
+    by_name: HashMap<(String, String), Slot>,
+    /// The creation counter that orders them.
+    created: u64,
+    /// The terminated pods, by creation.
+    terminated: BTreeMap<u64, PodHandle>,
+    /// The table's size at which the slots of deleted pods are swept out next.
+    sweep_at: usize,
+}
 
 impl Default for Pods {
     fn default() -> Pods {
-        Pods(HashMap::new(), 0, BTreeMap::new(), FIRST_SWEEP)
+        Pods {
+            by_name: HashMap::new(),
+            created: 0,
+            terminated: BTreeMap::new(),
+            sweep_at: FIRST_SWEEP,
+        }
     }
 }
 
@@ -58,9 +65,9 @@ impl Registry {
     pub(super) fn reserve(&self, namespace: &str, name: &str) -> Reserve {
         let key = (namespace.to_owned(), name.to_owned());
         let mut pods = self.lock();
-        match pods.0.get(&key) {
+        match pods.by_name.get(&key) {
             Some(Slot::Creating) => return Reserve::Taken,
-            Some(Slot::Pod { handle, .. }) if !handle.is_deleted() => {
+            Some(Slot::Pod(handle)) if !handle.is_deleted() => {
                 return if handle.is_deleting() {
                     Reserve::Wait(handle.clone())
                 } else {
@@ -69,7 +76,7 @@ impl Registry {
             }
             _ => {}
         }
-        pods.0.insert(key, Slot::Creating);
+        pods.by_name.insert(key, Slot::Creating);
         Reserve::Reserved
     }
 
@@ -77,45 +84,43 @@ impl Registry {
     pub(super) fn release(&self, namespace: &str, name: &str) {
         let mut pods = self.lock();
         let key = (namespace.to_owned(), name.to_owned());
-        if matches!(pods.0.get(&key), Some(Slot::Creating)) {
-            pods.0.remove(&key);
+        if matches!(pods.by_name.get(&key), Some(Slot::Creating)) {
+            pods.by_name.remove(&key);
         }
     }
 
     /// Records the created pod under its reserved name.
     pub(super) fn insert(&self, namespace: &str, name: &str, handle: PodHandle) {
         let mut pods = self.lock();
-        pods.1 += 1;
-        let seq = pods.1;
+        pods.created += 1;
+        let seq = pods.created;
         handle
             .inner
             .seq
             .store(seq, std::sync::atomic::Ordering::Relaxed);
         // A pod may end before it is recorded, when its stop found no order to keep it by.
         if handle.is_finished() && !handle.is_deleting() {
-            pods.2.insert(seq, handle.clone());
+            pods.terminated.insert(seq, handle.clone());
         }
-        pods.0.insert(
-            (namespace.to_owned(), name.to_owned()),
-            Slot::Pod { handle, seq },
-        );
-        if pods.0.len() >= pods.3 {
-            pods.0
-                .retain(|_, slot| !matches!(slot, Slot::Pod { handle, .. } if handle.is_deleted()));
-            pods.3 = (pods.0.len() * 2).max(FIRST_SWEEP);
+        pods.by_name
+            .insert((namespace.to_owned(), name.to_owned()), Slot::Pod(handle));
+        if pods.by_name.len() >= pods.sweep_at {
+            pods.by_name
+                .retain(|_, slot| !matches!(slot, Slot::Pod(handle) if handle.is_deleted()));
+            pods.sweep_at = (pods.by_name.len() * 2).max(FIRST_SWEEP);
         }
     }
 
     /// The pods not yet deleted, oldest first.
     pub(super) fn list(&self) -> Vec<PodHandle> {
         let mut pods = self.lock();
-        pods.0
-            .retain(|_, slot| !matches!(slot, Slot::Pod { handle, .. } if handle.is_deleted()));
+        pods.by_name
+            .retain(|_, slot| !matches!(slot, Slot::Pod(handle) if handle.is_deleted()));
         let mut list: Vec<(u64, PodHandle)> = pods
-            .0
+            .by_name
             .values()
             .filter_map(|slot| match slot {
-                Slot::Pod { handle, seq } => Some((*seq, handle.clone())),
+                Slot::Pod(handle) => Some((handle.seq(), handle.clone())),
                 Slot::Creating => None,
             })
             .collect();
@@ -143,21 +148,19 @@ impl Registry {
 
     fn collect_garbage(&self, pod: &PodHandle, keep: usize) -> Vec<PodHandle> {
         let mut pods = self.lock();
-        let seq = pod.inner.seq.load(std::sync::atomic::Ordering::Relaxed);
+        let seq = pod.seq();
         if seq != 0 && pod.is_finished() && !pod.is_deleting() {
-            pods.2.insert(seq, pod.clone());
+            pods.terminated.insert(seq, pod.clone());
         }
-        if pods.2.len() <= keep {
+        if pods.terminated.len() <= keep {
             return Vec::new();
         }
         // Those deleted since they finished do not count.
-        pods.2.retain(|_, p| !p.is_deleting());
-        let mut victims = Vec::new();
-        while pods.2.len() > keep {
-            if let Some((_, oldest)) = pods.2.pop_first() {
-                victims.push(oldest);
-            }
-        }
+        pods.terminated.retain(|_, p| !p.is_deleting());
+        let excess = pods.terminated.len().saturating_sub(keep);
+        let victims: Vec<PodHandle> = (0..excess)
+            .filter_map(|_| pods.terminated.pop_first().map(|(_, pod)| pod))
+            .collect();
         drop(pods);
         for pod in &victims {
             pod.delete(Some(std::time::Duration::ZERO));

@@ -46,9 +46,6 @@ pub(crate) struct Candidate {
     pub preempts: bool,
     pub requests: Requests,
     pub memory: Arc<PodMemory>,
-    /// Why the node can never take the pod (its `nodeName` or `nodeSelector`), in the
-    /// scheduler's words; these do not change.
-    pub unselected: Option<String>,
 }
 
 /// A pod admission holds: where its verdicts go, and the memory it uses.
@@ -130,14 +127,16 @@ impl Scheduler {
         scheduler
     }
 
-    /// The node's labels from now on: pending pods are matched again with `unselected`.
+    /// New labels of the node: `publish` makes them the node's and returns them, and pending
+    /// pods are matched again with `unselected`. Under admission's lock, as [`Self::submit`]
+    /// matches a new pod: no pod is matched against labels that are no longer the node's.
     pub(crate) fn relabel(
         &self,
-        labels: Arc<BTreeMap<String, String>>,
+        publish: impl FnOnce() -> Arc<BTreeMap<String, String>>,
         unselected: impl Fn(&PodSpec) -> Option<String>,
     ) {
         let mut inner = self.lock();
-        let actions = inner.queue.relabel(labels, unselected);
+        let actions = inner.queue.relabel(publish(), unselected);
         self.tell(&inner, actions, None);
     }
 
@@ -158,15 +157,22 @@ impl Scheduler {
     }
 
     /// Queues the pod of `seat` (before its supervisor runs) and admits what fits; returns
-    /// whether that pod was admitted (it is not told so through its handle).
-    pub(crate) fn submit(&self, key: u64, pod: Candidate) -> bool {
+    /// whether that pod was admitted (it is not told so through its handle). `unselected` says
+    /// why the node can never take it (its `nodeName` or `nodeSelector`), in the scheduler's
+    /// words, matched under admission's lock (see [`Self::relabel`]).
+    pub(crate) fn submit(
+        &self,
+        key: u64,
+        pod: Candidate,
+        unselected: impl FnOnce(&PodSpec) -> Option<String>,
+    ) -> bool {
         let mut inner = self.lock();
         let seated = Seated {
+            unselected: unselected(&pod.spec),
             spec: pod.spec,
             priority: pod.priority,
             preempts: pod.preempts,
             requests: pod.requests,
-            unselected: pod.unselected,
         };
         let held = Pod {
             handle: pod.handle,
