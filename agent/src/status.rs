@@ -14,6 +14,16 @@ pub(crate) struct Cause {
     pub(crate) message: String,
 }
 
+impl From<&wasmpod::FieldError> for Cause {
+    fn from(e: &wasmpod::FieldError) -> Cause {
+        Cause {
+            kind: e.kind,
+            field: e.path.clone(),
+            message: e.message.clone(),
+        }
+    }
+}
+
 /// An API request's failure.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ApiError {

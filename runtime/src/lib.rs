@@ -63,7 +63,7 @@ pub use output::{LogLimits, LogOptions, Logs, OutputLine, Stream};
 pub use spec::Role as ContainerRole;
 pub use spec::{
     FieldError, FieldErrorKind, InvalidPod, PodFiles, PodSpec, TOKEN_AUDIENCE, TOKEN_EXPIRATION,
-    read_documents, read_priority_classes,
+    check_metadata_map, read_documents, read_priority_classes,
 };
 pub use supervisor::BackoffOptions;
 

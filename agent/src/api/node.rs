@@ -8,13 +8,10 @@ use super::Api;
 use super::discovery::GIT_VERSION;
 use crate::kubelet::NodeMeta;
 use crate::object::Object;
-use crate::status::ApiError;
+use crate::status::{ApiError, Cause};
 
 /// The node's annotation of how instances use the address space.
 const ADDRESS_SPACE: &str = "wasmpod.dev/address-space";
-
-/// The longest label value (and name part of a key) the API server takes.
-const LABEL_VALUE: usize = 63;
 
 impl Api {
     /// A patch of the node (`kubectl label node`, `kubectl annotate node`): its labels and
@@ -50,19 +47,16 @@ impl Api {
                 .map_err(|e| invalid(&format!("metadata.{field}"), e.to_string()))
         };
         let labels = map("labels")?;
-        for (key, value) in &labels {
-            let field = format!("metadata.labels.{key}");
-            label_key(key).map_err(|why| invalid(&field, format!("{key:?}: {why}")))?;
-            label_value(value).map_err(|why| invalid(&field, format!("{value:?}: {why}")))?;
-        }
         let mut annotations = map("annotations")?;
-        for key in annotations.keys() {
-            label_key(key).map_err(|why| {
-                invalid(
-                    &format!("metadata.annotations.{key}"),
-                    format!("{key:?}: {why}"),
-                )
-            })?;
+        let mut errors = wasmpod::check_metadata_map("metadata.labels", &labels, true);
+        errors.extend(wasmpod::check_metadata_map(
+            "metadata.annotations",
+            &annotations,
+            false,
+        ));
+        if !errors.is_empty() {
+            let causes = errors.iter().map(Cause::from).collect();
+            return Err(ApiError::invalid("Node", name, causes));
         }
         annotations.remove(ADDRESS_SPACE);
         self.kubelet.set_node_meta(NodeMeta {
@@ -174,42 +168,4 @@ fn kernel_version() -> String {
     std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .map(|s| s.trim().to_owned())
         .unwrap_or_default()
-}
-
-/// A label's or annotation's key: an optional DNS subdomain prefix and `/`, then a name of at
-/// most 63 characters, alphanumeric at both ends, with `-`, `_` and `.` between.
-fn label_key(key: &str) -> Result<(), String> {
-    let (prefix, name) = match key.split_once('/') {
-        Some((prefix, name)) => (Some(prefix), name),
-        None => (None, key),
-    };
-    if let Some(prefix) = prefix {
-        super::resources::dns_name(prefix, false).map_err(|why| format!("prefix part: {why}"))?;
-    }
-    if name.is_empty() {
-        return Err("name part must be non-empty".into());
-    }
-    label_value(name).map_err(|why| format!("name part {why}"))
-}
-
-/// A label's value: empty, or at most 63 characters, alphanumeric at both ends, with `-`, `_`
-/// and `.` between.
-fn label_value(value: &str) -> Result<(), String> {
-    if value.len() > LABEL_VALUE {
-        return Err(format!("must be no more than {LABEL_VALUE} characters"));
-    }
-    let ends = |c: Option<char>| c.is_none_or(|c| c.is_ascii_alphanumeric());
-    if !value
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-        || !ends(value.chars().next())
-        || !ends(value.chars().last())
-    {
-        return Err(
-            "must consist of alphanumeric characters, '-', '_' or '.', and must start \
-                    and end with an alphanumeric character"
-                .into(),
-        );
-    }
-    Ok(())
 }

@@ -20,12 +20,12 @@ use crate::store::{Durable, Store};
 use crate::tokens::Tokens;
 
 mod events;
-mod labels;
+mod meta;
 mod node;
 mod restore;
 mod tokens;
 
-pub(crate) use labels::NodeMeta;
+pub(crate) use meta::NodeMeta;
 pub(crate) use node::Condition;
 
 use events::Recorded;
@@ -120,7 +120,7 @@ impl Kubelet {
     /// Keeps the node's labels and annotations under `state`, and gives the node those kept
     /// there.
     pub(crate) fn keeping_node_meta_in(mut self, state: &std::path::Path) -> Kubelet {
-        self.node_meta_file = labels::file(state);
+        self.node_meta_file = meta::file(state);
         let mut meta = NodeMeta::load(state, &self.node.labels()).unwrap_or_default();
         if !meta.labels.is_empty() {
             self.node.set_labels(meta.labels.clone());

@@ -44,6 +44,7 @@ pub(crate) use model::{
     ContainerSpec, Handler, HostCreate, HttpGet, ImagePull, Mount, Probe, Requests, RestartPolicy,
     StdinMode, TerminationMessage, VolumeSource,
 };
+pub use names::check_metadata_map;
 pub(crate) use names::{MAX_DURATION, check_label, check_subdomain};
 pub(crate) use placement::{Placement, PodTerm};
 pub use priority::read_priority_classes;

@@ -77,3 +77,71 @@ pub(crate) fn check_subdomain(s: &str) -> Result<(), &'static str> {
         Err("must be a DNS-1123 subdomain (lower-case letters, digits, '-' and '.', at most 253)")
     }
 }
+
+/// Checks an object's labels (`values`: their values too) or annotations (keys only) as the API
+/// server checks metadata: each key a qualified name, each label value at most 63 characters of
+/// alphanumerics, '-', '_' or '.'. One error per bad entry, at `field.KEY`.
+pub fn check_metadata_map(
+    field: &str,
+    map: &std::collections::BTreeMap<String, String>,
+    values: bool,
+) -> Vec<super::FieldError> {
+    let mut errors = Vec::new();
+    for (key, value) in map {
+        let path = format!("{field}.{key}");
+        if let Err(why) = super::affinity::check_qualified_name(key) {
+            errors.push(super::FieldError::invalid(path, why));
+        } else if values && let Err(why) = super::placement::check_label_value(value) {
+            errors.push(super::FieldError::invalid(
+                path,
+                format!("Invalid value: {value:?}: {why}"),
+            ));
+        }
+    }
+    errors
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metadata_maps_are_checked_as_the_api_server_checks_them() {
+        let map = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect::<std::collections::BTreeMap<_, _>>()
+        };
+        let good = map(&[
+            ("example.com/tier", "edge-1"),
+            ("app", ""),
+            ("a.b_c", "x.y"),
+        ]);
+        assert!(check_metadata_map("metadata.labels", &good, true).is_empty());
+        let bad = map(&[
+            ("-a", "ok"),
+            ("b", "-x"),
+            ("c", &"v".repeat(64)),
+            ("Bad_/x", "ok"),
+        ]);
+        let paths: Vec<String> = check_metadata_map("metadata.labels", &bad, true)
+            .into_iter()
+            .map(|e| e.path)
+            .collect();
+        assert_eq!(
+            paths,
+            [
+                "metadata.labels.-a",
+                "metadata.labels.Bad_/x",
+                "metadata.labels.b",
+                "metadata.labels.c"
+            ]
+        );
+        // Annotations: any value, keys as labels'.
+        let notes = map(&[("note", "Any text: 100%"), ("-bad", "")]);
+        let errors = check_metadata_map("metadata.annotations", &notes, false);
+        assert_eq!(errors.len(), 1);
+        assert_eq!(errors[0].path, "metadata.annotations.-bad");
+    }
+}

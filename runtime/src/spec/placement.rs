@@ -17,6 +17,7 @@ use super::names::check_label;
 mod selector;
 
 pub(crate) use selector::Selector;
+pub(super) use selector::check_label_value;
 use selector::{merge_label_keys, selector};
 
 /// The namespaces a term looks at.

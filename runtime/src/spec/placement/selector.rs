@@ -109,7 +109,7 @@ pub(super) fn selector(
 
 /// A label value: empty, or at most 63 alphanumerics, '-', '_' or '.', starting and ending
 /// alphanumeric.
-fn check_label_value(v: &str) -> Result<(), &'static str> {
+pub(in crate::spec) fn check_label_value(v: &str) -> Result<(), &'static str> {
     if v.is_empty() || is_name_part(v) {
         Ok(())
     } else {

@@ -23,16 +23,7 @@ const MAX_GRACE: i64 = 100 * 365 * 24 * 3600;
 
 /// A pod's `InvalidPod` as the API server's 422.
 pub(crate) fn invalid_pod(name: &str, e: &wasmpod::InvalidPod) -> ApiError {
-    let causes = e
-        .errors
-        .iter()
-        .map(|f| Cause {
-            kind: f.kind,
-            field: f.path.clone(),
-            message: f.message.clone(),
-        })
-        .collect();
-    ApiError::invalid("Pod", name, causes)
+    ApiError::invalid("Pod", name, e.errors.iter().map(Cause::from).collect())
 }
 
 impl Api {
