@@ -2,6 +2,12 @@
 //! next to a bare wasmtime embedding running the same module and, when a wasmtime-cli is at hand
 //! (`$WASMTIME` or `wasmtime` on `PATH`), next to `wasmtime run` of it with a warm cache.
 //!
+//! The whole-process runs are of `$WASMPOD` when set: the binary users install, as
+//! `cargo build --release -p wasmpod-cli` makes it (`tools/bench-peers.sh` puts one at hand).
+//! Without it they are of the `wasmpod` this bench was built with, whose dependencies have the
+//! features the benches' dev-dependencies add: other code, laid out without the release build's
+//! startup order (`cli/startup.order`), so it maps about twice the memory at start.
+//!
 //! `cargo bench -p wasmpod-cli --bench startup` prints a table, writes it as JSON to
 //! `target/wasmpod-bench/startup.json`, and compares with `docs/bench-baseline.json` when present.
 
@@ -286,7 +292,11 @@ fn own_peak() -> u64 {
 
 fn whole_process(dir: &Path, pod: &Path) -> WholeProcess {
     let floor = own_peak();
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_wasmpod"));
+    let bin = std::env::var_os("WASMPOD").map_or_else(
+        || PathBuf::from(env!("CARGO_BIN_EXE_wasmpod")),
+        PathBuf::from,
+    );
+    println!("wasmpod run: {}", bin.display());
     let wasmpod = |cache: &Path| {
         let mut command = Command::new(&bin);
         command

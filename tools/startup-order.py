@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""Writes cli/startup.order: the functions of the `wasmpod` binary that running a pod executes.
+
+A `wasmpod run` executes about 2,000 of the binary's functions (1.7 MiB of code) spread over
+its 32 MiB of text; each page fault on the text maps the 64 KiB around it, so a start touched
+12.5 MiB of the executable. The release build hands this list to the linker
+(`--symbol-ordering-file`, build/startup_order.rs), which puts these functions first and
+together: the same start maps about 5 MiB.
+
+The list is of mangled names, which stay the same across edits of the code (their hash is of
+the crate's identity: name, version, features, profile, compiler) but change with a dependency's
+version or the compiler's. A name the binary no longer has is skipped by the linker: a stale
+list makes the layout worse, never the build wrong. Run this after a dependency or toolchain
+upgrade; it prints how much of the list the binary it built has.
+
+    tools/startup-order.py            # installs valgrind if missing (apt-get)
+
+How: the release `wasmpod` runs the example pods under valgrind's callgrind, each twice with
+a compile cache of its own (the second run is the warm start that matters), and the functions
+callgrind saw run in the `wasmpod` object are written in the order of the scenarios.
+"""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+ORDER = ROOT / "cli" / "startup.order"
+# Warm starts of the README's pods: a preview1 module, then an init container and a component.
+PODS = ["examples/hello/pod.yaml", "examples/init-and-main/pod.yaml"]
+
+
+def run(*args, **kw):
+    return subprocess.run(args, check=True, **kw)
+
+
+def executed(profile: Path, binary: Path) -> list[str]:
+    """The functions callgrind's profile shows executed in `binary`, in the file's order."""
+    objects, names, seen, current = {}, {}, {}, None
+    for line in profile.read_text().splitlines():
+        if m := re.match(r"^(c?ob)=\((\d+)\)(?: (.*))?$", line):
+            kind, key, name = m.groups()
+            if name:
+                objects[key] = name
+            if kind == "ob":
+                current = objects[key]
+        elif m := re.match(r"^(c?fn)=\((\d+)\)(?: (.*))?$", line):
+            kind, key, name = m.groups()
+            if name:
+                names[key] = name
+            if kind == "fn" and current == str(binary):
+                # callgrind marks a recursive function's deeper calls `'2`, `'3`, ...
+                symbol = re.sub(r"'\d+$", "", names[key])
+                if not symbol.startswith("0x"):
+                    seen.setdefault(symbol, None)
+    return list(seen)
+
+
+def defined(binary: Path) -> set[str]:
+    out = run("nm", "--defined-only", str(binary), capture_output=True, text=True).stdout
+    return {fields[2] for fields in map(str.split, out.splitlines()) if len(fields) == 3}
+
+
+def main() -> int:
+    os.chdir(ROOT)
+    if not shutil.which("valgrind"):
+        run("apt-get", "install", "-y", "valgrind")
+    target = Path(os.environ.get("CARGO_TARGET_DIR", Path.home() / ".cache/wasmpod-ci-target"))
+    env = dict(os.environ, CARGO_TARGET_DIR=str(target))
+    if not all((ROOT / "examples" / p).exists() for p in ["hello/hello.wasm", "init-and-main/main.wasm"]):
+        run("examples/build.sh", env=env)
+    run("cargo", "build", "--release", "-p", "wasmpod-cli", env=env)
+    work = Path(tempfile.mkdtemp())
+    try:
+        binary = work / "wasmpod"
+        shutil.copy(target / "release" / "wasmpod", binary)
+        order: dict[str, None] = {}
+        for i, pod in enumerate(PODS):
+            profile = work / f"callgrind.{i}"
+            for _ in range(2):  # the first fills the compile cache for valgrind's CPU
+                run("valgrind", "--tool=callgrind", "--demangle=no",
+                    f"--callgrind-out-file={profile}", str(binary), "run",
+                    "--state-dir", str(work / "state"), "--cache-dir", str(work / "cache"),
+                    pod, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            for symbol in executed(profile, binary):
+                order.setdefault(symbol, None)
+        header = (
+            "# The functions a warm `wasmpod run` of the example pods executes, which the release\n"
+            "# build's linker puts first and together. Written by tools/startup-order.py.\n"
+        )
+        ORDER.write_text(header + "".join(f"{s}\n" for s in order))
+        have = defined(binary)
+        print(f"{ORDER.relative_to(ROOT)}: {len(order)} functions, "
+              f"{sum(s in have for s in order)} of them in this build")
+    finally:
+        shutil.rmtree(work)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
