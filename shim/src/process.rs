@@ -61,11 +61,13 @@ pub(crate) struct Process {
     answered: watch::Sender<Option<SystemTime>>,
 }
 
-/// How long after `Start` was answered a process's end is stamped at the earliest: containerd
-/// reads its clock for `started_at` once the answer reaches it (after its own bookkeeping, which
-/// took more than a millisecond on a loaded 2-core machine), and the kubelet computes a duration
-/// from the two, so a process that ends at once must not end before that reading. Only a process
-/// that ends within this time of its start is reported later, by at most this.
+/// How long after `Start` was answered a container's entry point's end is stamped at the
+/// earliest: containerd reads its clock for `started_at` once the answer reaches it (after its
+/// own bookkeeping, which took more than a millisecond on a loaded 2-core machine), and the
+/// kubelet computes a duration from the two, so an entry point that ends at once must not end
+/// before that reading. Only one that ends within this time of its start is reported later, by
+/// at most this. An exec'd process has no `started_at` (the CRI's `ExecSync` and `Exec` report
+/// its output and code alone): its end is told as soon as `Start` was answered.
 const AFTER_START: Duration = Duration::from_millis(25);
 /// How long a process that ended waits for `Start`'s answer to be marked.
 const ANSWER_WAIT: Duration = Duration::from_secs(1);
@@ -129,9 +131,9 @@ impl Process {
         self.answered.send_replace(Some(SystemTime::now()));
     }
 
-    /// Waits until its end may be stamped: [`AFTER_START`] past `Start`'s answer (a process
-    /// that ends before containerd has heard it started would show `finished_at` before
-    /// `started_at`), as runc's shim holds an exit until its `Start` returns.
+    /// Waits until its end may be told: after `Start`'s answer, as runc's shim holds an exit
+    /// until its `Start` returns, and for an entry point [`AFTER_START`] past it (one that ends
+    /// before containerd has heard it started would show `finished_at` before `started_at`).
     async fn after_start(&self) {
         let mut answered = self.answered.subscribe();
         let at = match tokio::time::timeout(ANSWER_WAIT, answered.wait_for(Option::is_some)).await {
@@ -139,6 +141,9 @@ impl Process {
             _ => None,
         };
         let Some(at) = at else { return };
+        if !self.exec_id.is_empty() {
+            return;
+        }
         let floor = at + AFTER_START;
         if let Ok(left) = floor.duration_since(SystemTime::now()) {
             tokio::time::sleep(left).await;
@@ -269,17 +274,30 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
-    async fn a_process_that_ends_at_once_is_stamped_after_its_start_was_answered() {
-        let p = process();
-        p.start(&Handle::current(), |_io| async { code(0) }, |_, _| {})
-            .unwrap();
+    async fn an_entry_point_that_ends_at_once_is_stamped_after_its_start_was_answered() {
+        let entry = Process::new(String::new(), Stdio::default(), TaskIo::new());
+        let exec = process();
+        for p in [&entry, &exec] {
+            p.start(&Handle::current(), |_io| async { code(0) }, |_, _| {})
+                .unwrap();
+        }
         let answered = SystemTime::now();
-        p.answered();
-        let end = p.wait().await;
+        entry.answered();
+        exec.answered();
+        let (entry_end, exec_end) = tokio::join!(entry.wait(), exec.wait());
         assert!(
-            end.at >= answered + AFTER_START,
+            entry_end.at >= answered + AFTER_START,
             "ended {:?} after the answer",
-            end.at.duration_since(answered)
+            entry_end.at.duration_since(answered)
+        );
+        // An exec's end is told once its start was answered, without the entry point's wait.
+        assert!(
+            exec_end.at >= answered,
+            "an exec ended before its start was answered"
+        );
+        assert!(
+            exec_end.at < entry_end.at,
+            "an exec held as long as an entry point"
         );
     }
 }
