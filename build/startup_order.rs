@@ -1,12 +1,13 @@
-//! The release `wasmpod`'s code layout: the functions a pod's start executes, first and together
-//! (included by the CLI's build script).
+//! The release binaries' code layout: the functions running a pod executes, first and together
+//! (included by the build scripts of the CLI and the shim).
 //!
-//! Starting a pod runs about 2,000 of the binary's functions, spread over its 32 MiB of code; a
+//! Starting a pod runs about 2,000 of a binary's functions, spread over its 32 MiB of code; a
 //! page fault on code maps the 64 KiB around it, so a `wasmpod run` kept 12.5 MiB of the
-//! executable resident for 1.7 MiB of functions. `cli/startup.order` lists them (written by
-//! `tools/startup-order.py`) and the linker puts them at the start of the text. Only rust-lld
-//! reads the list, the linker of release builds for x86-64 Linux since Rust 1.90 unless another
-//! one is configured; the names are those of a release build by this compiler.
+//! executable resident for 1.7 MiB of functions, and so did each pod's shim process.
+//! `startup.order` beside the crate's manifest lists them (written by `tools/startup-order.py`)
+//! and the linker puts them at the start of the text. Only rust-lld reads the list, the linker of
+//! release builds for x86-64 Linux since Rust 1.90 unless another one is configured; the names
+//! are those of a release build of the crate alone by this compiler.
 
 use std::env::var;
 use std::process::Command;
@@ -16,6 +17,9 @@ pub(crate) fn link_args() {
     let order = concat!(env!("CARGO_MANIFEST_DIR"), "/startup.order");
     println!("cargo:rerun-if-changed={order}");
     println!("cargo:rerun-if-changed=../build/startup_order.rs");
+    if !std::path::Path::new(order).is_file() {
+        return;
+    }
     let target = var("TARGET").unwrap_or_default();
     let rustflags = var("CARGO_ENCODED_RUSTFLAGS").unwrap_or_default();
     let linker_configured =

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Installs the peers the benches compare wasmpod with, for `cargo bench` runs (not CI's): the
 # wasmtime CLI of the wasmtime wasmpod embeds (`wasmtime run`, `wasmtime serve`) and `wrk`, the
-# HTTP load generator; and builds the `wasmpod` users install (a release build of the CLI alone:
-# the benches' own build has other dependency features and code layout), kept where `cargo
-# bench` does not overwrite it. Then run the command it prints last.
+# HTTP load generator; and builds the `wasmpod` and the shim users install (release builds of
+# each crate alone: the benches' own builds have other dependency features and code layout),
+# kept where `cargo bench` does not overwrite them. Then run the command it prints last.
 set -euo pipefail
 target="${CARGO_TARGET_DIR:-$HOME/.cache/wasmpod-ci-target}"
 version=$(cargo metadata --format-version 1 --manifest-path "$(dirname "$0")/../Cargo.toml" \
@@ -16,8 +16,12 @@ command -v wrk >/dev/null || {
     "${sudo[@]}" apt-get install -y wrk
 }
 "$HOME/.cargo/bin/wasmtime" --version
-CARGO_TARGET_DIR="$target" cargo build --release --locked -p wasmpod-cli \
-    --manifest-path "$(dirname "$0")/../Cargo.toml"
 mkdir -p "$target/shipped"
-cp "$target/release/wasmpod" "$target/shipped/wasmpod"
-echo "WASMPOD=$target/shipped/wasmpod WASMTIME=$HOME/.cargo/bin/wasmtime cargo bench -p wasmpod-cli"
+# One crate a build: built together, their dependencies' features would be unified.
+for crate in wasmpod-cli:wasmpod wasmpod-shim:containerd-shim-wasmpod-v1; do
+    CARGO_TARGET_DIR="$target" cargo build --release --locked -p "${crate%%:*}" \
+        --manifest-path "$(dirname "$0")/../Cargo.toml"
+    cp "$target/release/${crate#*:}" "$target/shipped/"
+done
+echo "WASMPOD=$target/shipped/wasmpod WASMPOD_SHIM=$target/shipped/containerd-shim-wasmpod-v1" \
+    "WASMTIME=$HOME/.cargo/bin/wasmtime cargo bench -p wasmpod-cli -p wasmpod-shim"

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Writes cli/startup.order: the functions of the `wasmpod` binary that running a pod executes.
+"""Writes cli/startup.order (and, with --shim, shim/startup.order): the functions of the `wasmpod`
+binary (the containerd shim's) that running a pod executes.
 
 A `wasmpod run` executes about 2,000 of the binary's functions (1.7 MiB of code) spread over
 its 32 MiB of text; each page fault on the text maps the 64 KiB around it, so a start touched
@@ -14,10 +15,15 @@ list makes the layout worse, never the build wrong. Run this after a dependency 
 upgrade; it prints how much of the list the binary it built has.
 
     tools/startup-order.py            # installs valgrind if missing (apt-get)
+    tools/startup-order.py --shim     # needs what the shim's bench needs (tools/test-deps.sh)
 
 How: the release `wasmpod` runs the example pods under valgrind's callgrind, each twice with
 a compile cache of its own (the second run is the warm start that matters), and the functions
-callgrind saw run in the `wasmpod` object are written in the order of the scenarios.
+callgrind saw run in the `wasmpod` object are written in the order of the scenarios. For the
+shim, the shim's bench is the workload (`ctr run` of a module and a component, a CRI pod of ten
+containers, exec) with `$WASMPOD_SHIM` a script that runs the release shim under callgrind: each
+of its processes (`start`, the pod's, `delete`) leaves a profile, and the functions any of them
+ran are written, those most processes ran first.
 """
 
 import os
@@ -29,7 +35,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-ORDER = ROOT / "cli" / "startup.order"
+SHIM = "containerd-shim-wasmpod-v1"
 # Warm starts of the README's pods: a preview1 module, then an init container and a component.
 PODS = ["examples/hello/pod.yaml", "examples/init-and-main/pod.yaml"]
 
@@ -52,7 +58,7 @@ def executed(profile: Path, binary: Path) -> list[str]:
             kind, key, name = m.groups()
             if name:
                 names[key] = name
-            if kind == "fn" and current == str(binary):
+            if kind == "fn" and current == str(binary.resolve()):
                 # callgrind marks a recursive function's deeper calls `'2`, `'3`, ...
                 symbol = re.sub(r"'\d+$", "", names[key])
                 if not symbol.startswith("0x"):
@@ -65,36 +71,71 @@ def defined(binary: Path) -> set[str]:
     return {fields[2] for fields in map(str.split, out.splitlines()) if len(fields) == 3}
 
 
+def cli_order(target: Path, work: Path, env: dict) -> tuple[Path, dict]:
+    """The functions warm `wasmpod run`s of the example pods execute, pod after pod."""
+    if not all((ROOT / "examples" / p).exists() for p in ["hello/hello.wasm", "init-and-main/main.wasm"]):
+        run("examples/build.sh", env=env)
+    run("cargo", "build", "--release", "--locked", "-p", "wasmpod-cli", env=env)
+    binary = work / "wasmpod"
+    shutil.copy(target / "release" / "wasmpod", binary)
+    order: dict[str, None] = {}
+    for i, pod in enumerate(PODS):
+        profile = work / f"callgrind.{i}"
+        for _ in range(2):  # the first fills the compile cache for valgrind's CPU
+            run("valgrind", "--tool=callgrind", "--demangle=no",
+                f"--callgrind-out-file={profile}", str(binary), "run",
+                "--state-dir", str(work / "state"), "--cache-dir", str(work / "cache"),
+                pod, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for symbol in executed(profile, binary):
+            order.setdefault(symbol, None)
+    return binary, order
+
+
+def shim_order(target: Path, work: Path, env: dict) -> tuple[Path, dict]:
+    """The functions the shim's processes execute under its bench, the most shared first."""
+    run("cargo", "build", "--release", "--locked", "-p", "wasmpod-shim", env=env)
+    binary = work / SHIM
+    shutil.copy(target / "release" / SHIM, binary)
+    profiles = work / "profiles"
+    profiles.mkdir()
+    wrapper = work / "wrapper"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f"exec valgrind --tool=callgrind --demangle=no --trace-children=yes "
+        f"--callgrind-out-file={profiles}/callgrind.%p {binary} \"$@\" 2>>{work}/valgrind.log\n"
+    )
+    wrapper.chmod(0o755)
+    run("cargo", "bench", "--locked", "-p", "wasmpod-shim", "--bench", "containerd",
+        env=dict(env, WASMPOD_SHIM=str(wrapper)))
+    counts: dict[str, int] = {}
+    print(f"{len(list(profiles.iterdir()))} shim processes profiled")
+    for profile in sorted(profiles.iterdir()):
+        for symbol in executed(profile, binary):
+            counts[symbol] = counts.get(symbol, 0) + 1
+    ranked = sorted(counts, key=lambda symbol: -counts[symbol])  # stable: first seen first
+    return binary, dict.fromkeys(ranked)
+
+
 def main() -> int:
     os.chdir(ROOT)
+    shim = sys.argv[1:] == ["--shim"]
     if not shutil.which("valgrind"):
         run("apt-get", "install", "-y", "valgrind")
     target = Path(os.environ.get("CARGO_TARGET_DIR", Path.home() / ".cache/wasmpod-ci-target"))
     env = dict(os.environ, CARGO_TARGET_DIR=str(target))
-    if not all((ROOT / "examples" / p).exists() for p in ["hello/hello.wasm", "init-and-main/main.wasm"]):
-        run("examples/build.sh", env=env)
-    run("cargo", "build", "--release", "-p", "wasmpod-cli", env=env)
+    out = ROOT / ("shim" if shim else "cli") / "startup.order"
     work = Path(tempfile.mkdtemp())
     try:
-        binary = work / "wasmpod"
-        shutil.copy(target / "release" / "wasmpod", binary)
-        order: dict[str, None] = {}
-        for i, pod in enumerate(PODS):
-            profile = work / f"callgrind.{i}"
-            for _ in range(2):  # the first fills the compile cache for valgrind's CPU
-                run("valgrind", "--tool=callgrind", "--demangle=no",
-                    f"--callgrind-out-file={profile}", str(binary), "run",
-                    "--state-dir", str(work / "state"), "--cache-dir", str(work / "cache"),
-                    pod, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            for symbol in executed(profile, binary):
-                order.setdefault(symbol, None)
+        binary, order = (shim_order if shim else cli_order)(target, work, env)
+        what = "the shim's processes run under its bench" if shim else \
+            "a warm `wasmpod run` of the example pods executes"
         header = (
-            "# The functions a warm `wasmpod run` of the example pods executes, which the release\n"
+            f"# The functions {what}, which the release\n"
             "# build's linker puts first and together. Written by tools/startup-order.py.\n"
         )
-        ORDER.write_text(header + "".join(f"{s}\n" for s in order))
+        out.write_text(header + "".join(f"{s}\n" for s in order))
         have = defined(binary)
-        print(f"{ORDER.relative_to(ROOT)}: {len(order)} functions, "
+        print(f"{out.relative_to(ROOT)}: {len(order)} functions, "
               f"{sum(s in have for s in order)} of them in this build")
     finally:
         shutil.rmtree(work)

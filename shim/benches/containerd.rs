@@ -23,7 +23,13 @@ use support::{Node, Spec, shims_of};
 use wasmpod_tests::containerd::{Containerd, pss_kib, rss_kib};
 use wasmpod_tests::guests;
 
-const SHIM: &str = env!("CARGO_BIN_EXE_containerd-shim-wasmpod-v1");
+/// The shim under test: `$WASMPOD_SHIM` when set (the binary a node installs, a release build of
+/// the shim alone: the benches' own build has other dependency features and code layout), else
+/// the one this bench was built with.
+fn shim() -> String {
+    std::env::var("WASMPOD_SHIM")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_containerd-shim-wasmpod-v1").to_owned())
+}
 const RUNS: usize = 15;
 
 fn ms(d: Duration) -> f64 {
@@ -81,7 +87,9 @@ fn pod_memory(pod: &str) -> (u64, u64) {
 }
 
 fn main() {
-    let ctd = Containerd::start(SHIM.as_ref());
+    let shim = shim();
+    println!("shim: {shim}");
+    let ctd = Containerd::start(shim.as_ref());
     let p1 = ctd.import("p1", guests::AGNHOST_P1.as_ref());
     let p2 = ctd.import("p2", guests::AGNHOST_P2.as_ref());
     let module_kib = std::fs::metadata(guests::AGNHOST_P1).unwrap().len() / 1024;
@@ -90,7 +98,7 @@ fn main() {
     let (component_p50, component_max) = start_to_exit(&ctd, &p2, "c");
     drop(ctd);
 
-    let mut node = Node::start(SHIM);
+    let mut node = Node::start(&shim);
     let image = node.ctd.import("probed", guests::PROBED_P2.as_ref());
     let config = node.sandbox_config("bench", &[]);
     let start = Instant::now();

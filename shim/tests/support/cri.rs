@@ -544,9 +544,11 @@ fn processes(matches: impl Fn(&[&[u8]]) -> bool) -> Vec<u32> {
 /// of it).
 pub(crate) fn shims_of(ids: &[&str]) -> Vec<u32> {
     processes(|args| {
+        // Not only the first: a shim run under a wrapper (valgrind, as tools/startup-order.py
+        // runs it) has the wrapper's name first.
         let shim = args
-            .first()
-            .is_some_and(|a| a.ends_with(b"containerd-shim-wasmpod-v1"));
+            .iter()
+            .any(|a| a.ends_with(b"containerd-shim-wasmpod-v1"));
         let ours = args
             .windows(2)
             .any(|w| w[0] == b"-id" && ids.iter().any(|id| w[1] == id.as_bytes()));
