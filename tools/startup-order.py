@@ -18,8 +18,10 @@ upgrade; it prints how much of the list the binary it built has.
     tools/startup-order.py --shim     # needs what the shim's bench needs (tools/test-deps.sh)
 
 How: the release `wasmpod` runs the example pods under valgrind's callgrind, each twice with
-a compile cache of its own (the second run is the warm start that matters), and the functions
-callgrind saw run in the `wasmpod` object are written in the order of the scenarios. For the
+a compile cache of its own (the second run is the warm start that matters), then `wasmpod
+serve` runs a static pod and one sent by kubectl, and the functions callgrind saw run in the
+`wasmpod` object are written in the order of the scenarios: `run`'s first, then what the agent
+adds. For the
 shim, the shim's bench is the workload (`ctr run` of a module and a component, a CRI pod of ten
 containers, exec) with `$WASMPOD_SHIM` a script that runs the release shim under callgrind: each
 of its processes (`start`, the pod's, `delete`) leaves a profile, and the functions any of them
@@ -32,6 +34,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -72,7 +75,8 @@ def defined(binary: Path) -> set[str]:
 
 
 def cli_order(target: Path, work: Path, env: dict) -> tuple[Path, dict]:
-    """The functions warm `wasmpod run`s of the example pods execute, pod after pod."""
+    """The functions warm `wasmpod run`s of the example pods execute, pod after pod, then
+    those the node agent adds."""
     if not all((ROOT / "examples" / p).exists() for p in ["hello/hello.wasm", "init-and-main/main.wasm"]):
         run("examples/build.sh", env=env)
     run("cargo", "build", "--release", "--locked", "-p", "wasmpod-cli", env=env)
@@ -86,9 +90,55 @@ def cli_order(target: Path, work: Path, env: dict) -> tuple[Path, dict]:
                 f"--callgrind-out-file={profile}", str(binary), "run",
                 "--state-dir", str(work / "state"), "--cache-dir", str(work / "cache"),
                 pod, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        for symbol in executed(profile, binary):
-            order.setdefault(symbol, None)
+        add(order, executed(profile, binary))
+    profile = work / "callgrind.serve"
+    serve(binary, profile, work)
+    add(order, executed(profile, binary))
     return binary, order
+
+
+def add(order: dict[str, None], symbols: list[str]) -> None:
+    """Appends the symbols `order` lacks, sorted: a list made again differs only where the code
+    did."""
+    for symbol in sorted(set(symbols) - order.keys()):
+        order[symbol] = None
+
+
+def serve(binary: Path, profile: Path, work: Path) -> None:
+    """The node agent under callgrind: start, a static pod and one through the API run to
+    their end, kubectl reads them and their logs, a deletion, SIGTERM."""
+    manifests = work / "manifests"
+    manifests.mkdir()
+    hello = ROOT / "examples/hello/hello.wasm"
+    pod = "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  restartPolicy: Never\n" \
+        f"  containers:\n  - {{{{name: hello, image: \"{hello}\"}}}}\n"
+    (manifests / "static.yaml").write_text(pod.format(name="static"))
+    out = work / "serve.out"
+    agent = subprocess.Popen(
+        ["valgrind", "--tool=callgrind", "--demangle=no", f"--callgrind-out-file={profile}",
+         str(binary), "serve", "--listen", "127.0.0.1:0", "--state-dir", str(work / "agent"),
+         "--cache-dir", str(work / "cache"), "--manifests", str(manifests), "--node-name", "order"],
+        stdout=out.open("w"), stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        while "KUBECONFIG=" not in out.read_text():
+            if time.monotonic() > deadline or agent.poll() is not None:
+                raise RuntimeError(f"the agent did not start: {out.read_text()}")
+            time.sleep(0.5)
+        kubeconfig = out.read_text().split("KUBECONFIG=")[1].split()[0]
+        env = dict(os.environ, KUBECONFIG=kubeconfig)
+        kubectl = lambda *args, **kw: run("kubectl", "--request-timeout=60s", *args, env=env,
+                                          stdout=subprocess.DEVNULL, **kw)
+        kubectl("apply", "-f", "-", input=pod.format(name="api").encode())
+        for name in ["api", "static-order"]:
+            kubectl("wait", "--for=jsonpath={.status.phase}=Succeeded", f"pod/{name}",
+                    "--timeout=300s")
+            kubectl("logs", name)
+        kubectl("get", "pods,nodes,events", "-o", "wide")
+        kubectl("delete", "pod", "api")
+    finally:
+        agent.terminate()
+        agent.wait(timeout=300)
 
 
 def shim_order(target: Path, work: Path, env: dict) -> tuple[Path, dict]:
@@ -112,7 +162,7 @@ def shim_order(target: Path, work: Path, env: dict) -> tuple[Path, dict]:
     for profile in sorted(profiles.iterdir()):
         for symbol in executed(profile, binary):
             counts[symbol] = counts.get(symbol, 0) + 1
-    ranked = sorted(counts, key=lambda symbol: -counts[symbol])  # stable: first seen first
+    ranked = sorted(counts, key=lambda symbol: (-counts[symbol], symbol))
     return binary, dict.fromkeys(ranked)
 
 
