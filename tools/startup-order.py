@@ -6,13 +6,13 @@ A `wasmpod run` executes about 2,000 of the binary's functions (1.7 MiB of code)
 its 32 MiB of text; each page fault on the text maps the 64 KiB around it, so a start touched
 12.5 MiB of the executable. The release build hands this list to the linker
 (`--symbol-ordering-file`, build/startup_order.rs), which puts these functions first and
-together: the same start maps about 5 MiB.
+together: the same start maps 2.7 MiB of it.
 
-The list is of mangled names, which stay the same across edits of the code (their hash is of
-the crate's identity: name, version, features, profile, compiler) but change with a dependency's
-version or the compiler's. A name the binary no longer has is skipped by the linker: a stale
-list makes the layout worse, never the build wrong. Run this after a dependency or toolchain
-upgrade; it prints how much of the list the binary it built has.
+The list is of mangled names: a dependency's or the compiler's version changes all of a crate's,
+and an edit some of the edited crate's (closures, changed signatures, LLVM's suffixes for
+functions shared between codegen units). A name the binary no longer has is skipped by the
+linker: a stale list makes the layout worse, never the build wrong. Run this before measuring or
+releasing a build; it prints how much of the list the binary it built has.
 
     tools/startup-order.py            # installs valgrind if missing (apt-get)
     tools/startup-order.py --shim     # needs what the shim's bench needs (tools/test-deps.sh)
@@ -21,11 +21,10 @@ How: the release `wasmpod` runs the example pods under valgrind's callgrind, eac
 a compile cache of its own (the second run is the warm start that matters), then `wasmpod
 serve` runs a static pod and one sent by kubectl, and the functions callgrind saw run in the
 `wasmpod` object are written in the order of the scenarios: `run`'s first, then what the agent
-adds. For the
-shim, the shim's bench is the workload (`ctr run` of a module and a component, a CRI pod of ten
-containers, exec) with `$WASMPOD_SHIM` a script that runs the release shim under callgrind: each
-of its processes (`start`, the pod's, `delete`) leaves a profile, and the functions any of them
-ran are written, those most processes ran first.
+adds, each scenario's sorted by name. For the shim, the shim's bench is the workload (`ctr run`
+of a module and a component, a CRI pod of ten containers, exec) with `$WASMPOD_SHIM` a script
+that runs the release shim under callgrind: each of its processes (`start`, the pod's, `delete`)
+leaves a profile, and the functions any of them ran are written, those most processes ran first.
 """
 
 import os
