@@ -408,6 +408,7 @@ impl Engine {
             Kind::Component => self.wasmtime.precompile_component(bytes),
         }
         .map_err(compile_err)?;
+        release_compile_scratch();
         if let Some(file) = &cached
             && let Err(e) = CompileCache::write(file, &artefact)
         {
@@ -471,4 +472,18 @@ fn opened_path(file: &std::fs::File, path: &Path) -> Option<PathBuf> {
         .ok()
         .filter(|p| p.is_absolute())
         .or_else(|| std::fs::canonicalize(path).ok())
+}
+
+/// Gives what a compile freed back to the system. Cranelift's scratch memory is spread over the
+/// C allocator's per-thread arenas (the functions compile in parallel), which keep freed memory
+/// for their threads' next allocations: on a node, which compiles a module once and then runs it
+/// for days, that was 3.5 MiB of a 43 MiB agent with 100 pods (`tools/serve-rss.sh`). A trim
+/// walks the arenas once, far less than the compile it follows.
+#[cfg(feature = "compiler")]
+fn release_compile_scratch() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: `malloc_trim` only returns the allocator's free memory to the system.
+    unsafe {
+        libc::malloc_trim(0);
+    }
 }
