@@ -3,7 +3,7 @@
 //!
 //! Starting a pod runs about 2,000 of a binary's functions, spread over its 32 MiB of code; a
 //! page fault on code maps the 64 KiB around it, so a `wasmpod run` kept 12.5 MiB of the
-//! executable resident for 1.7 MiB of functions, and so did each pod's shim process.
+//! executable resident for 1.7 MiB of functions, and each pod's shim process likewise.
 //! `startup.order` beside the crate's manifest lists them (written by `tools/startup-order.py`)
 //! and the linker puts them at the start of the text. Only rust-lld reads the list, the linker of
 //! release builds for x86-64 Linux since Rust 1.90 unless another one is configured; the names

@@ -126,8 +126,10 @@ def serve(binary: Path, profile: Path, work: Path) -> None:
             time.sleep(0.5)
         kubeconfig = out.read_text().split("KUBECONFIG=")[1].split()[0]
         env = dict(os.environ, KUBECONFIG=kubeconfig)
-        kubectl = lambda *args, **kw: run("kubectl", "--request-timeout=60s", *args, env=env,
-                                          stdout=subprocess.DEVNULL, **kw)
+
+        def kubectl(*args, **kw):
+            run("kubectl", "--request-timeout=60s", *args, env=env, stdout=subprocess.DEVNULL, **kw)
+
         kubectl("apply", "-f", "-", input=pod.format(name="api").encode())
         for name in ["api", "static-order"]:
             kubectl("wait", "--for=jsonpath={.status.phase}=Succeeded", f"pod/{name}",
@@ -167,6 +169,8 @@ def shim_order(target: Path, work: Path, env: dict) -> tuple[Path, dict]:
 
 def main() -> int:
     os.chdir(ROOT)
+    if sys.argv[1:] not in ([], ["--shim"]):
+        sys.exit(f"usage: {sys.argv[0]} [--shim]")
     shim = sys.argv[1:] == ["--shim"]
     if not shutil.which("valgrind"):
         run("apt-get", "install", "-y", "valgrind")

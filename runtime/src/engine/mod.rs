@@ -476,9 +476,9 @@ fn opened_path(file: &std::fs::File, path: &Path) -> Option<PathBuf> {
 
 /// Gives what a compile freed back to the system. Cranelift's scratch memory is spread over the
 /// C allocator's per-thread arenas (the functions compile in parallel), which keep freed memory
-/// for their threads' next allocations: on a node, which compiles a module once and then runs it
-/// for days, that was 3.5 MiB of a 43 MiB agent with 100 pods (`tools/serve-rss.sh`). A trim
-/// walks the arenas once, far less than the compile it follows.
+/// for their threads' next allocations, while a node compiles a module once and then runs it for
+/// days (3.5 MiB of an agent's 43 with 100 pods: docs/performance.md). A trim walks the arenas
+/// once, far less than the compile it follows.
 #[cfg(feature = "compiler")]
 fn release_compile_scratch() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
