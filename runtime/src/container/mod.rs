@@ -277,7 +277,13 @@ impl Sandbox {
         if let Some(stdin) = stdin {
             wasi.stdin(stdin);
         }
-        self.meter.run(self.run_entry(&self.image, wasi)).await
+        // The instance's place in the pool, if it has one: dropped after its store.
+        let lease = self.image.long_lived();
+        let exit = self.meter.run(self.run_entry(&lease.image, wasi)).await;
+        if !lease.pooled() {
+            self.image.ended();
+        }
+        exit
     }
 
     async fn run_entry(&self, image: &Image, mut wasi: WasiCtxBuilder) -> Exit {

@@ -33,12 +33,6 @@ use link::{Artefact, Kind, link, precompiled_kind};
 use pool::{Pool, Twin};
 pub use space::AddressSpace;
 
-/// How often the epoch advances: the longest a guest runs before yielding to the scheduler.
-pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(1);
-/// The tick while no guest executes wasm: a safety net only, since a guest entering wasm wakes
-/// the ticker at once.
-const IDLE_TICK: Duration = Duration::from_millis(50);
-
 /// A loaded container image: a pre-linked module or component, shared by every pod that runs it.
 pub(crate) enum Image {
     Module {
@@ -268,13 +262,9 @@ impl Engine {
         let ticker = std::thread::Builder::new()
             .name("wasmpod-epoch".into())
             .spawn(move || {
+                let mut quiet = 0;
                 while !stop.load(Ordering::Relaxed) {
-                    if active.running() {
-                        std::thread::sleep(EPOCH_TICK);
-                    } else {
-                        // No guest executes: tick slowly until one starts (it unparks us).
-                        active.park(IDLE_TICK);
-                    }
+                    active.wait_for_tick(&mut quiet);
                     engine.increment_epoch();
                     if let Some(pooled) = pooled.made() {
                         pooled.increment_epoch();

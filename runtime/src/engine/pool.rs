@@ -15,6 +15,11 @@
 //! - an image gets its twin in that engine (the same compiled code, deserialized again) the first
 //!   time it runs a short-lived instance, in the background; until then, and for an image whose
 //!   modules exceed the pool's per-instance limits, its instances are on demand as before;
+//! - a container's main instance comes from the pool too once its image has a twin, while the
+//!   pool has more than half its slots free: a pod that runs and ends, such as a Job's, then
+//!   neither maps nor unmaps its memory (each unmapping of page tables interrupts the other
+//!   cores). An image gets its twin when one of its main instances made on demand ends, so an
+//!   image whose containers only ever serve, never ending, has none;
 //! - an instance takes one of the pool's [`SLOTS`] permits, and the pool holds every permitted
 //!   instance (each may use [`MEMORIES`] memories, [`TABLES`] tables and [`STACKS`] fiber stacks;
 //!   an image that needs more has no twin), so the pool is never found exhausted; with every
@@ -47,8 +52,10 @@ use wasmtime::{InstanceAllocationStrategy, PoolingAllocationConfig};
 use super::{Artefact, Image, Kind, config, link};
 use crate::host::{GuestSockets, Linkers};
 
-/// Short-lived instances the pool holds at once.
+/// Instances the pool holds at once.
 pub(crate) const SLOTS: u32 = 128;
+/// Of those, how many containers' main instances may hold: the rest stay for short-lived ones.
+const LONG_LIVED_SLOTS: usize = SLOTS as usize / 2;
 /// Linear memories an instance in the pool may have (a component's modules together).
 const MEMORIES: u32 = 2;
 /// Tables an instance in the pool may have (a component's modules together).
@@ -190,48 +197,73 @@ impl Twin {
     }
 }
 
-/// The image a short-lived instance is made from, and its place in the pool (held until the
-/// instance's store is gone: drop this after the store).
+/// The image an instance is made from, and its place in the pool (held until the instance's
+/// store is gone: drop this after the store).
 pub(crate) struct Lease {
     pub(crate) image: Arc<Image>,
-    _slot: Option<OwnedSemaphorePermit>,
+    slot: Option<OwnedSemaphorePermit>,
+}
+
+impl Lease {
+    /// Is the instance from the pool?
+    pub(crate) fn pooled(&self) -> bool {
+        self.slot.is_some()
+    }
 }
 
 impl Image {
     /// What a short-lived instance of this image is made from: its twin in the pool when it has
-    /// one and the pool has room, else this image (on demand).
+    /// one and the pool has room, else this image (on demand; the twin is made meanwhile).
     pub(crate) fn short_lived(self: &Arc<Image>) -> Lease {
-        let on_demand = || Lease {
-            image: self.clone(),
-            _slot: None,
-        };
+        self.make_twin();
+        self.lease(0)
+    }
+
+    /// What a container's main instance is made from: its twin when it has one and the pool
+    /// has more than half its slots free, else this image (on demand).
+    pub(crate) fn long_lived(self: &Arc<Image>) -> Lease {
+        self.lease(SLOTS as usize - LONG_LIVED_SLOTS)
+    }
+
+    /// Tells that a main instance of this image, made on demand, ended: its later ones will
+    /// come from the pool.
+    pub(crate) fn ended(self: &Arc<Image>) {
+        self.make_twin();
+    }
+
+    /// The twin and a slot, when the twin is made and the pool has more than `reserved` slots
+    /// free; else this image.
+    fn lease(self: &Arc<Image>, reserved: usize) -> Lease {
         let twin = self.twin();
-        let Some(pool) = &twin.pool else {
-            return on_demand();
-        };
-        match twin.image.get() {
-            Some(Some(image)) => match pool.slots.clone().try_acquire_owned() {
-                Ok(slot) => Lease {
-                    image: image.clone(),
-                    _slot: Some(slot),
-                },
-                Err(_) => on_demand(),
-            },
-            Some(None) => on_demand(),
-            None => {
-                // Made once, off the async runtime's threads (it compiles nothing, but
-                // deserializes and links, which takes milliseconds).
-                if !twin.making.swap(true, Ordering::AcqRel)
-                    && let Ok(runtime) = tokio::runtime::Handle::try_current()
-                {
-                    let (image, pool) = (self.clone(), pool.clone());
-                    runtime.spawn_blocking(move || {
-                        let made = pool.twin_of(&image).map(Arc::new);
-                        let _ = image.twin().image.set(made);
-                    });
-                }
-                on_demand()
-            }
+        if let (Some(pool), Some(Some(image))) = (&twin.pool, twin.image.get())
+            && pool.slots.available_permits() > reserved
+            && let Ok(slot) = pool.slots.clone().try_acquire_owned()
+        {
+            return Lease {
+                image: image.clone(),
+                slot: Some(slot),
+            };
+        }
+        Lease {
+            image: self.clone(),
+            slot: None,
+        }
+    }
+
+    /// Makes this image's twin, once, off the async runtime's threads (it compiles nothing,
+    /// but deserializes and links, which takes milliseconds).
+    fn make_twin(self: &Arc<Image>) {
+        let twin = self.twin();
+        if let Some(pool) = &twin.pool
+            && twin.image.get().is_none()
+            && !twin.making.swap(true, Ordering::AcqRel)
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            let (image, pool) = (self.clone(), pool.clone());
+            runtime.spawn_blocking(move || {
+                let made = pool.twin_of(&image).map(Arc::new);
+                let _ = image.twin().image.set(made);
+            });
         }
     }
 

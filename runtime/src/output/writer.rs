@@ -198,13 +198,13 @@ impl LogFile {
     /// creation could not ask for it). `empty`: the writer made it and wrote nothing to it yet.
     fn open(dir: &std::path::Path, container: &str, instance: i32, empty: bool) -> LogFile {
         let path = log_file(dir, container, instance);
-        let size = match std::fs::metadata(&path) {
-            _ if empty => 0,
-            Ok(meta) => meta.len(),
-            Err(_) => {
-                LogFile::create(dir, container, instance);
-                0
-            }
+        let size = if empty {
+            0
+        } else if let Ok(meta) = std::fs::metadata(&path) {
+            meta.len()
+        } else {
+            LogFile::create(dir, container, instance);
+            0
         };
         LogFile {
             instance,

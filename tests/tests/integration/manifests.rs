@@ -31,7 +31,9 @@ fn corpus(dir: &str) -> Vec<(String, String)> {
     files
 }
 
-/// Every container has run (it is running or has terminated), the init containers first.
+/// Every container has run (it is running or has terminated, or it ended and waits to be
+/// restarted: a container that prints and exits under `Always` is seen running only if the
+/// status is read within the microseconds it runs), the init containers first.
 fn all_started(s: &PodStatus) -> bool {
     s.phase.as_deref() == Some("Succeeded")
         || s.container_statuses.as_ref().is_some_and(|list| {
@@ -40,6 +42,9 @@ fn all_started(s: &PodStatus) -> bool {
                     c.state
                         .as_ref()
                         .is_some_and(|st| st.running.is_some() || st.terminated.is_some())
+                        || c.last_state
+                            .as_ref()
+                            .is_some_and(|st| st.terminated.is_some())
                 })
         })
 }
