@@ -32,8 +32,10 @@ const EPOCH_TICK: Duration = Duration::from_millis(1);
 /// The tick while no guest executes wasm: a safety net only, since a guest entering wasm wakes
 /// the ticker at once.
 const IDLE_TICK: Duration = Duration::from_millis(50);
-/// Ticks the ticker keeps after the last guest left wasm before it parks.
-const GRACE_TICKS: u32 = 20;
+/// Ticks the ticker keeps after the last guest left wasm before it parks: enough for a run of
+/// short pods, few for a guest that computes now and then (each tick costs the process tens of
+/// µs of CPU on a VM, where a timer's wake-up is an exit to the hypervisor).
+const GRACE_TICKS: u32 = 2;
 
 /// How many stores of one engine execute wasm, and the engine's ticker, woken when the first
 /// starts.

@@ -45,6 +45,7 @@
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use wasmtime::{InstanceAllocationStrategy, PoolingAllocationConfig};
@@ -56,6 +57,8 @@ use crate::host::{GuestSockets, Linkers};
 pub(crate) const SLOTS: u32 = 128;
 /// Of those, how many containers' main instances may hold: the rest stay for short-lived ones.
 const LONG_LIVED_SLOTS: usize = SLOTS as usize / 2;
+/// How long after an image's main instance ended on demand its twin is made.
+const TWIN_AFTER_END: Duration = Duration::from_millis(50);
 /// Linear memories an instance in the pool may have (a component's modules together).
 const MEMORIES: u32 = 2;
 /// Tables an instance in the pool may have (a component's modules together).
@@ -215,7 +218,7 @@ impl Image {
     /// What a short-lived instance of this image is made from: its twin in the pool when it has
     /// one and the pool has room, else this image (on demand; the twin is made meanwhile).
     pub(crate) fn short_lived(self: &Arc<Image>) -> Lease {
-        self.make_twin();
+        self.make_twin(Duration::ZERO);
         self.lease(0)
     }
 
@@ -226,9 +229,10 @@ impl Image {
     }
 
     /// Tells that a main instance of this image, made on demand, ended: its later ones will
-    /// come from the pool.
+    /// come from the pool, once the twin is made [`TWIN_AFTER_END`] from now (a process that
+    /// ends with its pod, `wasmpod run`, makes none).
     pub(crate) fn ended(self: &Arc<Image>) {
-        self.make_twin();
+        self.make_twin(TWIN_AFTER_END);
     }
 
     /// The twin and a slot, when the twin is made and the pool has more than `reserved` slots
@@ -250,9 +254,10 @@ impl Image {
         }
     }
 
-    /// Makes this image's twin, once, off the async runtime's threads (it compiles nothing,
-    /// but deserializes and links, which takes milliseconds).
-    fn make_twin(self: &Arc<Image>) {
+    /// Makes this image's twin, once, `after` from now, off the async runtime's threads (it
+    /// compiles nothing, but deserializes and links, which takes milliseconds). A runtime shut
+    /// down before that drops it; one shut down while it is made waits for it.
+    fn make_twin(self: &Arc<Image>, after: Duration) {
         let twin = self.twin();
         if let Some(pool) = &twin.pool
             && twin.image.get().is_none()
@@ -260,10 +265,18 @@ impl Image {
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
             let (image, pool) = (self.clone(), pool.clone());
-            runtime.spawn_blocking(move || {
+            let make = move || {
                 let made = pool.twin_of(&image).map(Arc::new);
                 let _ = image.twin().image.set(made);
-            });
+            };
+            if after.is_zero() {
+                runtime.spawn_blocking(make);
+            } else {
+                runtime.spawn(async move {
+                    tokio::time::sleep(after).await;
+                    let _ = tokio::task::spawn_blocking(make).await;
+                });
+            }
         }
     }
 
@@ -276,7 +289,7 @@ impl Image {
 
 #[cfg(test)]
 mod tests {
-    use std::time::{Duration, Instant};
+    use std::time::Instant;
 
     use super::*;
     use crate::engine::Engine;
@@ -327,7 +340,7 @@ mod tests {
             limiter: crate::host::MemoryLimiter::new(charge),
         };
         let mut store = wasmtime::Store::new(pre.module().engine(), state);
-        store.set_epoch_deadline(1);
+        store.set_epoch_deadline(u64::MAX / 2);
         store.epoch_deadline_trap();
         let instance = pre.instantiate_async(&mut store).await.unwrap();
         let start_fn = instance
@@ -337,6 +350,7 @@ mod tests {
         let spin = instance
             .get_typed_func::<(), ()>(&mut store, "spin")
             .unwrap();
+        store.set_epoch_deadline(1);
         // On a thread of its own, left behind should the guest never stop.
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
@@ -361,5 +375,39 @@ mod tests {
         assert!(!pooled(&image.short_lived()));
         leases.pop();
         assert!(pooled(&image.short_lived()));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn main_instances_come_from_the_pool_once_their_image_ended_one() {
+        let engine = Engine::new(None, GuestSockets::Pod, Default::default()).unwrap();
+        let wasm = wat::parse_str(r#"(module (memory 1) (func (export "_start")))"#).unwrap();
+        let image = Arc::new(engine.load_bytes(Path::new("t.wasm"), &wasm).unwrap());
+
+        // Until one of its main instances ended, an image has no twin.
+        assert!(!image.long_lived().pooled());
+        tokio::time::sleep(TWIN_AFTER_END * 2).await;
+        assert!(image.twin().image.get().is_none());
+
+        // Its twin is made a moment after one ended.
+        image.ended();
+        let ended = Instant::now();
+        let first = loop {
+            let lease = image.long_lived();
+            if lease.pooled() {
+                break lease;
+            }
+            assert!(ended.elapsed() < Duration::from_secs(10), "no twin made");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        };
+        assert!(ended.elapsed() >= TWIN_AFTER_END);
+
+        // Main instances hold at most half the slots; short-lived ones have the rest.
+        let mut held = vec![first];
+        held.extend((1..LONG_LIVED_SLOTS).map(|_| image.long_lived()));
+        assert!(held.iter().all(Lease::pooled));
+        assert!(!image.long_lived().pooled());
+        assert!(image.short_lived().pooled());
+        held.pop();
+        assert!(image.long_lived().pooled());
     }
 }
