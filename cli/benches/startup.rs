@@ -182,8 +182,8 @@ async fn in_process(dir: &Path, yaml: &str, n: usize) -> (Stats, Stats) {
     let (mut started, mut finished) = (Vec::new(), Vec::new());
     for i in 0..n + 10 {
         if i == 10 {
-            // The node has run the image before: its twin in the pool of short-lived instances
-            // (made a moment after a pod of it ended) is there.
+            // The node has run the image before: its twin in the instance pool (made 50 ms
+            // after a pod of it ended) is there.
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         let wall = SystemTime::now();

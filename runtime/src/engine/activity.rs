@@ -14,11 +14,11 @@
 //! core to flush its TLB), so a store wakes it only when it is parked, and the ticker parks only
 //! after [`GRACE_TICKS`] ticks without a guest: a guest that calls the host many times (each
 //! return from a host call enters wasm again), or a run of short pods, costs nothing more. A
-//! woken ticker gives the guest that woke it a whole tick before it advances the epoch. A store on a thread of its
-//! own (a probe's, a hook's, an exec's instance) is not counted and wakes nothing: computing
-//! there holds up no other guest, and it is stopped or charged at the next tick, the idle one at
-//! the latest. (Were it counted without waking, a guest on the workers entering after it would
-//! find the count above zero and not wake the parked ticker either.)
+//! woken ticker gives the guest that woke it a whole tick before it advances the epoch. A store on
+//! a thread of its own (a probe's, a hook's, an exec's instance) is not counted and wakes nothing:
+//! computing there holds up no other guest, and it is stopped or charged at the next tick, the idle
+//! one at the latest. (Were it counted without waking, a guest on the workers entering after it
+//! would find the count above zero and not wake the parked ticker either.)
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};

@@ -57,6 +57,9 @@ impl StdoutStream for OutputSink {
 struct Lines {
     sink: OutputSink,
     partial: Vec<u8>,
+    /// `partial` holds a complete line or an over-long piece: known from each write's own bytes,
+    /// so that a guest writing a long line in many small pieces is not scanned again each time.
+    complete: bool,
 }
 
 impl Lines {
@@ -64,7 +67,20 @@ impl Lines {
         Lines {
             sink,
             partial: Vec::new(),
+            complete: false,
         }
+    }
+
+    /// Takes what the guest wrote.
+    fn push(&mut self, bytes: &[u8]) {
+        self.partial.extend_from_slice(bytes);
+        self.complete |= self.partial.len() >= MAX_LINE || bytes.contains(&b'\n');
+    }
+
+    /// Drops what the guest wrote (nobody records it).
+    fn clear(&mut self) {
+        self.partial.clear();
+        self.complete = false;
     }
 
     fn chunk(&self, lines: Vec<(bool, String)>, flushed: bool) -> Box<Chunk> {
@@ -82,7 +98,7 @@ impl Lines {
 
     /// Are there complete lines (or over-long pieces) to send?
     fn has_lines(&self) -> bool {
-        self.partial.len() >= MAX_LINE || self.partial.contains(&b'\n')
+        self.complete
     }
 
     /// Moves complete lines (and over-long pieces) out of the partial buffer.
@@ -101,6 +117,7 @@ impl Lines {
             let piece: Vec<u8> = self.partial.drain(..MAX_LINE).collect();
             lines.push((true, String::from_utf8_lossy(&piece).into_owned()));
         }
+        self.complete = false;
         lines
     }
 
@@ -194,7 +211,7 @@ impl LineStream {
     fn close(&mut self) {
         self.closed = true;
         self.flush = false;
-        self.lines.partial.clear();
+        self.lines.clear();
     }
 }
 
@@ -206,7 +223,7 @@ impl OutputStream for LineStream {
         if self.pending() || bytes.len() > MAX_LINE {
             return Err(StreamError::trap("write not permitted by check-write"));
         }
-        self.lines.partial.extend_from_slice(&bytes);
+        self.lines.push(&bytes);
         self.send_now();
         Ok(())
     }
@@ -256,13 +273,13 @@ impl AsyncWrite for LineWriter {
             return Poll::Ready(Ok(buf.len()));
         }
         let n = buf.len().min(MAX_LINE);
-        this.lines.partial.extend_from_slice(&buf[..n]);
-        let lines = this.lines.take_lines();
-        if lines.is_empty() {
-            this.tx.abort_send();
-        } else {
+        this.lines.push(&buf[..n]);
+        if this.lines.has_lines() {
+            let lines = this.lines.take_lines();
             let chunk = this.lines.chunk(lines, false);
             let _ = this.tx.send_item(chunk);
+        } else {
+            this.tx.abort_send();
         }
         Poll::Ready(Ok(n))
     }
@@ -274,7 +291,7 @@ impl AsyncWrite for LineWriter {
             return Poll::Ready(Ok(()));
         }
         if ready!(this.tx.poll_reserve(cx)).is_err() {
-            this.lines.partial.clear();
+            this.lines.clear();
             return Poll::Ready(Ok(()));
         }
         let chunk = this.lines.take_flushed();
@@ -339,6 +356,29 @@ mod tests {
         out.write(Bytes::from_static(b"last")).unwrap();
         drop(out);
         assert_eq!(lines(&rx.try_recv().unwrap()), [(false, "last")]);
+    }
+
+    /// A line written in pieces is sent once, whole, with its end; one written past the record
+    /// limit in pieces is sent as a partial record once the limit is reached.
+    #[test]
+    fn a_line_written_in_pieces_is_sent_whole() {
+        let (mut out, mut rx) = stream(4);
+        for piece in [&b"a"[..], b"b", b"c"] {
+            out.write(Bytes::copy_from_slice(piece)).unwrap();
+            assert!(rx.try_recv().is_err(), "sent before its end");
+        }
+        out.write(Bytes::from_static(b"d\ne")).unwrap();
+        assert_eq!(lines(&rx.try_recv().unwrap()), [(false, "abcd")]);
+
+        let half = vec![b'x'; MAX_LINE / 2];
+        out.write(Bytes::copy_from_slice(&half)).unwrap();
+        assert!(rx.try_recv().is_err());
+        out.write(Bytes::copy_from_slice(&half)).unwrap();
+        let long = rx.try_recv().unwrap();
+        assert_eq!(long.lines.len(), 1);
+        assert!(long.lines[0].0, "a partial record");
+        assert_eq!(long.lines[0].1.len(), MAX_LINE);
+        assert!(long.lines[0].1.starts_with("ex"));
     }
 
     /// Nobody records output any more: what the guest writes is taken and dropped.
