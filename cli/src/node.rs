@@ -27,6 +27,12 @@ pub(crate) struct NodeArgs {
     /// Directory of compiled modules [default: the user's cache dir]
     #[arg(long, value_name = "DIR")]
     cache_dir: Option<PathBuf>,
+    /// A module not in the compile cache runs at once on baseline code (Winch, x86-64) while
+    /// Cranelift optimizes it in the background for later instances; `false`: it waits for
+    /// Cranelift. An instance keeps the code it started with (baseline code runs about half
+    /// as fast).
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
+    tiered_compilation: bool,
     /// Directory of pulled registry images [default: `images` in the cache dir]
     #[arg(long, value_name = "DIR")]
     image_store: Option<PathBuf>,
@@ -180,6 +186,7 @@ impl NodeArgs {
         if let Some(dir) = &self.cache_dir {
             options = options.cache_dir(Some(dir.clone()));
         }
+        options = options.tiered_compilation(self.tiered_compilation);
         if let Some(dir) = &self.image_store {
             options = options.image_dir(dir);
         }

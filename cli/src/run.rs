@@ -185,6 +185,9 @@ pub(crate) async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     if status.phase.as_deref() != Some("Succeeded") {
         report_failures(&args.pod, &status);
     }
+    // A module that ran on baseline code is being optimized: its code goes to the compile
+    // cache, for the next run, before the process ends.
+    node.optimized().await;
     // The process ends here: the node is not torn down (every module's code unmapped, every
     // table freed) only for the kernel to do it again at exit.
     std::mem::forget(node);

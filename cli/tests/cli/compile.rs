@@ -3,12 +3,14 @@
 use super::*;
 
 /// The second run of a module takes it from the compile cache; the `Pulled` event says which.
+/// The first runs its module and component on baseline code (Winch, on x86-64), with the same
+/// output, and ends only once the optimized code is in the cache.
 #[test]
 fn compile_cache_is_reused() {
     let dir = Dir::new();
     let pod = dir.write("pod.yaml", HELLO);
     let cache = dir.path("cache");
-    let pulled = |n: &str| {
+    let pulled_with = |n: &str, cache: &std::path::Path, extra: &[&str]| {
         let ev = dir.path(n);
         let out = dir
             .wasmpod()
@@ -19,26 +21,46 @@ fn compile_cache_is_reused() {
                 "--state-dir",
                 dir.path("state").to_str().unwrap(),
             ])
+            .args(extra)
             .args(["--events", ev.to_str().unwrap()])
             .arg(&pod)
             .output()
             .unwrap();
         assert_eq!(out.status.code(), Some(0));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            stdout.contains("hello from p1") && stdout.contains("hello from p2"),
+            "{stdout}"
+        );
         events(&ev)
             .into_iter()
             .filter(|e| e["reason"] == "Pulled")
             .map(|e| e["message"].as_str().unwrap().to_owned())
             .collect::<Vec<_>>()
     };
+    let pulled = |n: &str| pulled_with(n, &cache, &[]);
     let cold = pulled("cold.jsonl");
     assert!(
-        cold.iter().all(|m| m.starts_with("Successfully compiled")),
+        cold.iter().all(|m| m.starts_with("Successfully compiled")
+            && m.contains("baseline code") == cfg!(target_arch = "x86_64")),
         "{cold:?}"
     );
     let warm = pulled("warm.jsonl");
     assert!(
         warm.iter().all(|m| m.contains("from the compile cache")),
         "{warm:?}"
+    );
+
+    let untiered = pulled_with(
+        "untiered.jsonl",
+        &dir.path("cache-untiered"),
+        &["--tiered-compilation=false"],
+    );
+    assert!(
+        untiered
+            .iter()
+            .all(|m| m.starts_with("Successfully compiled") && !m.contains("baseline")),
+        "{untiered:?}"
     );
 
     // a corrupt cache entry is recompiled, not trusted

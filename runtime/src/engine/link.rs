@@ -6,6 +6,7 @@ use std::borrow::Cow;
 use std::path::Path;
 #[cfg(feature = "compiler")]
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use wasmtime::Module;
 use wasmtime::component::Component;
@@ -15,6 +16,7 @@ use wasmtime_wasi_http::p2::bindings::ProxyPre;
 
 #[cfg(feature = "http")]
 use super::HttpPre;
+use super::tier::Optimized;
 use super::{Entry, Image, LoadError, Twin};
 use crate::host::Linkers;
 
@@ -25,7 +27,8 @@ pub(crate) enum Artefact<'a> {
     File(PathBuf),
 }
 
-/// Deserializes an artefact in `wasmtime` and links it with `linkers`.
+/// Deserializes an artefact in `wasmtime` and links it with `linkers`; `optimized` is where a
+/// baseline image finds its optimized twin.
 ///
 /// # Safety
 ///
@@ -37,6 +40,7 @@ pub(super) unsafe fn link(
     kind: Kind,
     artefact: Artefact<'_>,
     twin: Twin,
+    optimized: Option<Arc<Optimized>>,
 ) -> Result<Image, LoadError> {
     let compile_err = |e: wasmtime::Error| LoadError::Compile {
         path: path.to_owned(),
@@ -74,6 +78,7 @@ pub(super) unsafe fn link(
                 pre,
                 handles_term,
                 twin,
+                optimized,
             }
         }
         Kind::Component => {
@@ -144,6 +149,7 @@ pub(super) unsafe fn link(
                 entry,
                 instance,
                 twin,
+                optimized,
             }
         }
     };

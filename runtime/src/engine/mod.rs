@@ -9,6 +9,7 @@ mod link;
 mod pool;
 mod space;
 mod stacks;
+mod tier;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -32,6 +33,7 @@ pub(crate) use compile::{MachineCode, Origin};
 use link::{Artefact, Kind, link, precompiled_kind};
 use pool::{Pool, Twin};
 pub use space::AddressSpace;
+use tier::{Baseline, Optimized, Optimizing};
 
 /// A loaded container image: a pre-linked module or component, shared by every pod that runs it.
 pub(crate) enum Image {
@@ -39,6 +41,8 @@ pub(crate) enum Image {
         pre: InstancePre<P1State>,
         handles_term: bool,
         twin: Twin,
+        /// A baseline image's optimized one, once compiled.
+        optimized: Option<Arc<Optimized>>,
     },
     Component {
         entry: Entry,
@@ -46,6 +50,8 @@ pub(crate) enum Image {
         instance: wasmtime::component::InstancePre<P2State>,
         handles_term: bool,
         twin: Twin,
+        /// A baseline image's optimized one, once compiled.
+        optimized: Option<Arc<Optimized>>,
     },
 }
 
@@ -102,6 +108,14 @@ impl Image {
             }
         }
     }
+
+    fn optimized(&self) -> Option<&Optimized> {
+        match self {
+            Image::Module { optimized, .. } | Image::Component { optimized, .. } => {
+                optimized.as_deref()
+            }
+        }
+    }
 }
 
 /// How an image was obtained, for the `Pulled` event.
@@ -119,6 +133,8 @@ pub(crate) enum Pull {
     Precompiled,
     /// Compiled now (and stored in the cache).
     Compiled(Duration),
+    /// Compiled now to baseline code, and being optimized in the background.
+    Baseline(Duration),
 }
 
 /// Why a `.wasm` file could not be turned into an image.
@@ -226,9 +242,16 @@ pub(crate) struct Engine {
     machine_code: MachineCode,
     #[cfg(feature = "compiler")]
     cache: CompileCache,
-    linkers: Linkers,
+    linkers: Arc<Linkers>,
     /// The engine of short-lived instances (probes, hooks, HTTP requests).
     pool: Arc<Pool>,
+    /// The engine of baseline code, when this engine compiles in tiers.
+    #[cfg_attr(
+        not(feature = "compiler"),
+        allow(dead_code, reason = "without a compiler nothing is compiled here")
+    )]
+    baseline: Option<Arc<Baseline>>,
+    optimizing: Arc<Optimizing>,
     loaded: Mutex<HashMap<FileKey, Arc<Image>>>,
     stop_ticker: Arc<AtomicBool>,
     ticker: std::thread::Thread,
@@ -243,22 +266,26 @@ impl Drop for Engine {
 }
 
 impl Engine {
-    /// An engine whose components reach the network through `sockets`.
+    /// An engine whose components reach the network through `sockets`; `tiered`: a module it
+    /// compiles runs on baseline code first (`tier.rs`).
     pub(crate) fn new(
         cache_dir: Option<PathBuf>,
         sockets: GuestSockets,
         machine_code: MachineCode,
+        tiered: bool,
     ) -> wasmtime::Result<Engine> {
         let mut config = config();
         config.with_host_stack(Arc::new(stacks::Stacks::default()));
         let wasmtime = wasmtime::Engine::new(&config)?;
-        let linkers = Linkers::new(&wasmtime, sockets);
+        let linkers = Arc::new(Linkers::new(&wasmtime, sockets));
         let pool = Arc::new(Pool::new(sockets));
+        let baseline = tiered.then(|| Arc::new(Baseline::new(sockets)));
 
         let stop_ticker = Arc::new(AtomicBool::new(false));
         let activity = Arc::new(Activity::default());
         let (engine, stop, active) = (wasmtime.clone(), stop_ticker.clone(), activity.clone());
         let pooled = pool.clone();
+        let baseline_engine = baseline.clone();
         let ticker = std::thread::Builder::new()
             .name("wasmpod-epoch".into())
             .spawn(move || {
@@ -268,6 +295,9 @@ impl Engine {
                     engine.increment_epoch();
                     if let Some(pooled) = pooled.made() {
                         pooled.increment_epoch();
+                    }
+                    if let Some(baseline) = baseline_engine.as_ref().and_then(|b| b.made()) {
+                        baseline.increment_epoch();
                     }
                 }
             })?;
@@ -282,6 +312,8 @@ impl Engine {
             wasmtime,
             linkers,
             pool,
+            baseline,
+            optimizing: Arc::default(),
             loaded: Mutex::new(HashMap::new()),
             stop_ticker,
             ticker,
@@ -298,7 +330,20 @@ impl Engine {
     /// cheap enough for the async runtime's threads.
     pub(crate) fn loaded(&self, path: &Path) -> Option<Arc<Image>> {
         let key = FileKey::of(path).ok()?;
-        self.loaded.lock().unwrap().get(&key).cloned()
+        self.present(&key)
+    }
+
+    /// The loaded image of `key`, as instances are made from it now: once a baseline image is
+    /// optimized, the optimized one takes its place here, and the baseline code is freed when
+    /// the last instance running it ends.
+    fn present(&self, key: &FileKey) -> Option<Arc<Image>> {
+        let mut loaded = self.loaded.lock().unwrap();
+        let image = loaded.get_mut(key)?;
+        let current = image.current().clone();
+        if !Arc::ptr_eq(&current, image) {
+            *image = current.clone();
+        }
+        Some(current)
     }
 
     /// Loads the image at `path`: from memory when this process has it, else from the compile
@@ -314,8 +359,8 @@ impl Engine {
             source: Arc::new(e),
         };
         let key = FileKey::of(path).map_err(read_err)?;
-        if let Some(image) = self.loaded.lock().unwrap().get(&key) {
-            return Ok((image.clone(), Pull::Present));
+        if let Some(image) = self.present(&key) {
+            return Ok((image, Pull::Present));
         }
         let mut file = std::fs::File::open(path).map_err(read_err)?;
         let mut bytes = Vec::new();
@@ -369,30 +414,53 @@ impl Engine {
         let kind = Kind::of(bytes).ok_or_else(|| LoadError::NotWasm {
             path: path.to_owned(),
         })?;
-        let (artefact, pull) = self.artefact(path, kind, bytes)?;
+        let (artefact, pull) = match self.artefact(path, kind, bytes)? {
+            (Compiled::Artefact(artefact), pull) => (artefact, pull),
+            (Compiled::Linked(image), pull) => return Ok((image, pull)),
+        };
         // SAFETY: the artefact was produced by `precompile_*` of an engine with the same
         // compatibility hash (it is part of the cache key) and passed its checksum.
         let image = unsafe { self.link(path, kind, artefact) }?;
         Ok((image, pull))
     }
 
-    /// The compiled artefact of a module or component: from the cache, else compiled now.
+    /// The compiled artefact of a module or component: from the cache, else compiled now; or,
+    /// when this engine compiles in tiers, its baseline image, optimized in the background.
     #[cfg(feature = "compiler")]
     fn artefact(
         &self,
         path: &Path,
         kind: Kind,
         bytes: &[u8],
-    ) -> Result<(Artefact<'static>, Pull), LoadError> {
+    ) -> Result<(Compiled, Pull), LoadError> {
         let compile_err = |e: wasmtime::Error| LoadError::Compile {
             path: path.to_owned(),
             message: format!("{e:#}"),
         };
         let cached = self.cache.path_for(bytes);
         if let Some(file) = cached.as_ref().filter(|file| CompileCache::intact(file)) {
-            return Ok((Artefact::File(file.clone()), Pull::Cached));
+            return Ok((
+                Compiled::Artefact(Artefact::File(file.clone())),
+                Pull::Cached,
+            ));
         }
         let start = std::time::Instant::now();
+        if let Some(baseline) = &self.baseline
+            && let Some((image, optimized)) = baseline.compile(path, kind, bytes)
+        {
+            let took = start.elapsed();
+            self.optimizing.start(tier::Job {
+                path: path.to_owned(),
+                kind,
+                bytes: bytes.to_vec(),
+                cached,
+                engine: self.wasmtime.clone(),
+                linkers: self.linkers.clone(),
+                twin: Twin::new(Some(self.pool.clone())),
+                into: optimized,
+            });
+            return Ok((Compiled::Linked(image), Pull::Baseline(took)));
+        }
         let artefact = match kind {
             Kind::Module => self.wasmtime.precompile_module(bytes),
             Kind::Component => self.wasmtime.precompile_component(bytes),
@@ -405,19 +473,14 @@ impl Engine {
             tracing::warn!(file = %file.display(), "cannot write the compile cache: {e}");
         }
         Ok((
-            Artefact::Bytes(artefact.into()),
+            Compiled::Artefact(Artefact::Bytes(artefact.into())),
             Pull::Compiled(start.elapsed()),
         ))
     }
 
     /// A build without a compiler runs only precompiled artefacts.
     #[cfg(not(feature = "compiler"))]
-    fn artefact(
-        &self,
-        path: &Path,
-        _: Kind,
-        _: &[u8],
-    ) -> Result<(Artefact<'static>, Pull), LoadError> {
+    fn artefact(&self, path: &Path, _: Kind, _: &[u8]) -> Result<(Compiled, Pull), LoadError> {
         Err(LoadError::Compile {
             path: path.to_owned(),
             message: format!(
@@ -450,8 +513,35 @@ impl Engine {
     ) -> Result<Image, LoadError> {
         let twin = Twin::new(Some(self.pool.clone()));
         // SAFETY: as the caller promised.
-        unsafe { link(&self.wasmtime, &self.linkers, path, kind, artefact, twin) }
+        unsafe {
+            link(
+                &self.wasmtime,
+                &self.linkers,
+                path,
+                kind,
+                artefact,
+                twin,
+                None,
+            )
+        }
     }
+
+    /// Waits until the optimizing compiles this engine started end, their artefacts in the
+    /// compile cache. Blocking.
+    pub(crate) fn wait_for_optimizing(&self) {
+        self.optimizing.wait();
+    }
+}
+
+/// What loading found or made of a module or component: an artefact to link, or an image
+/// already linked (baseline code).
+#[cfg_attr(
+    not(feature = "compiler"),
+    allow(dead_code, reason = "without a compiler nothing is compiled here")
+)]
+enum Compiled {
+    Artefact(Artefact<'static>),
+    Linked(Image),
 }
 
 /// Where the file `file` (opened as `path`) is, after symbolic links: the kernel's name for the
@@ -475,5 +565,65 @@ fn release_compile_scratch() {
     // SAFETY: `malloc_trim` only returns the allocator's free memory to the system.
     unsafe {
         libc::malloc_trim(0);
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use wasmtime::InstancePre;
+
+    use super::Image;
+    use crate::host::P1State;
+
+    /// The engine an image's instances are made in.
+    pub(crate) fn engine_of(image: &Image) -> &wasmtime::Engine {
+        match image {
+            Image::Module { pre, .. } => pre.module().engine(),
+            Image::Component { instance, .. } => instance.engine(),
+        }
+    }
+
+    /// Runs `_start` of an instance of `pre`, then its `spin` (a loop) with an epoch deadline of
+    /// one tick: the engine's epoch must advance, and the guest stop with an interrupt.
+    pub(crate) async fn start_then_interrupt_spin(pre: &InstancePre<P1State>) {
+        let memory =
+            crate::memory::PodMemory::new(Arc::new(crate::memory::NodeMemory::new(u64::MAX)));
+        let charge = crate::memory::Charge::new(memory, crate::memory::Budget::new(64 << 20));
+        let state = P1State {
+            wasi: wasmtime_wasi::WasiCtxBuilder::new().build_p1(),
+            term: crate::host::TermSignal(tokio::sync::watch::channel(false).1),
+            limiter: crate::host::MemoryLimiter::new(charge),
+        };
+        let mut store = wasmtime::Store::new(pre.module().engine(), state);
+        store.set_epoch_deadline(u64::MAX / 2);
+        store.epoch_deadline_trap();
+        let instance = pre.instantiate_async(&mut store).await.unwrap();
+        let start_fn = instance
+            .get_typed_func::<(), ()>(&mut store, "_start")
+            .unwrap();
+        start_fn.call_async(&mut store, ()).await.unwrap();
+        let spin = instance
+            .get_typed_func::<(), ()>(&mut store, "spin")
+            .unwrap();
+        store.set_epoch_deadline(1);
+        // On a thread of its own, left behind should the guest never stop.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap();
+            let _ = tx.send(runtime.block_on(spin.call_async(&mut store, ())));
+        });
+        let trap = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the engine's epoch never advanced")
+            .unwrap_err();
+        assert_eq!(
+            trap.downcast_ref::<wasmtime::Trap>(),
+            Some(&wasmtime::Trap::Interrupt)
+        );
     }
 }

@@ -145,6 +145,7 @@ impl Pool {
                     kind,
                     Artefact::Bytes(artefact.into()),
                     Twin::new(None),
+                    None,
                 )
             }
             .map_err(|e| wasmtime::format_err!("{e}"))
@@ -216,23 +217,25 @@ impl Lease {
 
 impl Image {
     /// What a short-lived instance of this image is made from: its twin in the pool when it has
-    /// one and the pool has room, else this image (on demand; the twin is made meanwhile).
+    /// one and the pool has room, else this image (on demand; the twin is made meanwhile); of
+    /// its optimized image once a baseline image has one.
     pub(crate) fn short_lived(self: &Arc<Image>) -> Lease {
-        self.make_twin(Duration::ZERO);
-        self.lease(0)
+        let image = self.current();
+        image.make_twin(Duration::ZERO);
+        image.lease(0)
     }
 
     /// What a container's main instance is made from: its twin when it has one and the pool
     /// has more than half its slots free, else this image (on demand).
     pub(crate) fn long_lived(self: &Arc<Image>) -> Lease {
-        self.lease(SLOTS as usize - LONG_LIVED_SLOTS)
+        self.current().lease(SLOTS as usize - LONG_LIVED_SLOTS)
     }
 
     /// Tells that a main instance of this image, made on demand, ended: its later ones will
     /// come from the pool, once the twin is made [`TWIN_AFTER_END`] from now (a process that
     /// ends with its pod, `wasmpod run`, makes none).
     pub(crate) fn ended(self: &Arc<Image>) {
-        self.make_twin(TWIN_AFTER_END);
+        self.current().make_twin(TWIN_AFTER_END);
     }
 
     /// The twin and a slot, when the twin is made and the pool has more than `reserved` slots
@@ -293,17 +296,11 @@ mod tests {
 
     use super::*;
     use crate::engine::Engine;
-
-    fn engine_of(image: &Image) -> &wasmtime::Engine {
-        match image {
-            Image::Module { pre, .. } => pre.module().engine(),
-            Image::Component { instance, .. } => instance.engine(),
-        }
-    }
+    use crate::engine::tests::engine_of;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn short_lived_instances_come_from_the_pool_while_it_has_room() {
-        let engine = Engine::new(None, GuestSockets::Pod, Default::default()).unwrap();
+        let engine = Engine::new(None, GuestSockets::Pod, Default::default(), false).unwrap();
         let wasm = wat::parse_str(
             r#"(module (memory (export "memory") 1)
                  (func (export "_start") (i32.store (i32.const 0) (i32.const 7)))
@@ -331,42 +328,7 @@ mod tests {
         let Image::Module { pre, .. } = &*lease.image else {
             unreachable!()
         };
-        let memory =
-            crate::memory::PodMemory::new(Arc::new(crate::memory::NodeMemory::new(u64::MAX)));
-        let charge = crate::memory::Charge::new(memory, crate::memory::Budget::new(64 << 20));
-        let state = crate::host::P1State {
-            wasi: wasmtime_wasi::WasiCtxBuilder::new().build_p1(),
-            term: crate::host::TermSignal(tokio::sync::watch::channel(false).1),
-            limiter: crate::host::MemoryLimiter::new(charge),
-        };
-        let mut store = wasmtime::Store::new(pre.module().engine(), state);
-        store.set_epoch_deadline(u64::MAX / 2);
-        store.epoch_deadline_trap();
-        let instance = pre.instantiate_async(&mut store).await.unwrap();
-        let start_fn = instance
-            .get_typed_func::<(), ()>(&mut store, "_start")
-            .unwrap();
-        start_fn.call_async(&mut store, ()).await.unwrap();
-        let spin = instance
-            .get_typed_func::<(), ()>(&mut store, "spin")
-            .unwrap();
-        store.set_epoch_deadline(1);
-        // On a thread of its own, left behind should the guest never stop.
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .build()
-                .unwrap();
-            let _ = tx.send(runtime.block_on(spin.call_async(&mut store, ())));
-        });
-        let trap = rx
-            .recv_timeout(Duration::from_secs(10))
-            .expect("the pool's epoch never advanced")
-            .unwrap_err();
-        assert_eq!(
-            trap.downcast_ref::<wasmtime::Trap>(),
-            Some(&wasmtime::Trap::Interrupt)
-        );
+        crate::engine::tests::start_then_interrupt_spin(pre).await;
         drop(lease);
 
         // Every slot taken: the next instance is on demand; one given back, pooled again.
@@ -379,7 +341,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn main_instances_come_from_the_pool_once_their_image_ended_one() {
-        let engine = Engine::new(None, GuestSockets::Pod, Default::default()).unwrap();
+        let engine = Engine::new(None, GuestSockets::Pod, Default::default(), false).unwrap();
         let wasm = wat::parse_str(r#"(module (memory 1) (func (export "_start")))"#).unwrap();
         let image = Arc::new(engine.load_bytes(Path::new("t.wasm"), &wasm).unwrap());
 

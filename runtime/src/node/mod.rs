@@ -77,8 +77,13 @@ impl Node {
             never: vec![options.state_dir.clone(), crate::volumes::shm_root()],
         };
         let engine_of = |sockets| {
-            Engine::new(options.cache_dir.clone(), sockets, machine_code.clone())
-                .map_err(|e| Error::Engine(format!("{e:#}")))
+            Engine::new(
+                options.cache_dir.clone(),
+                sockets,
+                machine_code.clone(),
+                options.tiered_compilation,
+            )
+            .map_err(|e| Error::Engine(format!("{e:#}")))
         };
         let engine = engine_of(crate::host::GuestSockets::Pod)?;
         // Host-network pods' components have the host's sockets: an engine of their own, made
@@ -182,6 +187,20 @@ impl Node {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .check(class)
+    }
+
+    /// Waits until the modules that started on baseline code are optimized and their code is
+    /// in the compile cache ([`NodeOptions::tiered_compilation`]): what a process about to exit
+    /// does for its next run.
+    pub async fn optimized(&self) {
+        let context = self.context.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            context.engine.wait_for_optimizing();
+            if let Some(engine) = &context.host_engine {
+                engine.wait_for_optimizing();
+            }
+        })
+        .await;
     }
 
     /// How the node's instances use the process's address space (chosen from the space there

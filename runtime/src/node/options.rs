@@ -23,6 +23,12 @@ pub struct NodeOptions {
     pub state_dir: PathBuf,
     /// Where compiled modules are cached; `None` disables the on-disk cache.
     pub cache_dir: Option<PathBuf>,
+    /// Tiered compilation (x86-64): a module or component the node compiles (not found in the
+    /// compile cache) runs at once on Winch's baseline code while Cranelift optimizes it in the
+    /// background; instances made after that run the optimized code. An instance keeps the
+    /// code it started with, about half as fast: a long-running container started on baseline
+    /// code keeps it until it restarts. `false`: every module waits for Cranelift.
+    pub tiered_compilation: bool,
     /// Where registry images are kept [default: `images` under the cache dir, else under the
     /// state dir].
     pub image_dir: Option<PathBuf>,
@@ -180,6 +186,7 @@ impl Default for NodeOptions {
         NodeOptions {
             state_dir: state.join("wasmpod"),
             cache_dir: dirs::cache_dir().map(|d| d.join("wasmpod")),
+            tiered_compilation: true,
             image_dir: None,
             backoff: BackoffOptions::default(),
             memory_limit: 1 << 30,
@@ -264,6 +271,12 @@ impl NodeOptions {
     /// Sets [`NodeOptions::cache_dir`].
     pub fn cache_dir(mut self, dir: Option<PathBuf>) -> Self {
         self.cache_dir = dir;
+        self
+    }
+
+    /// Sets [`NodeOptions::tiered_compilation`].
+    pub fn tiered_compilation(mut self, tiered: bool) -> Self {
+        self.tiered_compilation = tiered;
         self
     }
 

@@ -101,6 +101,11 @@ impl PodTask {
                 "Successfully compiled module {path:?} in {}",
                 fmt_duration(t)
             )),
+            Pull::Baseline(t) => Some(format!(
+                "Successfully compiled module {path:?} in {} (baseline code; optimizing in the \
+                 background)",
+                fmt_duration(t)
+            )),
         };
         if let Some(message) = message {
             self.container_event(index, EventType::Normal, Reason::Pulled, message, None);

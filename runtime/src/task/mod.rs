@@ -109,6 +109,9 @@ impl TaskEngine {
             cache_dir.map(Path::to_path_buf),
             GuestSockets::Host,
             Default::default(),
+            // A pod's process runs its containers for as long as they live: code that starts
+            // on baseline code would keep it.
+            false,
         )
         .map_err(|e| LoadError::Compile {
             path: PathBuf::new(),

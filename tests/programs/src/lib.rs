@@ -4,7 +4,8 @@
 //! Words, run left to right:
 //! `print TEXT`, `eprint TEXT`, `prompt TEXT` (print without a newline, and flush), `eprompt
 //! TEXT` (the same on stderr), `sleep MS`, `exit CODE`, `trap`, `loop` (spin forever),
-//! `work MILLIONS` (a fixed amount of computation),
+//! `work MILLIONS` (a fixed amount of computation), `churn THOUSANDS` (sort that many thousand
+//! numbers, count them in a hash map and scan a string of them: the work of ordinary programs),
 //! `alloc MIB` (allocate and touch), `flood LINES`, `eflood LINES` (on stderr), `longline BYTES`,
 //! `args`, `env NAME`,
 //! `stdin` (print each line of stdin as it comes, then how many there were),
@@ -57,6 +58,10 @@ pub fn main(term: Option<TermCheck>) {
                     x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
                 }
                 println!("worked {millions}M {}", x & 1);
+            }
+            "churn" => {
+                let n = arg().parse::<usize>().expect("churn THOUSANDS") * 1000;
+                println!("churned {}", churn(n));
             }
             "alloc" => {
                 let mib: usize = arg().parse().expect("alloc MIB");
@@ -309,4 +314,30 @@ macro_rules! p1_exports {
             __code($crate::handlers::hook("pre-stop", "PRE_STOP_MS"))
         }
     };
+}
+
+/// Sorts `n` pseudo-random numbers, counts them by residue in a hash map and scans a string made
+/// of them; a digest of the results.
+fn churn(n: usize) -> u64 {
+    let mut x: u64 = 88172645463325252;
+    let mut numbers: Vec<u64> = (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        })
+        .collect();
+    numbers.sort_unstable();
+    let mut counts = std::collections::HashMap::<u64, u64>::new();
+    for (i, v) in numbers.iter().enumerate() {
+        *counts.entry(v % 100_003).or_default() += i as u64;
+    }
+    let text: String = numbers
+        .iter()
+        .take(n / 10)
+        .map(|v| char::from(b'a' + (v % 26) as u8))
+        .collect();
+    let words = text.as_bytes().chunks(7).filter(|c| c.contains(&b'e')).count();
+    numbers.get(n / 2).copied().unwrap_or(0) % 1000 + counts.len() as u64 + words as u64
 }
