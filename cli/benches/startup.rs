@@ -205,6 +205,41 @@ fn main() {
     );
 }
 
+/// One pod run to its end: create -> its container `Started` (from the event's time), create ->
+/// every container stopped, and `Started` -> stopped.
+struct PodRun {
+    started: Duration,
+    exited: Duration,
+    ran: Duration,
+}
+
+/// Runs a pod of `spec` on `node` until it ends, then deletes it.
+async fn run_pod(node: &Node, spec: &PodSpec) -> PodRun {
+    let wall = SystemTime::now();
+    let t0 = Instant::now();
+    let pod = node
+        .create_pod(spec.clone(), PodOptions::default())
+        .await
+        .unwrap();
+    pod.wait().await;
+    let exited = t0.elapsed();
+    let mut events = pod.events();
+    let mut started = None;
+    while let Some(e) = events.next().await {
+        if e.reason == Reason::Started && started.is_none() {
+            let t: wasmpod::k8s_openapi::jiff::Timestamp = e.time.parse().unwrap();
+            started = SystemTime::from(t).duration_since(wall).ok();
+            pod.delete(None);
+        }
+    }
+    let started = started.unwrap();
+    PodRun {
+        started,
+        exited,
+        ran: exited.saturating_sub(started),
+    }
+}
+
 /// Pod create -> first container Started, and create -> every container stopped.
 async fn in_process(dir: &Path, yaml: &str, n: usize) -> (Stats, Stats) {
     let node = Node::new(
@@ -222,26 +257,10 @@ async fn in_process(dir: &Path, yaml: &str, n: usize) -> (Stats, Stats) {
             node.optimized().await;
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        let wall = SystemTime::now();
-        let t0 = Instant::now();
-        let pod = node
-            .create_pod(spec.clone(), PodOptions::default())
-            .await
-            .unwrap();
-        pod.wait().await;
-        let done = t0.elapsed();
-        let mut events = pod.events();
-        let mut start = None;
-        while let Some(e) = events.next().await {
-            if e.reason == Reason::Started && start.is_none() {
-                let t: wasmpod::k8s_openapi::jiff::Timestamp = e.time.parse().unwrap();
-                start = SystemTime::from(t).duration_since(wall).ok();
-                pod.delete(None);
-            }
-        }
+        let run = run_pod(&node, &spec).await;
         if i >= 10 {
-            started.push(start.unwrap());
-            finished.push(done);
+            started.push(run.started);
+            finished.push(run.exited);
         }
     }
     (Stats::new(started), Stats::new(finished))
@@ -253,24 +272,6 @@ async fn in_process(dir: &Path, yaml: &str, n: usize) -> (Stats, Stats) {
 async fn steady_state(dir: &Path) -> (Stats, Stats) {
     let yaml = POD.replace("[print, hello]", "[churn, \"2000\"]");
     let spec = PodSpec::from_yaml(&wasmpod_tests::fill(&yaml), dir).unwrap();
-    let run = |node: &Node| {
-        let (node, spec) = (node.clone(), spec.clone());
-        async move {
-            let pod = node.create_pod(spec, PodOptions::default()).await.unwrap();
-            pod.wait().await;
-            let ended = SystemTime::now();
-            let mut events = pod.events();
-            let mut took = None;
-            while let Some(e) = events.next().await {
-                if e.reason == Reason::Started {
-                    let t: wasmpod::k8s_openapi::jiff::Timestamp = e.time.parse().unwrap();
-                    took = ended.duration_since(SystemTime::from(t)).ok();
-                    pod.delete(None);
-                }
-            }
-            took.unwrap()
-        }
-    };
     let (mut baseline, mut optimized) = (Vec::new(), Vec::new());
     for i in 0..3 {
         let node = Node::new(
@@ -279,9 +280,9 @@ async fn steady_state(dir: &Path) -> (Stats, Stats) {
                 .cache_dir(Some(dir.join(format!("steady-{i}")))),
         )
         .unwrap();
-        baseline.push(run(&node).await);
+        baseline.push(run_pod(&node, &spec).await.ran);
         node.optimized().await;
-        optimized.push(run(&node).await);
+        optimized.push(run_pod(&node, &spec).await.ran);
     }
     (Stats::new(baseline), Stats::new(optimized))
 }
@@ -298,20 +299,7 @@ async fn new_module(dir: &Path, yaml: &str, tiered: bool) -> Stats {
                 .tiered_compilation(tiered),
         )
         .unwrap();
-        let wall = SystemTime::now();
-        let pod = node
-            .create_pod(spec.clone(), PodOptions::default())
-            .await
-            .unwrap();
-        pod.wait().await;
-        let mut events = pod.events();
-        while let Some(e) = events.next().await {
-            if e.reason == Reason::Started {
-                let t: wasmpod::k8s_openapi::jiff::Timestamp = e.time.parse().unwrap();
-                samples.push(SystemTime::from(t).duration_since(wall).unwrap_or_default());
-                pod.delete(None);
-            }
-        }
+        samples.push(run_pod(&node, &spec).await.started);
         node.optimized().await;
     }
     Stats::new(samples)

@@ -338,6 +338,10 @@ fn churn(n: usize) -> u64 {
         .take(n / 10)
         .map(|v| char::from(b'a' + (v % 26) as u8))
         .collect();
-    let words = text.as_bytes().chunks(7).filter(|c| c.contains(&b'e')).count();
+    let words = text
+        .as_bytes()
+        .chunks(7)
+        .filter(|c| c.contains(&b'e'))
+        .count();
     numbers.get(n / 2).copied().unwrap_or(0) % 1000 + counts.len() as u64 + words as u64
 }
