@@ -27,10 +27,10 @@ pub(crate) struct NodeArgs {
     /// Directory of compiled modules [default: the user's cache dir]
     #[arg(long, value_name = "DIR")]
     cache_dir: Option<PathBuf>,
-    /// A module not in the compile cache runs at once on baseline code (Winch, x86-64) while
-    /// Cranelift optimizes it in the background for later instances; `false`: it waits for
-    /// Cranelift. An instance keeps the code it started with (baseline code runs about half
-    /// as fast).
+    /// A module not in the compile cache runs at once on baseline code (Winch, x86-64; about
+    /// half as fast) in containers that end, while Cranelift optimizes it in the background
+    /// for later instances; containers that live as long as their pod wait for Cranelift.
+    /// `false`: every module waits for Cranelift.
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
     tiered_compilation: bool,
     /// Directory of pulled registry images [default: `images` in the cache dir]

@@ -109,6 +109,12 @@ impl Image {
         }
     }
 
+    /// Whether it serves HTTP: its instances are each request's, however long its container
+    /// lives.
+    pub(crate) fn serves(&self) -> bool {
+        matches!(self, Image::Component { entry, .. } if entry.serves())
+    }
+
     fn optimized(&self) -> Option<&Optimized> {
         match self {
             Image::Module { optimized, .. } | Image::Component { optimized, .. } => {

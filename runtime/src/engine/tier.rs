@@ -10,9 +10,12 @@
 //! ([`Image::current`]): every instance made after that (a new pod, a restart, a probe, an
 //! `exec`, an HTTP request) runs Cranelift's code, and the engine's table of loaded images
 //! holds the optimized image in its place. An instance keeps the code it started with
-//! (wasmtime cannot replace the code of a running instance): a container started on baseline
-//! code runs it until it restarts, and the baseline code (half as large again as Cranelift's)
-//! is freed when the last such instance ends.
+//! (wasmtime cannot replace the code of a running instance), and the baseline code (half as
+//! large again as Cranelift's) is freed when the last instance running it ends. So what would
+//! keep it for long does not take it: a container that lives as long as its pod (a sidecar, a
+//! regular container under `restartPolicy: Always`) waits for the optimized code
+//! ([`Image::for_long_life`]), unless it is an HTTP handler, whose instances are each request's.
+//! Containers that end (a Job's, init containers) and short-lived instances start at once.
 //!
 //! Winch generates code for x86-64 only, and not for every proposal (tail calls, exceptions,
 //! GC): elsewhere, and for a module it refuses, the node compiles with Cranelift before it runs,
@@ -122,17 +125,51 @@ impl Baseline {
 }
 
 /// Where a baseline image finds its optimized twin once it is compiled.
-#[derive(Default)]
-pub(crate) struct Optimized(OnceLock<Arc<Image>>);
+pub(crate) struct Optimized {
+    image: OnceLock<Arc<Image>>,
+    /// `true` once the optimizing compile ended, with an image or not.
+    ended: tokio::sync::watch::Sender<bool>,
+}
+
+impl Default for Optimized {
+    fn default() -> Self {
+        Optimized {
+            image: OnceLock::new(),
+            ended: tokio::sync::watch::Sender::new(false),
+        }
+    }
+}
+
+impl Optimized {
+    /// The optimizing compile ended, with `image` when it succeeded.
+    fn finish(&self, image: Option<Image>) {
+        if let Some(image) = image {
+            let _ = self.image.set(Arc::new(image));
+        }
+        self.ended.send_replace(true);
+    }
+}
 
 impl Image {
     /// The image new instances are made from: the optimized one once a baseline image has it,
     /// else this one.
     pub(crate) fn current(self: &Arc<Image>) -> &Arc<Image> {
-        match self.optimized().and_then(|o| o.0.get()) {
+        match self.optimized().and_then(|o| o.image.get()) {
             Some(optimized) => optimized,
             None => self,
         }
+    }
+
+    /// What an instance that lives as long as its pod is made from: the optimized image, waited
+    /// for while a baseline image's optimizing compile is under way (the instance would keep
+    /// the baseline code for its whole life); this image when it is not a baseline one, or its
+    /// optimizing compile failed.
+    pub(crate) async fn for_long_life(self: &Arc<Image>) -> Arc<Image> {
+        if let Some(optimized) = self.optimized() {
+            let mut ended = optimized.ended.subscribe();
+            let _ = ended.wait_for(|ended| *ended).await;
+        }
+        self.current().clone()
     }
 }
 
@@ -185,7 +222,9 @@ impl Optimizing {
         if let Err(e) = spawned {
             tracing::warn!("cannot start optimizing compiles (modules keep baseline code): {e}");
             let mut state = self.state.lock().unwrap();
-            state.jobs.clear();
+            for job in state.jobs.drain(..) {
+                job.into.finish(None);
+            }
             state.working = false;
             self.idle.notify_all();
         }
@@ -208,10 +247,13 @@ impl Optimizing {
             };
             // A compiler's panic (a bug, met by some module) costs that module its optimized
             // code, not the queue its worker.
-            let path = job.path.clone();
-            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.run())).is_err() {
-                tracing::error!(path = %path.display(), "the optimizing compile panicked");
-            }
+            let (path, into) = (job.path.clone(), job.into.clone());
+            let image = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.run()))
+                .unwrap_or_else(|_| {
+                    tracing::error!(path = %path.display(), "the optimizing compile panicked");
+                    None
+                });
+            into.finish(image);
         }
     }
 
@@ -224,7 +266,9 @@ impl Optimizing {
 
 #[cfg(feature = "compiler")]
 impl Job {
-    fn run(self) {
+    /// Compiles, stores the artefact in the cache and links it: the optimized image, if all
+    /// went well.
+    fn run(self) -> Option<Image> {
         let start = Instant::now();
         let compiled = match self.kind {
             Kind::Module => self.engine.precompile_module(&self.bytes),
@@ -234,7 +278,7 @@ impl Job {
             Ok(artefact) => artefact,
             Err(e) => {
                 tracing::warn!(path = %self.path.display(), "optimizing compile failed: {e:#}");
-                return;
+                return None;
             }
         };
         super::release_compile_scratch();
@@ -257,10 +301,13 @@ impl Job {
         };
         match image {
             Ok(image) => {
-                let _ = self.into.0.set(Arc::new(image));
                 tracing::debug!(path = %self.path.display(), took = ?start.elapsed(), "optimized");
+                Some(image)
             }
-            Err(e) => tracing::warn!("the optimized image does not link: {e}"),
+            Err(e) => {
+                tracing::warn!("the optimized image does not link: {e}");
+                None
+            }
         }
     }
 }
@@ -310,6 +357,9 @@ mod tests {
             unreachable!()
         };
         crate::engine::tests::start_then_interrupt_spin(pre).await;
+        // What lives as long as its pod waits for the optimized code.
+        let long = image.for_long_life().await;
+        assert!(wasmtime::Engine::same(engine_of(&long), &engine.wasmtime));
 
         engine.wait_for_optimizing();
         let later = image.long_lived();

@@ -24,10 +24,12 @@ pub struct NodeOptions {
     /// Where compiled modules are cached; `None` disables the on-disk cache.
     pub cache_dir: Option<PathBuf>,
     /// Tiered compilation (x86-64): a module or component the node compiles (not found in the
-    /// compile cache) runs at once on Winch's baseline code while Cranelift optimizes it in the
-    /// background; instances made after that run the optimized code. An instance keeps the
-    /// code it started with, about half as fast: a long-running container started on baseline
-    /// code keeps it until it restarts. `false`: every module waits for Cranelift.
+    /// compile cache) runs at once on Winch's baseline code (about half as fast) in containers
+    /// that end (a Job's, init containers) and in probes, hooks, `exec`s and HTTP requests,
+    /// while Cranelift optimizes it in the background; instances made after that run the
+    /// optimized code. A container that lives as long as its pod (a sidecar, or under
+    /// `restartPolicy: Always`) and is not an HTTP handler waits for the optimized code, which
+    /// it would otherwise keep. `false`: every module waits for Cranelift.
     pub tiered_compilation: bool,
     /// Where registry images are kept [default: `images` under the cache dir, else under the
     /// state dir].

@@ -18,7 +18,7 @@ use crate::engine::{Image, LoadError, Origin, Pull};
 use crate::events::{EventType, Reason};
 use crate::host::TermSignal;
 use crate::memory::Budget;
-use crate::spec::{PodInfo, VolumeSource, resolve_env};
+use crate::spec::{PodInfo, RestartPolicy, Role, VolumeSource, resolve_env};
 
 impl PodTask {
     /// Starts container `index`, which the plan found due: the restart counted against its
@@ -75,6 +75,20 @@ impl PodTask {
             Some(preloaded) => Ok(preloaded),
             None => self.load(index).await,
         };
+        let image = match image {
+            Ok((image, pull)) if self.lives_as_long_as_its_pod(index) && !image.serves() => {
+                // It would keep baseline code for its whole life: it waits for the optimized
+                // code (as without tiers), which the `Pulled` event's time includes.
+                let waited = Instant::now();
+                let image = image.for_long_life().await;
+                let pull = match pull {
+                    Pull::Baseline(took) => Pull::Compiled(took + waited.elapsed()),
+                    pull => pull,
+                };
+                Ok((image, pull))
+            }
+            image => image,
+        };
         let c = &mut self.containers[index];
         let (image, pull) = match image {
             Ok(loaded) => loaded,
@@ -111,6 +125,16 @@ impl PodTask {
             self.container_event(index, EventType::Normal, Reason::Pulled, message, None);
         }
         Some(image)
+    }
+
+    /// Whether the container runs for as long as its pod: a sidecar, or a regular container
+    /// of a pod whose restart policy is `Always`. (A Job's containers and init containers end.)
+    fn lives_as_long_as_its_pod(&self, index: usize) -> bool {
+        match self.containers[index].spec.role {
+            Role::Sidecar => true,
+            Role::Regular => self.spec.restart_policy == RestartPolicy::Always,
+            Role::Init => false,
+        }
     }
 
     /// The sandbox of the container's next instance: its environment (the downward API, the

@@ -19,4 +19,5 @@ mod pressure;
 mod probes;
 mod task;
 mod termination;
+mod tiers;
 mod volumes;

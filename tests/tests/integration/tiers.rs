@@ -1,0 +1,116 @@
+//! Tiered compilation as pods see it (docs/design.md, "One process, one engine"): a module the
+//! node never compiled runs at once on baseline code in containers that end (a Job's, an init
+//! container), while a container that lives as long as its pod (`restartPolicy: Always`, a
+//! sidecar) waits for the optimized code it would otherwise keep. The `Pulled` events say which.
+
+use std::time::Duration;
+
+use wasmpod::{PodHandle, Reason};
+use wasmpod_tests::{RUNNING_LIMIT, TestNode};
+
+/// The message of `container`'s `Pulled` event.
+async fn pulled(pod: &PodHandle, container: &str) -> String {
+    let mut events = pod.events();
+    let find = async {
+        while let Some(e) = events.next().await {
+            if e.container.as_deref() == Some(container) && e.reason == Reason::Pulled {
+                return e.message;
+            }
+        }
+        panic!("the pod ended without a Pulled event for {container}");
+    };
+    tokio::time::timeout(RUNNING_LIMIT, find)
+        .await
+        .unwrap_or_else(|_| panic!("no Pulled event for {container} within {RUNNING_LIMIT:?}"))
+}
+
+/// A node without an on-disk compile cache: each of its modules is compiled anew.
+fn uncached() -> TestNode {
+    TestNode::with(|o| o.cache_dir(None))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn containers_that_end_start_on_baseline_code_and_long_lived_ones_wait_for_optimized_code() {
+    let baseline = cfg!(target_arch = "x86_64");
+    // A Job's container: at once, on baseline code (Winch generates x86-64 only).
+    let node = uncached();
+    let job = node
+        .start(
+            r#"
+apiVersion: v1
+kind: Pod
+metadata: { name: job }
+spec:
+  restartPolicy: Never
+  containers:
+  - { name: once, image: "{p1}", args: [print, done] }
+"#,
+        )
+        .await;
+    let message = pulled(&job, "once").await;
+    assert!(message.starts_with("Successfully compiled"), "{message}");
+    assert_eq!(message.contains("baseline code"), baseline, "{message}");
+    let status = tokio::time::timeout(RUNNING_LIMIT, job.wait())
+        .await
+        .unwrap();
+    assert_eq!(status.phase.as_deref(), Some("Succeeded"));
+
+    // A server's container waits for Cranelift, whose time the event counts.
+    let node = uncached();
+    let server = node
+        .start(
+            r#"
+apiVersion: v1
+kind: Pod
+metadata: { name: server }
+spec:
+  containers:
+  - { name: serve, image: "{p1}", args: [sleep, "600000"] }
+"#,
+        )
+        .await;
+    let message = pulled(&server, "serve").await;
+    assert!(
+        message.starts_with("Successfully compiled") && !message.contains("baseline"),
+        "{message}"
+    );
+
+    // In one pod: the init container on baseline code, the sidecar and the regular container
+    // after it on the optimized code (the same module, already loaded).
+    let node = uncached();
+    let pod = node
+        .start(
+            r#"
+apiVersion: v1
+kind: Pod
+metadata: { name: both }
+spec:
+  initContainers:
+  - { name: init, image: "{p1}", args: [print, ready] }
+  - { name: side, image: "{p1}", args: [sleep, "600000"], restartPolicy: Always }
+  containers:
+  - { name: main, image: "{p1}", args: [sleep, "600000"] }
+"#,
+        )
+        .await;
+    let init = pulled(&pod, "init").await;
+    assert_eq!(init.contains("baseline code"), baseline, "{init}");
+    for container in ["side", "main"] {
+        let message = pulled(&pod, container).await;
+        assert!(message.contains("already loaded"), "{container}: {message}");
+    }
+    let start = std::time::Instant::now();
+    while !pod
+        .status()
+        .container_statuses
+        .iter()
+        .flatten()
+        .any(|c| c.name == "main" && c.state.as_ref().and_then(|s| s.running.as_ref()).is_some())
+    {
+        assert!(start.elapsed() < RUNNING_LIMIT, "main never ran");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    for pod in [&server, &pod] {
+        pod.delete(None);
+    }
+}
