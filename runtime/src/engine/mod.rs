@@ -33,6 +33,7 @@ pub(crate) use compile::{MachineCode, Origin};
 use link::{Artefact, Kind, link, precompiled_kind};
 use pool::{Pool, Twin};
 pub use space::AddressSpace;
+pub(crate) use tier::Life;
 use tier::{Baseline, Optimized, Optimizing};
 
 /// A loaded container image: a pre-linked module or component, shared by every pod that runs it.
@@ -353,12 +354,14 @@ impl Engine {
     }
 
     /// Loads the image at `path`: from memory when this process has it, else from the compile
-    /// cache, else by compiling; a precompiled artefact only where `origin` allows machine code.
-    /// Blocking; call from a blocking context.
+    /// cache, else by compiling (on baseline code first for an instance that ends, when this
+    /// engine compiles in tiers); a precompiled artefact only where `origin` allows machine
+    /// code. Blocking; call from a blocking context.
     pub(crate) fn load(
         &self,
         path: &Path,
         origin: Origin,
+        life: Life,
     ) -> Result<(Arc<Image>, Pull), LoadError> {
         let read_err = |e: std::io::Error| LoadError::Read {
             path: path.to_owned(),
@@ -386,7 +389,7 @@ impl Engine {
                     .to_owned(),
             ),
         };
-        let (image, pull) = self.compile(path, &bytes, machine_code)?;
+        let (image, pull) = self.compile(path, &bytes, machine_code, life)?;
         let image = Arc::new(image);
         self.loaded.lock().unwrap().insert(key, image.clone());
         Ok((image, pull))
@@ -399,6 +402,7 @@ impl Engine {
         path: &Path,
         bytes: &[u8],
         machine_code: impl FnOnce() -> Result<(), String>,
+        life: Life,
     ) -> Result<(Image, Pull), LoadError> {
         if let Some(kind) = precompiled_kind(bytes) {
             if let Err(allowed) = machine_code() {
@@ -420,7 +424,7 @@ impl Engine {
         let kind = Kind::of(bytes).ok_or_else(|| LoadError::NotWasm {
             path: path.to_owned(),
         })?;
-        let (artefact, pull) = match self.artefact(path, kind, bytes)? {
+        let (artefact, pull) = match self.artefact(path, kind, bytes, life)? {
             (Compiled::Artefact(artefact), pull) => (artefact, pull),
             (Compiled::Linked(image), pull) => return Ok((image, pull)),
         };
@@ -438,6 +442,7 @@ impl Engine {
         path: &Path,
         kind: Kind,
         bytes: &[u8],
+        life: Life,
     ) -> Result<(Compiled, Pull), LoadError> {
         let compile_err = |e: wasmtime::Error| LoadError::Compile {
             path: path.to_owned(),
@@ -451,7 +456,7 @@ impl Engine {
             ));
         }
         let start = std::time::Instant::now();
-        if let Some(baseline) = &self.baseline
+        if let Some(baseline) = self.baseline.as_ref().filter(|_| life == Life::Ends)
             && let Some((image, optimized)) = baseline.compile(path, kind, bytes)
         {
             let took = start.elapsed();
@@ -486,7 +491,13 @@ impl Engine {
 
     /// A build without a compiler runs only precompiled artefacts.
     #[cfg(not(feature = "compiler"))]
-    fn artefact(&self, path: &Path, _: Kind, _: &[u8]) -> Result<(Compiled, Pull), LoadError> {
+    fn artefact(
+        &self,
+        path: &Path,
+        _: Kind,
+        _: &[u8],
+        _: Life,
+    ) -> Result<(Compiled, Pull), LoadError> {
         Err(LoadError::Compile {
             path: path.to_owned(),
             message: format!(
@@ -502,7 +513,7 @@ impl Engine {
     /// precompiled artefact is refused). Blocking.
     pub(crate) fn load_bytes(&self, name: &Path, bytes: &[u8]) -> Result<Image, LoadError> {
         let allowed = "from sources it trusts, not from a container image".to_owned();
-        self.compile(name, bytes, || Err(allowed))
+        self.compile(name, bytes, || Err(allowed), Life::Ends)
             .map(|(image, _)| image)
     }
 

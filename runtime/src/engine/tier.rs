@@ -12,10 +12,12 @@
 //! holds the optimized image in its place. An instance keeps the code it started with
 //! (wasmtime cannot replace the code of a running instance), and the baseline code (half as
 //! large again as Cranelift's) is freed when the last instance running it ends. So what would
-//! keep it for long does not take it: a container that lives as long as its pod (a sidecar, a
-//! regular container under `restartPolicy: Always`) waits for the optimized code
-//! ([`Image::for_long_life`]), unless it is an HTTP handler, whose instances are each request's.
-//! Containers that end (a Job's, init containers) and short-lived instances start at once.
+//! keep it for long does not take it: a module loaded for a container that lives as long as its
+//! pod (a sidecar, a regular container under `restartPolicy: Always`) is compiled by Cranelift
+//! first ([`Life`]), and such a container whose module another one loaded as baseline code waits
+//! for the optimized code ([`Image::for_long_life`]), unless it is an HTTP handler, whose
+//! instances are each request's. Containers that end (a Job's, init containers) and short-lived
+//! instances start at once.
 //!
 //! Winch generates code for x86-64 only, and not for every proposal (tail calls, exceptions,
 //! GC): elsewhere, and for a module it refuses, the node compiles with Cranelift before it runs,
@@ -39,6 +41,27 @@ use super::cache::CompileCache;
 use super::link::{Artefact, Kind, link};
 use super::{Image, Twin};
 use crate::host::{GuestSockets, Linkers};
+
+/// How long the instance a load is for will live, which decides whether it may start on
+/// baseline code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Life {
+    /// It ends (a Job's container, an init container): baseline code at once.
+    Ends,
+    /// As long as its pod (a sidecar, a container under `restartPolicy: Always`): it waits for
+    /// Cranelift, compiled first.
+    AsLongAsItsPod,
+}
+
+impl Life {
+    /// The life of a container that does or does not live as long as its pod.
+    pub(crate) fn of(as_long_as_its_pod: bool) -> Life {
+        match as_long_as_its_pod {
+            true => Life::AsLongAsItsPod,
+            false => Life::Ends,
+        }
+    }
+}
 
 /// The engine of baseline code, made the first time a module is compiled with it.
 pub(crate) struct Baseline {
@@ -348,7 +371,7 @@ mod tests {
         let cache = dir.path().join("cache");
         let engine = tiered(&cache);
 
-        let (image, pull) = engine.load(&file, Origin::Local).unwrap();
+        let (image, pull) = engine.load(&file, Origin::Local, Life::Ends).unwrap();
         assert!(matches!(pull, Pull::Baseline(_)), "{pull:?}");
         // (Its instances may already be optimized: Cranelift takes microseconds for this one.)
         let baseline = engine.baseline.as_ref().unwrap().made().unwrap();
@@ -376,18 +399,21 @@ mod tests {
         };
         crate::engine::tests::start_then_interrupt_spin(pre).await;
         // The same image again in this process; from the cache in the next.
-        let (again, pull) = engine.load(&file, Origin::Local).unwrap();
+        let (again, pull) = engine.load(&file, Origin::Local, Life::Ends).unwrap();
         assert!(matches!(pull, Pull::Present) && Arc::ptr_eq(&again, image.current()));
         // The baseline image is held only by what holds it, no longer by the engine.
         let baseline = Arc::downgrade(&image);
         drop(image);
         assert!(baseline.upgrade().is_none());
-        let (_, pull) = tiered(&cache).load(&file, Origin::Local).unwrap();
+        let (_, pull) = tiered(&cache)
+            .load(&file, Origin::Local, Life::Ends)
+            .unwrap();
         assert!(matches!(pull, Pull::Cached), "{pull:?}");
     }
 
-    /// A module Winch does not compile (tail calls) waits for Cranelift, as without tiers; a
-    /// node without tiers never uses Winch.
+    /// A module Winch does not compile (tail calls) waits for Cranelift, as without tiers, and
+    /// so does one loaded for an instance that lives as long as its pod; a node without tiers
+    /// never uses Winch.
     #[test]
     fn what_winch_refuses_is_compiled_by_cranelift() {
         let dir = tempfile::tempdir().unwrap();
@@ -401,13 +427,22 @@ mod tests {
         }
         let engine = tiered(&dir.path().join("cache"));
         let (_, pull) = engine
-            .load(&dir.path().join("tail.wasm"), Origin::Local)
+            .load(&dir.path().join("tail.wasm"), Origin::Local, Life::Ends)
             .unwrap();
         assert!(matches!(pull, Pull::Compiled(_)), "{pull:?}");
+        let (image, pull) = engine
+            .load(
+                &dir.path().join("plain.wasm"),
+                Origin::Local,
+                Life::AsLongAsItsPod,
+            )
+            .unwrap();
+        assert!(matches!(pull, Pull::Compiled(_)), "{pull:?}");
+        assert!(wasmtime::Engine::same(engine_of(&image), &engine.wasmtime));
 
         let untiered = Engine::new(None, GuestSockets::Pod, Default::default(), false).unwrap();
         let (image, pull) = untiered
-            .load(&dir.path().join("plain.wasm"), Origin::Local)
+            .load(&dir.path().join("plain.wasm"), Origin::Local, Life::Ends)
             .unwrap();
         assert!(matches!(pull, Pull::Compiled(_)), "{pull:?}");
         assert!(wasmtime::Engine::same(

@@ -34,10 +34,11 @@ impl Node {
                 continue;
             }
             let (context, file) = (self.context.clone(), path.to_owned());
+            let life = crate::engine::Life::of(c.lives_as_long_as_its_pod(spec.restart_policy));
             let loaded = tokio::task::spawn_blocking(move || {
                 context
                     .engine_for(host)
-                    .load(&file, crate::engine::Origin::Local)
+                    .load(&file, crate::engine::Origin::Local, life)
             })
             .await
             .map_err(|e| Error::Engine(e.to_string()))?;

@@ -75,6 +75,18 @@ pub(crate) struct ContainerSpec {
     pub stdin: Option<StdinMode>,
 }
 
+impl ContainerSpec {
+    /// Whether it runs for as long as its pod, whose restart policy is `pod`: a sidecar, or a
+    /// regular container under `Always` (a Job's containers and init containers end).
+    pub(crate) fn lives_as_long_as_its_pod(&self, pod: RestartPolicy) -> bool {
+        match self.role {
+            Role::Sidecar => true,
+            Role::Regular => pod == RestartPolicy::Always,
+            Role::Init => false,
+        }
+    }
+}
+
 /// How a container's stdin stays open.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct StdinMode {

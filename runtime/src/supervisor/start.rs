@@ -14,11 +14,11 @@ use super::{MIN_GRACE, Msg, PodTask};
 use crate::container::{
     CpuLimit, DEFAULT_PORT, EXIT_KILLED, Exit, HttpServe, Meter, Preopen, Sandbox, StdinPipe,
 };
-use crate::engine::{Image, LoadError, Origin, Pull};
+use crate::engine::{Image, Life, LoadError, Origin, Pull};
 use crate::events::{EventType, Reason};
 use crate::host::TermSignal;
 use crate::memory::Budget;
-use crate::spec::{PodInfo, RestartPolicy, Role, VolumeSource, resolve_env};
+use crate::spec::{PodInfo, VolumeSource, resolve_env};
 
 impl PodTask {
     /// Starts container `index`, which the plan found due: the restart counted against its
@@ -76,7 +76,7 @@ impl PodTask {
             None => self.load(index).await,
         };
         let image = match image {
-            Ok((image, pull)) if self.lives_as_long_as_its_pod(index) && !image.serves() => {
+            Ok((image, pull)) if self.life(index) == Life::AsLongAsItsPod && !image.serves() => {
                 // It would keep baseline code for its whole life: it waits for the optimized
                 // code (as without tiers), which the `Pulled` event's time includes.
                 let waited = Instant::now();
@@ -127,14 +127,11 @@ impl PodTask {
         Some(image)
     }
 
-    /// Whether the container runs for as long as its pod: a sidecar, or a regular container
-    /// of a pod whose restart policy is `Always`. (A Job's containers and init containers end.)
-    fn lives_as_long_as_its_pod(&self, index: usize) -> bool {
-        match self.containers[index].spec.role {
-            Role::Sidecar => true,
-            Role::Regular => self.spec.restart_policy == RestartPolicy::Always,
-            Role::Init => false,
-        }
+    /// How long the container's instances live, which decides whether they may start on
+    /// baseline code.
+    fn life(&self, index: usize) -> Life {
+        let spec = &self.containers[index].spec;
+        Life::of(spec.lives_as_long_as_its_pod(self.spec.restart_policy))
     }
 
     /// The sandbox of the container's next instance: its environment (the downward API, the
@@ -329,8 +326,10 @@ impl PodTask {
                 machine_code: pulled.as_ref().is_some_and(|(r, _)| r.precompiled),
             },
         };
-        let node = self.node.clone();
-        match tokio::task::spawn_blocking(move || node.engine_for(host).load(&path, origin)).await {
+        let (node, life) = (self.node.clone(), self.life(index));
+        match tokio::task::spawn_blocking(move || node.engine_for(host).load(&path, origin, life))
+            .await
+        {
             Ok(result) => result,
             Err(e) => Err(LoadError::Compile {
                 path: self.containers[index].spec.image.clone(),

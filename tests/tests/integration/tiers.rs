@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use wasmpod::{PodHandle, Reason};
-use wasmpod_tests::{RUNNING_LIMIT, TestNode};
+use wasmpod_tests::{PodYaml, RUNNING_LIMIT, TestNode};
 
 /// The message of `container`'s `Pulled` event.
 async fn pulled(pod: &PodHandle, container: &str) -> String {
@@ -34,19 +34,11 @@ async fn containers_that_end_start_on_baseline_code_and_long_lived_ones_wait_for
     let baseline = cfg!(target_arch = "x86_64");
     // A Job's container: at once, on baseline code (Winch generates x86-64 only).
     let node = uncached();
-    let job = node
-        .start(
-            r#"
-apiVersion: v1
-kind: Pod
-metadata: { name: job }
-spec:
-  restartPolicy: Never
-  containers:
-  - { name: once, image: "{p1}", args: [print, done] }
-"#,
-        )
-        .await;
+    let job = PodYaml::new("job")
+        .never()
+        .container(r#"{ name: once, image: "{p1}", args: [print, done] }"#)
+        .build();
+    let job = node.start(&job).await;
     let message = pulled(&job, "once").await;
     assert!(message.starts_with("Successfully compiled"), "{message}");
     assert_eq!(message.contains("baseline code"), baseline, "{message}");
@@ -55,20 +47,12 @@ spec:
         .unwrap();
     assert_eq!(status.phase.as_deref(), Some("Succeeded"));
 
-    // A server's container waits for Cranelift, whose time the event counts.
+    // A server's container: its module compiled by Cranelift first, as without tiers.
     let node = uncached();
-    let server = node
-        .start(
-            r#"
-apiVersion: v1
-kind: Pod
-metadata: { name: server }
-spec:
-  containers:
-  - { name: serve, image: "{p1}", args: [sleep, "600000"] }
-"#,
-        )
-        .await;
+    let server = PodYaml::new("server")
+        .container(r#"{ name: serve, image: "{p1}", args: [sleep, "600000"] }"#)
+        .build();
+    let server = node.start(&server).await;
     let message = pulled(&server, "serve").await;
     assert!(
         message.starts_with("Successfully compiled") && !message.contains("baseline"),
@@ -78,21 +62,12 @@ spec:
     // In one pod: the init container on baseline code, the sidecar and the regular container
     // after it on the optimized code (the same module, already loaded).
     let node = uncached();
-    let pod = node
-        .start(
-            r#"
-apiVersion: v1
-kind: Pod
-metadata: { name: both }
-spec:
-  initContainers:
-  - { name: init, image: "{p1}", args: [print, ready] }
-  - { name: side, image: "{p1}", args: [sleep, "600000"], restartPolicy: Always }
-  containers:
-  - { name: main, image: "{p1}", args: [sleep, "600000"] }
-"#,
-        )
-        .await;
+    let pod = PodYaml::new("both")
+        .init(r#"{ name: init, image: "{p1}", args: [print, ready] }"#)
+        .init(r#"{ name: side, image: "{p1}", args: [sleep, "600000"], restartPolicy: Always }"#)
+        .container(r#"{ name: main, image: "{p1}", args: [sleep, "600000"] }"#)
+        .build();
+    let pod = node.start(&pod).await;
     let init = pulled(&pod, "init").await;
     assert_eq!(init.contains("baseline code"), baseline, "{init}");
     for container in ["side", "main"] {
