@@ -1,11 +1,12 @@
 //! Tiered compilation: a module or component this node compiles for the first time runs at
 //! once on baseline code, and its later instances on optimized code compiled meanwhile.
 //!
-//! Cranelift, wasmtime's optimizing compiler, takes about 110 ms for a 190 KB module on two
-//! cores; Winch, its baseline compiler, a quarter of that, for code that runs about half as fast
-//! (docs/performance.md). On a compile-cache miss the node compiles with Winch in a third
-//! engine of its own ([`Baseline`], made when first needed), returns that image, and compiles
-//! the same bytes with Cranelift on a thread of its own ([`Optimizing`]). When that is done the
+//! Cranelift, wasmtime's optimizing compiler, takes about 115 ms for a 190 KB module on two
+//! cores; Winch, its baseline compiler, a quarter to a third of that, for code that does
+//! ordinary work two to three times slower (docs/performance.md). On a compile-cache miss the
+//! node compiles with Winch in a third engine of its own ([`Baseline`], made when first
+//! needed), returns that image, and queues the same bytes for Cranelift, compiled one module at
+//! a time on a thread of their own ([`Optimizing`]). When that is done the
 //! artefact goes to the compile cache and the baseline image points to the optimized one
 //! ([`Image::current`]): every instance made after that (a new pod, a restart, a probe, an
 //! `exec`, an HTTP request) runs Cranelift's code, and the engine's table of loaded images
