@@ -132,10 +132,8 @@ pub fn compile(name: &Path, wasm: &[u8], target: &CompileTarget) -> Result<Vec<u
     let kind = Kind::of(wasm).ok_or_else(|| LoadError::NotWasm {
         path: name.to_owned(),
     })?;
-    let compiled = wasmtime::Engine::new(&target.config(name)?).and_then(|engine| match kind {
-        Kind::Module => engine.precompile_module(wasm),
-        Kind::Component => engine.precompile_component(wasm),
-    });
+    let compiled = wasmtime::Engine::new(&target.config(name)?)
+        .and_then(|engine| kind.precompile(&engine, wasm));
     compiled.map_err(|e| {
         let mut message = format!("{e:#}");
         // wasmtime's words for a code generator left out of this build.

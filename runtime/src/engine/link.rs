@@ -171,6 +171,19 @@ pub(super) enum Kind {
 }
 
 impl Kind {
+    /// Compiles `bytes`, of this kind, into an artefact of `engine`. Blocking.
+    #[cfg(feature = "compiler")]
+    pub(super) fn precompile(
+        self,
+        engine: &wasmtime::Engine,
+        bytes: &[u8],
+    ) -> wasmtime::Result<Vec<u8>> {
+        match self {
+            Kind::Module => engine.precompile_module(bytes),
+            Kind::Component => engine.precompile_component(bytes),
+        }
+    }
+
     pub(super) fn of(bytes: &[u8]) -> Option<Kind> {
         match bytes.get(..8)? {
             [0, b'a', b's', b'm', 1, 0, 0, 0] => Some(Kind::Module),

@@ -472,17 +472,8 @@ impl Engine {
             });
             return Ok((Compiled::Linked(image), Pull::Baseline(took)));
         }
-        let artefact = match kind {
-            Kind::Module => self.wasmtime.precompile_module(bytes),
-            Kind::Component => self.wasmtime.precompile_component(bytes),
-        }
-        .map_err(compile_err)?;
-        release_compile_scratch();
-        if let Some(file) = &cached
-            && let Err(e) = CompileCache::write(file, &artefact)
-        {
-            tracing::warn!(file = %file.display(), "cannot write the compile cache: {e}");
-        }
+        let artefact =
+            optimize(&self.wasmtime, kind, bytes, cached.as_deref()).map_err(compile_err)?;
         Ok((
             Compiled::Artefact(Artefact::Bytes(artefact.into())),
             Pull::Compiled(start.elapsed()),
@@ -569,6 +560,25 @@ fn opened_path(file: &std::fs::File, path: &Path) -> Option<PathBuf> {
         .ok()
         .filter(|p| p.is_absolute())
         .or_else(|| std::fs::canonicalize(path).ok())
+}
+
+/// Compiles `bytes` with `engine`'s Cranelift, gives the compiler's scratch memory back, and
+/// stores the artefact in the compile cache at `cached`. Blocking.
+#[cfg(feature = "compiler")]
+fn optimize(
+    engine: &wasmtime::Engine,
+    kind: Kind,
+    bytes: &[u8],
+    cached: Option<&Path>,
+) -> wasmtime::Result<Vec<u8>> {
+    let artefact = kind.precompile(engine, bytes)?;
+    release_compile_scratch();
+    if let Some(file) = cached
+        && let Err(e) = CompileCache::write(file, &artefact)
+    {
+        tracing::warn!(file = %file.display(), "cannot write the compile cache: {e}");
+    }
+    Ok(artefact)
 }
 
 /// Gives what a compile freed back to the system. Cranelift's scratch memory is spread over the

@@ -17,7 +17,7 @@
 //! pod (a sidecar, a regular container under `restartPolicy: Always`) is compiled by Cranelift
 //! first ([`Life`]), and such a container whose module another one loaded as baseline code waits
 //! for the optimized code ([`Image::for_long_life`]), unless it is an HTTP handler, whose
-//! instances are each request's. Containers that end (a Job's, init containers) and short-lived
+//! instances are each request's (its later requests run the optimized code). Containers that end (a Job's, init containers) and short-lived
 //! instances start at once.
 //!
 //! Winch generates code for x86-64 only, and not for every proposal (tail calls, exceptions,
@@ -37,8 +37,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::Instant;
 
-#[cfg(feature = "compiler")]
-use super::cache::CompileCache;
 use super::link::{Artefact, Kind, link};
 use super::{Image, Twin};
 use crate::host::{GuestSockets, Linkers};
@@ -122,11 +120,8 @@ impl Baseline {
         bytes: &[u8],
     ) -> Option<(Image, Arc<Optimized>)> {
         let engine = self.engine()?;
-        let compiled = match kind {
-            Kind::Module => engine.wasmtime.precompile_module(bytes),
-            Kind::Component => engine.wasmtime.precompile_component(bytes),
-        };
-        let artefact = compiled
+        let artefact = kind
+            .precompile(&engine.wasmtime, bytes)
             .inspect_err(|e| tracing::debug!(path = %path.display(), "not on Winch: {e:#}"))
             .ok()?;
         let optimized = Arc::new(Optimized::default());
@@ -294,23 +289,15 @@ impl Job {
     /// went well.
     fn run(self) -> Option<Image> {
         let start = Instant::now();
-        let compiled = match self.kind {
-            Kind::Module => self.engine.precompile_module(&self.bytes),
-            Kind::Component => self.engine.precompile_component(&self.bytes),
-        };
-        let artefact = match compiled {
+        let optimized =
+            super::optimize(&self.engine, self.kind, &self.bytes, self.cached.as_deref());
+        let artefact = match optimized {
             Ok(artefact) => artefact,
             Err(e) => {
                 tracing::warn!(path = %self.path.display(), "optimizing compile failed: {e:#}");
                 return None;
             }
         };
-        super::release_compile_scratch();
-        if let Some(file) = &self.cached
-            && let Err(e) = CompileCache::write(file, &artefact)
-        {
-            tracing::warn!(file = %file.display(), "cannot write the compile cache: {e}");
-        }
         // SAFETY: the artefact was just made by this engine.
         let image = unsafe {
             link(

@@ -28,8 +28,10 @@ pub struct NodeOptions {
     /// that end (a Job's, init containers) and in probes, hooks, `exec`s and HTTP requests,
     /// while Cranelift optimizes it in the background; instances made after that run the
     /// optimized code. A container that lives as long as its pod (a sidecar, or under
-    /// `restartPolicy: Always`) and is not an HTTP handler waits for the optimized code, which
-    /// it would otherwise keep. `false`: every module waits for Cranelift.
+    /// `restartPolicy: Always`) has its module compiled by Cranelift first, or, when another
+    /// container loaded it as baseline code, waits for the optimized code, which it would
+    /// otherwise keep (unless it is an HTTP handler, whose instances are each request's).
+    /// `false`: every module waits for Cranelift.
     pub tiered_compilation: bool,
     /// Where registry images are kept [default: `images` under the cache dir, else under the
     /// state dir].

@@ -76,16 +76,11 @@ impl PodTask {
             None => self.load(index).await,
         };
         let image = match image {
+            // Its module was compiled by Cranelift first, unless another container loaded it
+            // as baseline code: then it waits for the optimized code, which it would otherwise
+            // keep for its whole life (an HTTP handler's instances are each request's).
             Ok((image, pull)) if self.life(index) == Life::AsLongAsItsPod && !image.serves() => {
-                // It would keep baseline code for its whole life: it waits for the optimized
-                // code (as without tiers), which the `Pulled` event's time includes.
-                let waited = Instant::now();
-                let image = image.for_long_life().await;
-                let pull = match pull {
-                    Pull::Baseline(took) => Pull::Compiled(took + waited.elapsed()),
-                    pull => pull,
-                };
-                Ok((image, pull))
+                Ok((image.for_long_life().await, pull))
             }
             image => image,
         };
