@@ -4,7 +4,7 @@
 //! them running, a new pod's create → `Started` and the delivery latency of its events.
 //!
 //! Memory is the growth of the process's resident set (`VmRSS`) per pod, the figure of the
-//! ≤ 80 KiB target, and beside it the growth of its proportional set (`Pss`): the resident set
+//! ≤ 64 KiB target, and beside it the growth of its proportional set (`Pss`): the resident set
 //! counts a page once per mapping of it, so the module's memory image, which every instance maps
 //! from one shared copy, is counted once per pod there and once in all in the proportional set.
 //!
@@ -31,8 +31,8 @@ fn pss_bytes() -> u64 {
     wasmpod_tests::proc_kib("/proc/self/smaps_rollup", "Pss:").map_or(0, |kib| kib * 1024)
 }
 
-/// The target for a sleeping pod's resident memory.
-const TARGET_BYTES_PER_POD: u64 = 80 * 1024;
+/// The target for a sleeping pod's resident memory (issue 50's third target).
+const TARGET_BYTES_PER_POD: u64 = 64 * 1024;
 
 fn pct(s: &[Duration], p: f64) -> Duration {
     s[((s.len() - 1) as f64 * p).round() as usize]

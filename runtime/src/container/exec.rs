@@ -201,7 +201,7 @@ impl Sandbox {
     }
 
     async fn exec_entry(&self, image: &Image, wasi: WasiCtxBuilder) -> (i32, Option<String>) {
-        let exit = self.run_entry(image, wasi).await;
+        let exit = self.run_entry(image, Box::new(wasi)).await;
         match (exit.code, exit.message) {
             (0, _) => (0, None),
             (code, None) => (code, Some(format!("command exited with {code}"))),

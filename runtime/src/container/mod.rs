@@ -279,17 +279,24 @@ impl Sandbox {
         }
         // The instance's place in the pool, if it has one: dropped after its store.
         let lease = self.image.long_lived();
-        let exit = self.meter.run(self.run_entry(&lease.image, wasi)).await;
+        let exit = self
+            .meter
+            .run(self.run_entry(&lease.image, Box::new(wasi)))
+            .await;
         if !lease.pooled() {
             self.image.ended();
         }
         exit
     }
 
-    async fn run_entry(&self, image: &Image, mut wasi: WasiCtxBuilder) -> Exit {
+    /// Runs the image's entry point in a store built from `wasi`. The builder comes boxed and
+    /// is dropped once the store is made: an async fn keeps its arguments for as long as it runs
+    /// (a guest's whole run), and a builder that has built keeps a fresh context's RNGs.
+    async fn run_entry(&self, image: &Image, mut wasi: Box<WasiCtxBuilder>) -> Exit {
         match image {
             Image::Module { pre, .. } => {
                 let mut store = self.p1_store(pre.module().engine(), &mut wasi, Thread::Worker);
+                drop(wasi);
                 let instance = match Box::pin(pre.instantiate_async(&mut store)).await {
                     Ok(instance) => instance,
                     Err(e) => return not_started(e, store.data().limiter.hit),
@@ -307,6 +314,7 @@ impl Sandbox {
             } => {
                 let mut store =
                     self.p2_store(pre.engine(), &mut wasi, self.budget.clone(), Thread::Worker);
+                drop(wasi);
                 let command = match Box::pin(pre.instantiate_async(&mut store)).await {
                     Ok(command) => command,
                     Err(e) => return not_started(e, store.data().limiter.hit),
@@ -323,6 +331,7 @@ impl Sandbox {
             } => {
                 let mut store =
                     self.p2_store(pre.engine(), &mut wasi, self.budget.clone(), Thread::Worker);
+                drop(wasi);
                 let command = match Box::pin(pre.instantiate_async(&mut store)).await {
                     Ok(command) => command,
                     Err(e) => return not_started(e, store.data().limiter.hit),

@@ -35,20 +35,39 @@ impl Meter {
     }
 
     /// Runs `f`, counting the time each of its polls takes.
-    pub(crate) async fn run<F: Future>(&self, f: F) -> F::Output {
-        let mut f = std::pin::pin!(f);
-        std::future::poll_fn(|cx| {
-            let at = Instant::now();
-            let polled = f.as_mut().poll(cx);
-            let took = u64::try_from(at.elapsed().as_nanos()).unwrap_or(u64::MAX);
-            self.cpu_nanos.fetch_add(took, Ordering::Relaxed);
-            polled
-        })
-        .await
+    pub(crate) fn run<F: Future>(&self, f: F) -> Metered<'_, F> {
+        Metered { meter: self, f }
     }
 
     pub(crate) fn cpu(&self) -> Duration {
         Duration::from_nanos(self.cpu_nanos.load(Ordering::Relaxed))
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A future whose polls a [`Meter`] counts. A type of its own rather than an `async fn`:
+    /// an async fn keeps its argument twice (as passed, and as moved into its body), and the
+    /// future metered is a guest's whole run, which each sleeping pod holds.
+    pub(crate) struct Metered<'a, F> {
+        meter: &'a Meter,
+        #[pin]
+        f: F,
+    }
+}
+
+impl<F: Future> Future for Metered<'_, F> {
+    type Output = F::Output;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<F::Output> {
+        let this = self.project();
+        let at = Instant::now();
+        let polled = this.f.poll(cx);
+        let took = u64::try_from(at.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        this.meter.cpu_nanos.fetch_add(took, Ordering::Relaxed);
+        polled
     }
 }
 

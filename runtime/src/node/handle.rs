@@ -184,7 +184,7 @@ impl PodHandle {
             .iter()
             .find(|c| c.name == container)
             .ok_or_else(|| ContainerError::NoSuchContainer(container.to_owned()))?;
-        let pull = c.pull.clone().map(Box::new);
+        let pull = c.pull.clone();
         self.send_image(container, c.image.clone(), pull, Some(c.argv.clone()))
             .await
     }

@@ -57,11 +57,13 @@ pub(crate) struct ContainerSpec {
     pub mounts: Vec<Mount>,
     pub working_dir: Option<String>,
     pub ports: Vec<ContainerPort>,
-    pub startup: Option<Probe>,
-    pub liveness: Option<Probe>,
-    pub readiness: Option<Probe>,
-    pub post_start: Option<Handler>,
-    pub pre_stop: Option<Handler>,
+    // Probes, hooks and a registry image's pull are boxed: most containers have none of them,
+    // and each sleeping pod keeps its containers' specs twice (its spec's, its supervisor's).
+    pub startup: Option<Box<Probe>>,
+    pub liveness: Option<Box<Probe>>,
+    pub readiness: Option<Box<Probe>>,
+    pub post_start: Option<Box<Handler>>,
+    pub pre_stop: Option<Box<Handler>>,
     pub resources: Resources,
     /// `terminationMessagePath`/`terminationMessagePolicy`, when the container declares them.
     pub termination: Option<TerminationMessage>,
@@ -69,7 +71,7 @@ pub(crate) struct ContainerSpec {
     pub file_dirs: Vec<FileDir>,
     /// A registry image, pulled when the container first starts (`image` is then empty until
     /// it is).
-    pub pull: Option<ImagePull>,
+    pub pull: Option<Box<ImagePull>>,
     /// `stdin: true`: each instance reads a stream that attachers write to; with `stdinOnce`,
     /// the stream ends when the first attacher leaves.
     pub stdin: Option<StdinMode>,

@@ -143,7 +143,7 @@ impl PodTask {
                 argv,
                 reply,
             } => {
-                let _ = reply.send(self.set_image(&container, image, pull.map(|p| *p), argv));
+                let _ = reply.send(self.set_image(&container, image, pull, argv));
             }
             Msg::Admit => self.admit(),
             Msg::Unschedulable { message, nominated } => {

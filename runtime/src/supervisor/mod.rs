@@ -364,10 +364,13 @@ impl PodTask {
 
     /// Starts the supervisor.
     pub(crate) fn spawn(self) {
-        tokio::spawn(self.run());
+        // The task owns the supervisor and `run` borrows it: an `async fn` taking `self` would
+        // keep it twice in every sleeping pod's task (as passed, and as moved into its body).
+        let mut task = self;
+        tokio::spawn(async move { task.run().await });
     }
 
-    async fn run(mut self) {
+    async fn run(&mut self) {
         self.pod_event(
             EventType::Normal,
             Reason::PhaseChanged,

@@ -262,7 +262,7 @@ impl PodTask {
         &mut self,
         container: &str,
         image: std::path::PathBuf,
-        pull: Option<crate::spec::ImagePull>,
+        pull: Option<Box<crate::spec::ImagePull>>,
         argv: Option<Vec<String>>,
     ) -> Result<(), ContainerError> {
         let index = self
@@ -271,7 +271,7 @@ impl PodTask {
             .position(|c| &*c.name == container)
             .ok_or_else(|| ContainerError::NoSuchContainer(container.to_owned()))?;
         let c = &mut self.containers[index];
-        let shown = |p: &Option<crate::spec::ImagePull>| p.as_ref().map(|p| p.shown.clone());
+        let shown = |p: &Option<Box<crate::spec::ImagePull>>| p.as_ref().map(|p| p.shown.clone());
         if c.spec.image == image && shown(&c.spec.pull) == shown(&pull) {
             return Ok(());
         }

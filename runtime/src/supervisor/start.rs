@@ -302,7 +302,7 @@ impl PodTask {
             // The container is not Running until its postStart hook returns.
             Some(handler) => {
                 let timeout = self.spec.grace_period.max(MIN_GRACE);
-                self.run_hook(index, HookKind::PostStart, handler, timeout);
+                self.run_hook(index, HookKind::PostStart, *handler, timeout);
             }
             None => self.running(index),
         }
@@ -375,7 +375,7 @@ impl PodTask {
             };
             let task = tokio::spawn(probe::worker(
                 kind,
-                probe,
+                *probe,
                 instance.sandbox.clone(),
                 instance.started,
                 target,

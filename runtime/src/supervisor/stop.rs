@@ -145,7 +145,7 @@ impl PodTask {
             .deadline()
             .unwrap_or_else(|| after(Instant::now(), self.spec.grace_period));
         let timeout = deadline.saturating_duration_since(Instant::now());
-        self.run_hook(index, HookKind::PreStop, handler, timeout);
+        self.run_hook(index, HookKind::PreStop, *handler, timeout);
         self.container_event(
             index,
             EventType::Normal,

@@ -79,7 +79,9 @@ impl PodTask {
                 Action::DeadlineExceeded => self.deadline_exceeded(),
                 Action::BackOff { index, until } => self.back_off(index, until, now),
                 Action::ImageBackOff(index) => self.image_backoff(index),
-                Action::Start(index) => self.start(index, now).await,
+                // Boxed: a start's future (a module's load, a pull's wait) is the largest of
+                // the supervisor's, and a sleeping pod's task would keep room for it.
+                Action::Start(index) => Box::pin(self.start(index, now)).await,
                 Action::Initialized => {
                     self.stage = Stage::Initialized;
                     let message = "All init containers have completed".into();

@@ -277,8 +277,8 @@ fn huge_durations_are_bounded_not_panics() {
         Some(MAX_DURATION)
     );
     assert_eq!(
-        spec.containers[0].pre_stop,
-        Some(Handler::Sleep(MAX_DURATION))
+        spec.containers[0].pre_stop.as_deref(),
+        Some(&Handler::Sleep(MAX_DURATION))
     );
     let errs = errors(&pod_with("", "  activeDeadlineSeconds: 2147483648\n", ""));
     assert_eq!(
