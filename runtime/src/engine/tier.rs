@@ -17,8 +17,8 @@
 //! pod (a sidecar, a regular container under `restartPolicy: Always`) is compiled by Cranelift
 //! first ([`Life`]), and such a container whose module another one loaded as baseline code waits
 //! for the optimized code ([`Image::for_long_life`]), unless it is an HTTP handler, whose
-//! instances are each request's (its later requests run the optimized code). Containers that end (a Job's, init containers) and short-lived
-//! instances start at once.
+//! instances are each request's (its later requests run the optimized code). Containers that
+//! end (a Job's, init containers) and short-lived instances start at once.
 //!
 //! Winch generates code for x86-64 only, and not for every proposal (tail calls, exceptions,
 //! GC): elsewhere, and for a module it refuses, the node compiles with Cranelift before it runs,

@@ -363,11 +363,10 @@ impl PodTask {
     }
 
     /// Starts the supervisor.
-    pub(crate) fn spawn(self) {
+    pub(crate) fn spawn(mut self) {
         // The task owns the supervisor and `run` borrows it: an `async fn` taking `self` would
         // keep it twice in every sleeping pod's task (as passed, and as moved into its body).
-        let mut task = self;
-        tokio::spawn(async move { task.run().await });
+        tokio::spawn(async move { self.run().await });
     }
 
     async fn run(&mut self) {

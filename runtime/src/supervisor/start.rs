@@ -271,7 +271,7 @@ impl PodTask {
         });
         c.runs += 1;
         let name = c.name.clone();
-        let post_start = c.spec.post_start.clone();
+        let post_start = c.spec.post_start.as_deref().cloned();
         self.container_event(
             index,
             EventType::Normal,
@@ -302,7 +302,7 @@ impl PodTask {
             // The container is not Running until its postStart hook returns.
             Some(handler) => {
                 let timeout = self.spec.grace_period.max(MIN_GRACE);
-                self.run_hook(index, HookKind::PostStart, *handler, timeout);
+                self.run_hook(index, HookKind::PostStart, handler, timeout);
             }
             None => self.running(index),
         }
@@ -367,7 +367,9 @@ impl PodTask {
                 ProbeKind::Liveness => &c.spec.liveness,
                 ProbeKind::Readiness => &c.spec.readiness,
             };
-            let Some(probe) = probe.clone() else { continue };
+            let Some(probe) = probe.as_deref().cloned() else {
+                continue;
+            };
             let target = probe::Target {
                 index,
                 id: instance.id,
@@ -375,7 +377,7 @@ impl PodTask {
             };
             let task = tokio::spawn(probe::worker(
                 kind,
-                *probe,
+                probe,
                 instance.sandbox.clone(),
                 instance.started,
                 target,

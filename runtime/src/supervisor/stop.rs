@@ -134,7 +134,7 @@ impl PodTask {
 
     /// Runs the container's preStop hook, bounded by its grace period.
     pub(super) fn start_pre_stop(&mut self, index: usize) {
-        let Some(handler) = self.containers[index].spec.pre_stop.clone() else {
+        let Some(handler) = self.containers[index].spec.pre_stop.as_deref().cloned() else {
             return;
         };
         let Some(instance) = &self.containers[index].instance else {
@@ -145,7 +145,7 @@ impl PodTask {
             .deadline()
             .unwrap_or_else(|| after(Instant::now(), self.spec.grace_period));
         let timeout = deadline.saturating_duration_since(Instant::now());
-        self.run_hook(index, HookKind::PreStop, *handler, timeout);
+        self.run_hook(index, HookKind::PreStop, handler, timeout);
         self.container_event(
             index,
             EventType::Normal,

@@ -60,8 +60,11 @@ async fn containers_that_end_start_on_baseline_code_and_long_lived_ones_wait_for
     );
 
     // In one pod: the init container on baseline code, the sidecar and the regular container
-    // after it on the optimized code (the same module, already loaded).
-    let node = uncached();
+    // after it on the optimized code (the same module, already loaded), which they wait for:
+    // the optimizing compile writes its artefact to the compile cache before it hands over the
+    // image, so a node with a cache of its own has the artefact there once `main` runs.
+    let cache = tempfile::tempdir().unwrap();
+    let node = TestNode::with(|o| o.cache_dir(Some(cache.path().join("cache"))));
     let pod = PodYaml::new("both")
         .init(r#"{ name: init, image: "{p1}", args: [print, ready] }"#)
         .init(r#"{ name: side, image: "{p1}", args: [sleep, "600000"], restartPolicy: Always }"#)
@@ -85,6 +88,11 @@ async fn containers_that_end_start_on_baseline_code_and_long_lived_ones_wait_for
         assert!(start.elapsed() < RUNNING_LIMIT, "main never ran");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+    let optimized = std::fs::read_dir(cache.path().join("cache"))
+        .unwrap()
+        .flatten()
+        .any(|f| f.path().extension().is_some_and(|e| e == "cwasm"));
+    assert!(optimized, "main ran before the optimized code was compiled");
     for pod in [&server, &pod] {
         pod.delete(None);
     }
