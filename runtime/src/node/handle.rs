@@ -5,13 +5,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::PodStatus;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::oneshot;
 
 use super::{ContainerError, Error, ExecError};
 use crate::container::{ContainerStdin, ContainerUsage, ExecOutput, PodMeters};
 use crate::events::{EventStream, Journal};
 use crate::output::{LogBook, LogOptions, Logs};
-use crate::supervisor::{Mailbox, Msg, Snapshot};
+use crate::supervisor::{Board, Mailbox, Msg};
 
 pub(super) struct PodShared {
     /// `delete` was called.
@@ -24,7 +24,7 @@ pub(super) struct PodShared {
     pub(super) log_dir: PathBuf,
     pub(super) tx: Mailbox,
     pub(super) journal: Arc<Journal>,
-    pub(super) snapshot: watch::Receiver<Snapshot>,
+    pub(super) board: Arc<Board>,
     pub(super) logs: Arc<LogBook>,
     pub(super) meters: Arc<PodMeters>,
     pub(super) net: Arc<crate::network::PodNetwork>,
@@ -80,23 +80,22 @@ impl PodHandle {
 
     /// The pod's current status.
     pub fn status(&self) -> PodStatus {
-        self.inner.snapshot.borrow().status.clone()
+        self.inner.board.borrow().status.clone()
     }
 
     /// Waits until the pod has reached a terminal phase with every container stopped, and
     /// returns its status then.
     pub async fn wait(&self) -> PodStatus {
-        let mut rx = self.inner.snapshot.clone();
-        match rx.wait_for(|s| s.finished).await {
-            Ok(s) => s.status.clone(),
-            Err(_) => self.status(),
-        }
+        self.inner
+            .board
+            .wait_end(|s| s.finished, |s| s.status.clone())
+            .await
     }
 
     /// Waits until `check` holds for the pod's status, and returns that status. Returns the last
     /// status if the pod is deleted first.
     pub async fn wait_until(&self, mut check: impl FnMut(&PodStatus) -> bool) -> PodStatus {
-        let mut rx = self.inner.snapshot.clone();
+        let mut rx = self.inner.board.subscribe();
         match rx.wait_for(|s| s.deleted || check(&s.status)).await {
             Ok(s) => s.status.clone(),
             Err(_) => self.status(),
@@ -285,17 +284,16 @@ impl PodHandle {
     }
 
     pub(super) fn is_deleted(&self) -> bool {
-        self.inner.snapshot.borrow().deleted
+        self.inner.board.borrow().deleted
     }
 
     pub(super) fn is_finished(&self) -> bool {
-        self.inner.snapshot.borrow().finished
+        self.inner.board.borrow().finished
     }
 
     /// Waits until the pod is deleted.
     pub async fn deleted(&self) {
-        let mut rx = self.inner.snapshot.clone();
-        let _ = rx.wait_for(|s| s.deleted).await;
+        self.inner.board.wait_end(|s| s.deleted, |_| ()).await;
     }
 
     /// A container's log, as `kubectl logs` gives it: the lines of its current (or last)

@@ -419,7 +419,7 @@ impl Node {
                 log_dir,
                 tx: channels.tx,
                 journal: channels.journal,
-                snapshot: channels.snapshot,
+                board: channels.board,
                 logs: channels.logs,
                 meters: channels.meters,
                 net: net_handle,

@@ -7,6 +7,7 @@
 //! period runs out): an idle pod costs nothing.
 
 mod backoff;
+mod board;
 mod container;
 mod error;
 mod messages;
@@ -25,12 +26,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1 as k8s;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 pub(crate) use crate::events::Phase;
 pub use backoff::BackoffOptions;
+pub(crate) use board::{Board, Snapshot};
 use container::{Container, Instance, Waiting};
 pub use error::ContainerError;
 pub(crate) use messages::{Mailbox, Msg};
@@ -86,16 +87,6 @@ impl NodeContext {
             _ => &self.engine,
         }
     }
-}
-
-/// What the supervisor publishes about its pod.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Snapshot {
-    pub status: k8s::PodStatus,
-    /// Every container has stopped for good and the phase is terminal.
-    pub finished: bool,
-    /// The pod is gone (its last event, `Deleted`, was recorded).
-    pub deleted: bool,
 }
 
 /// A pod's own limits (`spec.resources.limits`), shared by its containers' instances.
@@ -154,7 +145,7 @@ pub(crate) struct PodTask {
     rx: mpsc::UnboundedReceiver<Box<Msg>>,
     tx: Mailbox,
     journal: Arc<Journal>,
-    snapshot: watch::Sender<Snapshot>,
+    board: Arc<Board>,
     output: PodOutput,
     volumes: PodVolumes,
     /// When size-limited volumes are measured next (none without a `sizeLimit`).
@@ -221,7 +212,7 @@ impl Stage {
 pub(crate) struct PodChannels {
     pub tx: Mailbox,
     pub journal: Arc<Journal>,
-    pub snapshot: watch::Receiver<Snapshot>,
+    pub board: Arc<Board>,
     pub logs: Arc<LogBook>,
     pub meters: Arc<PodMeters>,
 }
@@ -231,12 +222,7 @@ pub(crate) struct PodChannels {
 impl Drop for PodTask {
     fn drop(&mut self) {
         self.journal.close();
-        self.snapshot.send_if_modified(|s| {
-            let changed = !(s.finished && s.deleted);
-            s.finished = true;
-            s.deleted = true;
-            changed
-        });
+        self.board.close();
     }
 }
 
@@ -298,7 +284,7 @@ impl PodTask {
             .collect();
         let (tx, rx) = Mailbox::new();
         let journal = Arc::new(Journal::default());
-        let (snapshot, snapshot_rx) = watch::channel(Snapshot::default());
+        let board = Arc::new(Board::default());
         let names = containers.iter().map(|c| c.name.clone()).collect();
         let output = PodOutput::start(paths.log_dir.clone(), names, tap, node.log_limits);
         // A resumed container's lost instance wrote all it will: its log is complete.
@@ -324,7 +310,7 @@ impl PodTask {
             rx,
             tx: tx.clone(),
             journal: journal.clone(),
-            snapshot,
+            board: board.clone(),
             output,
             volume_check: limited.then(Instant::now),
             volumes,
@@ -346,7 +332,7 @@ impl PodTask {
         let channels = PodChannels {
             tx,
             journal,
-            snapshot: snapshot_rx,
+            board,
             logs: task.output.book(),
             meters: task.meters.clone(),
         };

@@ -169,7 +169,7 @@ impl PodTask {
             message: self.failure.as_ref().map(|f| f.1.clone()),
             ..Default::default()
         };
-        self.snapshot.send_replace(Snapshot {
+        self.board.publish(Snapshot {
             status,
             finished,
             deleted,
