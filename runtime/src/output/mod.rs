@@ -174,7 +174,7 @@ impl PodOutput {
     /// Marks the end of the output of an instance that is gone already (a resumed pod's).
     pub(crate) fn ended(&self, container: &Arc<str>, instance: i32) {
         let tx = self.tx.clone();
-        let chunk = marker(container.clone(), instance, true, None);
+        let chunk = marker(container.clone(), instance, None);
         // The channel may be full of a flood's lines: never block the supervisor.
         if let Err(mpsc::error::TrySendError::Full(chunk)) = tx.try_send(chunk) {
             tokio::spawn(async move { tx.send(chunk).await });
@@ -182,7 +182,7 @@ impl PodOutput {
     }
 
     /// The output of a new instance of `container`: its stdout and stderr, and the marker of its
-    /// end. The writer makes the instance's log file now, while the instance starts.
+    /// end. The writer makes the instance's log file with its first line, or at its end.
     pub(crate) fn instance(
         &self,
         container: &Arc<str>,
@@ -194,10 +194,6 @@ impl PodOutput {
             stream,
             tx: self.tx.clone(),
         };
-        // When the channel is full the file is made with the first line instead.
-        let _ = self
-            .tx
-            .try_send(marker(container.clone(), instance, false, None));
         let end = LogEnd {
             container: container.clone(),
             instance,
@@ -223,7 +219,7 @@ impl LogEnd {
     /// log file (at most [`WRITE_PATIENCE`]).
     pub(crate) async fn close(self) {
         let (written, done) = tokio::sync::oneshot::channel();
-        let chunk = marker(self.container.clone(), self.instance, true, Some(written));
+        let chunk = marker(self.container.clone(), self.instance, Some(written));
         let flushed = async {
             if self.tx.send(chunk).await.is_ok() {
                 let _ = done.await;
@@ -256,11 +252,10 @@ pub(super) struct Chunk {
     pub(super) written: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
-/// A chunk without lines: an instance's start (its file is made) or its `end`.
+/// A chunk without lines: an instance's end.
 fn marker(
     container: Arc<str>,
     instance: i32,
-    end: bool,
     written: Option<tokio::sync::oneshot::Sender<()>>,
 ) -> Box<Chunk> {
     Box::new(Chunk {
@@ -270,7 +265,7 @@ fn marker(
         time: jiff::Timestamp::now(),
         lines: Vec::new(),
         flushed: false,
-        end,
+        end: true,
         written,
     })
 }

@@ -28,8 +28,6 @@ pub(super) async fn write_logs(
         tracing::warn!(dir = %dir.display(), "cannot make the pod's log directory: {e}");
     }
     let mut files: HashMap<Arc<str>, LogFile> = HashMap::new();
-    // The instance whose log each container's was made last (empty): its size is known.
-    let mut made: HashMap<Arc<str>, i32> = HashMap::new();
     let mut dropped_for_tap = 0u64;
     let mut held = Held::default();
     let mut open = true;
@@ -57,27 +55,30 @@ pub(super) async fn write_logs(
         let mut acks = Vec::new();
         for chunk in &mut batch {
             acks.extend(chunk.written.take());
+            let current = files
+                .get(&chunk.container)
+                .is_some_and(|f| f.instance == chunk.instance);
             if chunk.end {
+                // An instance that wrote nothing has its (empty) log made now.
+                if !current {
+                    LogFile::open(&dir, &chunk.container, chunk.instance).flush();
+                }
                 ended.push((chunk.container.clone(), chunk.instance));
                 continue;
             }
-            let file = match files.get_mut(&chunk.container) {
-                Some(f) if f.instance == chunk.instance => f,
-                // A new instance's file is made now and kept track of from its first line on:
-                // a quiet container costs the writer nothing.
-                _ if chunk.lines.is_empty() => {
-                    LogFile::create(&dir, &chunk.container, chunk.instance);
-                    made.insert(chunk.container.clone(), chunk.instance);
-                    continue;
-                }
-                _ => {
-                    let empty = made.remove(&chunk.container) == Some(chunk.instance);
-                    let file = LogFile::open(&dir, &chunk.container, chunk.instance, empty);
-                    files
-                        .entry(chunk.container.clone())
-                        .insert_entry(file)
-                        .into_mut()
-                }
+            if chunk.lines.is_empty() {
+                continue;
+            }
+            // A new instance's file is made with its first line (a quiet container costs the
+            // writer nothing until it ends).
+            let file = if current {
+                files.get_mut(&chunk.container).expect("just found")
+            } else {
+                let file = LogFile::open(&dir, &chunk.container, chunk.instance);
+                files
+                    .entry(chunk.container.clone())
+                    .insert_entry(file)
+                    .into_mut()
             };
             let time = chunk.time.strftime("%Y-%m-%dT%H:%M:%S%.9fZ").to_string();
             for (partial, line) in &chunk.lines {
@@ -170,47 +171,25 @@ struct LogFile {
     path: PathBuf,
     /// Records not written yet: the writer writes them once a batch.
     pending: Vec<u8>,
-    /// Bytes in the current file.
+    /// Bytes in the current file (once it was opened; before, those of the pending records).
     size: u64,
+    /// The file was opened (else the next flush makes it, empty or not, and learns its size).
+    made: bool,
 }
 
 impl LogFile {
-    /// Makes the log of a new `instance` (and its directory, if missing), and removes the logs
-    /// of instances before the previous one.
-    fn create(dir: &std::path::Path, container: &str, instance: i32) {
+    /// The log of `instance`, to append to: opened (made, with its directory if that was
+    /// removed) when its first records are written, after the logs of instances before the
+    /// previous one are removed.
+    fn open(dir: &std::path::Path, container: &str, instance: i32) -> LogFile {
         let path = log_file(dir, container, instance);
-        let parent = path.parent().unwrap_or(dir);
-        // The writer made the directory at the pod's start; it is made again only if it was
-        // removed since.
-        let made = append(&path).or_else(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => {
-                std::fs::create_dir_all(parent).and_then(|()| append(&path))
-            }
-            _ => Err(e),
-        });
-        if let Err(e) = made {
-            tracing::warn!(file = %path.display(), "cannot make the container log: {e}");
-        }
-        remove_old_instances(parent, instance);
-    }
-
-    /// The log of `instance`, to append to: made when it does not exist yet (its instance's
-    /// creation could not ask for it). `empty`: the writer made it and wrote nothing to it yet.
-    fn open(dir: &std::path::Path, container: &str, instance: i32, empty: bool) -> LogFile {
-        let path = log_file(dir, container, instance);
-        let size = if empty {
-            0
-        } else if let Ok(meta) = std::fs::metadata(&path) {
-            meta.len()
-        } else {
-            LogFile::create(dir, container, instance);
-            0
-        };
+        remove_old_instances(path.parent().unwrap_or(dir), instance);
         LogFile {
             instance,
             path,
             pending: Vec::new(),
-            size,
+            size: 0,
+            made: false,
         }
     }
 
@@ -225,14 +204,35 @@ impl LogFile {
         self.size = self.size.saturating_add(len);
     }
 
-    /// Writes the pending records to the file, and lets their buffer go.
+    /// Writes the pending records to the file (made, with its directory, if missing), and lets
+    /// their buffer go.
     fn flush(&mut self) {
-        if self.pending.is_empty() {
+        if self.pending.is_empty() && self.made {
             return;
         }
         let pending = std::mem::take(&mut self.pending);
-        if let Err(e) = append(&self.path).and_then(|mut f| f.write_all(&pending)) {
-            tracing::warn!(file = %self.path.display(), "cannot write the container log: {e}");
+        let parent = self.path.parent().unwrap_or(&self.path);
+        let written = append(&self.path)
+            .or_else(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => {
+                    std::fs::create_dir_all(parent).and_then(|()| append(&self.path))
+                }
+                _ => Err(e),
+            })
+            .and_then(|mut f| {
+                if !self.made {
+                    // What the file held already: nothing for a new instance's; what an earlier
+                    // run of the node wrote for a resumed pod's (its first batch may take the
+                    // file past the size limit before the next record rotates it).
+                    self.size = self.size.saturating_add(f.metadata()?.len());
+                }
+                f.write_all(&pending)
+            });
+        match written {
+            Ok(()) => self.made = true,
+            Err(e) => {
+                tracing::warn!(file = %self.path.display(), "cannot write the container log: {e}");
+            }
         }
     }
 

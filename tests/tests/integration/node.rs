@@ -273,3 +273,69 @@ async fn logs_are_read_and_followed() {
     assert_eq!(previous, [(Stdout, "count 1".to_owned())]);
     restarts.delete(None);
 }
+
+/// A container that writes nothing: its log reads empty, not as an error, while it runs and
+/// after it ends, when its file is at the kubelet's path (`<namespace>_<pod>_<uid>/<container>/
+/// <restart count>.log`), empty. One that keeps restarting keeps the files of its previous and
+/// current instances only, as one that writes does.
+#[tokio::test]
+async fn a_quiet_container_has_an_empty_log() {
+    use wasmpod::LogOptions;
+
+    let node = TestNode::new();
+    let quiet = node.start(&pod("quiet", r#"[sleep, "200"]"#)).await;
+    running(&quiet, &["c"]).await;
+    assert!(
+        read_all(quiet.logs("c", LogOptions::default()).unwrap())
+            .await
+            .is_empty()
+    );
+    let followed = quiet.logs("c", LogOptions::default().follow()).unwrap();
+    assert!(read_all(followed).await.is_empty());
+    let s = tokio::time::timeout(LIMIT, quiet.wait()).await.unwrap();
+    assert_eq!(wasmpod_tests::terminated(&s, "c").exit_code, 0);
+    let dir = node
+        .dir
+        .path()
+        .join(format!("state/logs/default_quiet_{}/c", quiet.uid()));
+    assert_eq!(std::fs::read(dir.join("0.log")).unwrap(), b"");
+    quiet.delete(None);
+
+    let again = node
+        .start(
+            &pod("again", r#"[exit, "0"]"#)
+                .replace("restartPolicy: Never", "restartPolicy: Always"),
+        )
+        .await;
+    let dir = node
+        .dir
+        .path()
+        .join(format!("state/logs/default_again_{}/c", again.uid()));
+    let restarted = |n: i32| {
+        move |s: &wasmpod::k8s_openapi::api::core::v1::PodStatus| {
+            s.container_statuses
+                .iter()
+                .flatten()
+                .any(|c| c.restart_count >= n)
+        }
+    };
+    let mut files: Vec<String> = Vec::new();
+    for n in 1..=3 {
+        tokio::time::timeout(LIMIT, again.wait_until(restarted(n)))
+            .await
+            .unwrap();
+        files = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!((1..=2).contains(&files.len()), "{files:?}");
+        for f in &files {
+            assert_eq!(std::fs::read(dir.join(f)).unwrap(), b"", "{f}");
+        }
+    }
+    // Three restarts: instance 0's log is gone.
+    assert!(!files.contains(&"0.log".to_owned()), "{files:?}");
+    let previous = again.logs("c", LogOptions::default().previous()).unwrap();
+    assert!(read_all(previous).await.is_empty());
+    again.delete(None);
+}
