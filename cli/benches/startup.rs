@@ -72,16 +72,19 @@ fn main() {
         tokio::runtime::Runtime::new().unwrap()
     };
 
-    // `BENCH_CASE=in-process N`: only N in-process pods and their p50/p99 (for a profiler, or
-    // builds compared run after run; with `BENCH_RT=current`, on one thread).
+    // `BENCH_CASE=in-process N`: only N in-process pods and the bare run, their p50/p99 and
+    // ratio (for a profiler, or builds compared run after run; with `BENCH_RT=current`, on one
+    // thread).
     if let Ok(case) = std::env::var("BENCH_CASE")
         && let Some(n) = case.strip_prefix("in-process ")
     {
         let (started, finished) =
             runtime.block_on(in_process(tmp.path(), &yaml, n.parse().unwrap()));
+        let bare = runtime.block_on(bare_wasmtime(300));
         for (name, s) in [
             ("create -> Started", &started),
             ("create -> exited", &finished),
+            ("bare", &bare),
         ] {
             println!(
                 "{name:<20} p50 {:>10?} p99 {:>10?}",
@@ -89,6 +92,8 @@ fn main() {
                 s.pct(0.99)
             );
         }
+        let ratio = finished.pct(0.5).as_secs_f64() / bare.pct(0.5).as_secs_f64();
+        println!("create -> exited / bare (p50): {ratio:.2}");
         return;
     }
     // First, while this process is small (see `run_timed`).
@@ -250,15 +255,18 @@ async fn in_process(dir: &Path, yaml: &str, n: usize) -> (Stats, Stats) {
     .unwrap();
     let spec = PodSpec::from_yaml(yaml, dir).unwrap();
     let (mut started, mut finished) = (Vec::new(), Vec::new());
-    for i in 0..n + 10 {
+    for i in 0..n + 20 {
         if i == 10 {
-            // The node has run the image before: its optimized code is compiled, and its twin
-            // in the instance pool (made 50 ms after a pod of it ended) is there.
+            // The first pods ran on the module's baseline code; the optimized code replaces it.
             node.optimized().await;
+        }
+        if i == 20 {
+            // Pods of the optimized image have run: its twin in the instance pool (made 50 ms
+            // after a pod of the image ended) is there, as on a node that runs the image often.
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         let run = run_pod(&node, &spec).await;
-        if i >= 10 {
+        if i >= 20 {
             started.push(run.started);
             finished.push(run.exited);
         }
