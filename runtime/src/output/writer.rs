@@ -71,14 +71,12 @@ pub(super) async fn write_logs(
             }
             // A new instance's file is made with its first line (a quiet container costs the
             // writer nothing until it ends).
-            let file = if current {
-                files.get_mut(&chunk.container).expect("just found")
-            } else {
-                let file = LogFile::open(&dir, &chunk.container, chunk.instance);
-                files
+            let file = match files.get_mut(&chunk.container) {
+                Some(file) if current => file,
+                _ => files
                     .entry(chunk.container.clone())
-                    .insert_entry(file)
-                    .into_mut()
+                    .insert_entry(LogFile::open(&dir, &chunk.container, chunk.instance))
+                    .into_mut(),
             };
             let time = chunk.time.strftime("%Y-%m-%dT%H:%M:%S%.9fZ").to_string();
             for (partial, line) in &chunk.lines {
