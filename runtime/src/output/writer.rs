@@ -55,12 +55,12 @@ pub(super) async fn write_logs(
         let mut acks = Vec::new();
         for chunk in &mut batch {
             acks.extend(chunk.written.take());
-            let current = files
-                .get(&chunk.container)
-                .is_some_and(|f| f.instance == chunk.instance);
             if chunk.end {
                 // An instance that wrote nothing has its (empty) log made now.
-                if !current {
+                if files
+                    .get(&chunk.container)
+                    .is_none_or(|f| f.instance != chunk.instance)
+                {
                     LogFile::open(&dir, &chunk.container, chunk.instance).flush();
                 }
                 ended.push((chunk.container.clone(), chunk.instance));
@@ -72,7 +72,7 @@ pub(super) async fn write_logs(
             // A new instance's file is made with its first line (a quiet container costs the
             // writer nothing until it ends).
             let file = match files.get_mut(&chunk.container) {
-                Some(file) if current => file,
+                Some(file) if file.instance == chunk.instance => file,
                 _ => files
                     .entry(chunk.container.clone())
                     .insert_entry(LogFile::open(&dir, &chunk.container, chunk.instance))

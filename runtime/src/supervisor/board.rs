@@ -95,19 +95,25 @@ impl Board {
 mod tests {
     use super::*;
 
-    /// The end wakes a waiter; a step before it does not end the wait.
+    /// The end wakes a waiter; a step before it neither ends the wait nor wakes it.
     #[tokio::test]
     async fn a_waiter_sees_the_end_and_not_before() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+
         let board = std::sync::Arc::new(Board::default());
+        let checks = std::sync::Arc::new(AtomicUsize::new(0));
         let waiter = tokio::spawn({
-            let board = board.clone();
+            let (board, checks) = (board.clone(), checks.clone());
             async move {
-                board
-                    .wait_end(|s| s.finished, |s| s.status.phase.clone())
-                    .await
+                let done = |s: &Snapshot| {
+                    checks.fetch_add(1, Ordering::Relaxed);
+                    s.finished
+                };
+                board.wait_end(done, |s| s.status.phase.clone()).await
             }
         });
         tokio::task::yield_now().await;
+        assert_eq!(checks.load(Ordering::Relaxed), 1);
         board.publish(Snapshot {
             status: k8s::PodStatus {
                 phase: Some("Running".into()),
@@ -117,6 +123,8 @@ mod tests {
         });
         tokio::task::yield_now().await;
         assert!(!waiter.is_finished());
+        // Not woken: the status was checked once, before the step.
+        assert_eq!(checks.load(Ordering::Relaxed), 1);
         board.publish(Snapshot {
             status: k8s::PodStatus {
                 phase: Some("Succeeded".into()),
@@ -126,6 +134,7 @@ mod tests {
             deleted: false,
         });
         assert_eq!(waiter.await.unwrap().as_deref(), Some("Succeeded"));
+        assert_eq!(checks.load(Ordering::Relaxed), 2);
         // A waiter that comes after the end returns at once; closing again changes nothing.
         board.close();
         assert!(board.wait_end(|s| s.deleted, |s| s.finished).await);
