@@ -62,9 +62,16 @@ fn main() {
     let pod_file = tmp.path().join("pod.yaml");
     std::fs::write(&pod_file, &yaml).unwrap();
     // `BENCH_RT=current`: the node on one thread, every hand-off between its tasks a call on
-    // that thread: what a pod's own work costs, without waking other threads.
+    // that thread: what a pod's own work costs, without waking other threads. `BENCH_WORKERS=N`:
+    // N workers (the default is one a core), the caller on a thread of its own either way.
     let runtime = if std::env::var("BENCH_RT").as_deref() == Ok("current") {
         tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    } else if let Ok(n) = std::env::var("BENCH_WORKERS") {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(n.parse().unwrap())
             .enable_all()
             .build()
             .unwrap()
@@ -81,10 +88,12 @@ fn main() {
         let (started, finished) =
             runtime.block_on(in_process(tmp.path(), &yaml, n.parse().unwrap()));
         let bare = runtime.block_on(bare_wasmtime(300));
+        let on_worker = runtime.block_on(bare_on_worker(300));
         for (name, s) in [
             ("create -> Started", &started),
             ("create -> exited", &finished),
             ("bare", &bare),
+            ("bare on a worker", &on_worker),
         ] {
             println!(
                 "{name:<20} p50 {:>10?} p99 {:>10?}",
@@ -100,6 +109,7 @@ fn main() {
     let whole = whole_process(tmp.path(), &pod_file);
     let (started, finished) = runtime.block_on(in_process(tmp.path(), &yaml, 300));
     let bare = runtime.block_on(bare_wasmtime(300));
+    let on_worker = runtime.block_on(bare_on_worker(300));
     let new_tiered = runtime.block_on(new_module(tmp.path(), &yaml, true));
     let new_untiered = runtime.block_on(new_module(tmp.path(), &yaml, false));
     let (baseline, optimized) = runtime.block_on(steady_state(tmp.path()));
@@ -110,6 +120,7 @@ fn main() {
         "pod_create_to_started": started.json(),
         "pod_create_to_exit": finished.json(),
         "bare_wasmtime_instantiate_and_run": bare.json(),
+        "bare_wasmtime_on_a_worker": on_worker.json(),
         "new_module_create_to_started": new_tiered.json(),
         "new_module_create_to_started_untiered": new_untiered.json(),
         "churn_on_baseline_code": baseline.json(),
@@ -129,6 +140,7 @@ fn main() {
         ("pod create -> Started (in process)", &started),
         ("pod create -> exited (in process)", &finished),
         ("bare wasmtime instantiate + run", &bare),
+        ("  the same on a worker", &on_worker),
         ("a new module: create -> Started", &new_tiered),
         ("  untiered", &new_untiered),
         ("churn 2000: Started -> exited, baseline", &baseline),
@@ -320,6 +332,16 @@ struct Bare {
 /// The least a wasmtime embedding does to run the module: pre-linked `InstancePre`, a WASI
 /// context with argv and captured stdout, instantiate, call `_start`.
 async fn bare_wasmtime(n: usize) -> Stats {
+    bare_runs(n, false).await
+}
+
+/// The bare run handed to the runtime's workers and awaited, as a node's pod is: what waking a
+/// worker and being woken by it add to the same work.
+async fn bare_on_worker(n: usize) -> Stats {
+    bare_runs(n, true).await
+}
+
+async fn bare_runs(n: usize, spawned: bool) -> Stats {
     let mut config = wasmtime::Config::new();
     config.epoch_interruption(true);
     let engine = wasmtime::Engine::new(&config).unwrap();
@@ -327,27 +349,47 @@ async fn bare_wasmtime(n: usize) -> Stats {
     let mut linker = wasmtime::Linker::<Bare>::new(&engine);
     wasmtime_wasi::p1::add_to_linker_async(&mut linker, |s| &mut s.wasi).unwrap();
     let pre = linker.instantiate_pre(&module).unwrap();
+    let pre = std::sync::Arc::new(pre);
     let mut samples = Vec::new();
     for i in 0..n + 10 {
         let t0 = Instant::now();
-        let stdout = wasmtime_wasi::p2::pipe::MemoryOutputPipe::new(4096);
-        let wasi = wasmtime_wasi::WasiCtxBuilder::new()
-            .args(&["hello", "print", "hello"])
-            .stdout(stdout.clone())
-            .build_p1();
-        let mut store = wasmtime::Store::new(&engine, Bare { wasi });
-        store.set_epoch_deadline(u64::MAX / 2);
-        let instance = pre.instantiate_async(&mut store).await.unwrap();
-        let start = instance
-            .get_typed_func::<(), ()>(&mut store, "_start")
-            .unwrap();
-        start.call_async(&mut store, ()).await.unwrap();
+        let run = bare_one(engine.clone(), pre.clone());
+        let (stdout, store) = if spawned {
+            tokio::spawn(run).await.unwrap()
+        } else {
+            run.await
+        };
         if i >= 10 {
             samples.push(t0.elapsed());
         }
+        drop(store);
         assert_eq!(&stdout.contents()[..], b"hello\n");
     }
     Stats::new(samples)
+}
+
+/// One bare run; its store is returned, for the caller to drop after the time is taken (as the
+/// bare run has always been timed: instantiate and run, not the instance's teardown).
+async fn bare_one(
+    engine: wasmtime::Engine,
+    pre: std::sync::Arc<wasmtime::InstancePre<Bare>>,
+) -> (
+    wasmtime_wasi::p2::pipe::MemoryOutputPipe,
+    wasmtime::Store<Bare>,
+) {
+    let stdout = wasmtime_wasi::p2::pipe::MemoryOutputPipe::new(4096);
+    let wasi = wasmtime_wasi::WasiCtxBuilder::new()
+        .args(&["hello", "print", "hello"])
+        .stdout(stdout.clone())
+        .build_p1();
+    let mut store = wasmtime::Store::new(&engine, Bare { wasi });
+    store.set_epoch_deadline(u64::MAX / 2);
+    let instance = pre.instantiate_async(&mut store).await.unwrap();
+    let start = instance
+        .get_typed_func::<(), ()>(&mut store, "_start")
+        .unwrap();
+    start.call_async(&mut store, ()).await.unwrap();
+    (stdout, store)
 }
 
 /// `wasmpod run` as a process, cold (empty compile cache) and warm, and `wasmtime run` of the
