@@ -11,6 +11,8 @@
 # - docker-registry and skopeo: the image tests run a real registry and copy images with skopeo;
 # - curl: the agent's tests call its API as a plain HTTP client too;
 # - systemd-analyze: the agent's unit file is verified with it;
+# - systemd-nspawn: the shim's installer is tested on this machine's Debian booted in a container
+#   (systemd its PID 1, containerd a systemd service);
 # - the official Kubernetes clients the agent's tests drive as a user's program would: Python's
 #   in a venv at $WASMPOD_TEST_VENV (default ~/.cache/wasmpod-test-venv), JavaScript's with Node
 #   and npm under $WASMPOD_TEST_NODE (default ~/.cache/wasmpod-test-node).
@@ -31,6 +33,7 @@ declare -A needed=(
     [skopeo]=skopeo
     [curl]=curl
     [systemd-analyze]=systemd
+    [systemd-nspawn]=systemd-container
     [python3]=python3
     [node]=nodejs
     [npm]=npm

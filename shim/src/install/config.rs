@@ -26,6 +26,14 @@ const END: &str = "# END wasmpod";
 const COMMENT: &str =
     "\n# wasmpod: added by `containerd-shim-wasmpod-v1 install`, removed by its `uninstall`.\n";
 
+/// The comment above the default runtime's table when the installer writes it out (see
+/// [`add`]).
+const RUNC_COMMENT: &str = "\n# wasmpod: containerd 1.x takes a config's runtimes as the whole list, so its default \
+runtime is written out beside `wasmpod`; removed by `containerd-shim-wasmpod-v1 uninstall`.\n";
+
+/// containerd's default runtime when a config names none, and the type containerd gives it.
+const RUNC: (&str, &str) = ("runc", "io.containerd.runc.v2");
+
 /// A containerd config version the installer edits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Version {
@@ -139,7 +147,9 @@ pub(crate) fn read(text: &str) -> Result<Found, ConfigError> {
     })
 }
 
-/// The config with the runtime in it; `None` when it is there already as `runtime` says.
+/// The config with the runtime in it; `None` when it is there already as `runtime` says. A
+/// version 2 config that leaves runc, the default runtime, to containerd's defaults gets runc's
+/// table written out too (containerd 1.x would otherwise lose it).
 pub(crate) fn add(text: &str, runtime: &Runtime) -> Result<Option<String>, ConfigError> {
     let mut doc = parse(text)?;
     let version = Version::read(&doc)?;
@@ -154,14 +164,25 @@ pub(crate) fn add(text: &str, runtime: &Runtime) -> Result<Option<String>, Confi
             return Ok(None);
         }
     }
+    let default = default_runtime(&doc, version)?;
     let runtimes = tables(&mut doc, &version.runtimes())?;
+    // containerd 1.x decodes a config's runtimes table into a new map, in place of its defaults:
+    // a config that relied on the built-in runc (Debian's package's, an empty one) would lose
+    // it, and the CRI plugin would refuse to load. containerd 2.x merges, and is given the same.
+    if version == Version::V2 && default == RUNC.0 && !runtimes.contains_key(RUNC.0) {
+        let mut runc = Table::new();
+        runc.insert("runtime_type", toml_edit::value(RUNC.1));
+        runc.decor_mut().set_prefix(RUNC_COMMENT);
+        runtimes.insert(RUNC.0, Item::Table(runc));
+    }
     let mut table = runtime_table(runtime);
     table.decor_mut().set_prefix(COMMENT);
     runtimes.insert(HANDLER, Item::Table(table));
     Ok(Some(doc.to_string()))
 }
 
-/// The config without the runtime; `None` when it is not there.
+/// The config without the runtime (and without the default runtime's table [`add`] wrote out);
+/// `None` when it is not there.
 pub(crate) fn remove(text: &str) -> Result<Option<String>, ConfigError> {
     let mut doc = parse(text)?;
     let version = Version::read(&doc)?;
@@ -169,7 +190,15 @@ pub(crate) fn remove(text: &str) -> Result<Option<String>, ConfigError> {
         None => Ok(None),
         Some(existing) if foreign(existing).is_some() => Ok(None),
         Some(_) => {
-            tables(&mut doc, &version.runtimes())?.remove(HANDLER);
+            let runtimes = tables(&mut doc, &version.runtimes())?;
+            runtimes.remove(HANDLER);
+            let written_out = runtimes
+                .get(RUNC.0)
+                .and_then(Item::as_table)
+                .is_some_and(|t| t.decor().prefix().and_then(|p| p.as_str()) == Some(RUNC_COMMENT));
+            if written_out {
+                runtimes.remove(RUNC.0);
+            }
             Ok(Some(doc.to_string()))
         }
     }
@@ -298,14 +327,19 @@ fn foreign(table: &Table) -> Option<String> {
     })
 }
 
-/// Whether the config's default runtime (`runc` unless it names another) sets `SystemdCgroup`.
-fn systemd_cgroup(doc: &DocumentMut, version: Version) -> Result<bool, ConfigError> {
-    let path = version.runtimes();
-    let default = lookup(doc.as_table(), &path[..3])?
+/// The config's default runtime: `runc` unless it names another.
+fn default_runtime(doc: &DocumentMut, version: Version) -> Result<String, ConfigError> {
+    Ok(lookup(doc.as_table(), &version.runtimes()[..3])?
         .and_then(|containerd| containerd.get("default_runtime_name"))
         .and_then(Item::as_str)
-        .unwrap_or("runc")
-        .to_owned();
+        .unwrap_or(RUNC.0)
+        .to_owned())
+}
+
+/// Whether the config's default runtime sets `SystemdCgroup`.
+fn systemd_cgroup(doc: &DocumentMut, version: Version) -> Result<bool, ConfigError> {
+    let path = version.runtimes();
+    let default = default_runtime(doc, version)?;
     let options = lookup(doc.as_table(), &path)?
         .and_then(|runtimes| runtimes.get(&default))
         .and_then(Item::as_table)

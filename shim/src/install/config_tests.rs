@@ -147,6 +147,65 @@ fn the_systemd_cgroup_option_follows_the_default_runtime() {
     assert!(!read(V3).unwrap().systemd_cgroup);
 }
 
+/// The config Debian's containerd 1.6 package installs: the CRI plugin's CNI paths, nothing
+/// about runtimes (runc is containerd's default).
+const DEBIAN: &str = r#"version = 2
+
+[plugins]
+  [plugins."io.containerd.grpc.v1.cri"]
+    [plugins."io.containerd.grpc.v1.cri".cni]
+      bin_dir = "/usr/lib/cni"
+      conf_dir = "/etc/cni/net.d"
+  [plugins."io.containerd.internal.v1.opt"]
+    path = "/var/lib/containerd/opt"
+"#;
+
+#[test]
+fn a_version_2_config_that_leaves_runc_to_the_defaults_keeps_runc() {
+    // containerd 1.x reads a runtimes table as the whole list: with `wasmpod` alone in it, the
+    // CRI plugin fails to load ("no corresponding runtime configured in `containerd.runtimes`
+    // for `containerd` `default_runtime_name = "runc"`").
+    for (text, removed) in [(DEBIAN, DEBIAN), ("", "version = 2\n")] {
+        let patched = add(text, &shim()).unwrap().unwrap();
+        let doc: DocumentMut = patched.parse().unwrap();
+        let runtimes = &doc["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"];
+        assert_eq!(
+            runtimes["runc"]["runtime_type"].as_str(),
+            Some("io.containerd.runc.v2"),
+            "{patched}"
+        );
+        assert!(runtimes[HANDLER].is_table());
+        assert_eq!(
+            add(&patched, &shim()).unwrap(),
+            None,
+            "a second edit changes nothing"
+        );
+        // Uninstall takes out what install wrote, runc's table with it.
+        assert_eq!(remove(&patched).unwrap().as_deref(), Some(removed));
+    }
+    // A config that lists runc, or names another default, is given `wasmpod` alone; and a runc
+    // table the user wrote stays when the shim's goes.
+    for (text, plugin) in [
+        (V2, "io.containerd.grpc.v1.cri"),
+        (V3, "io.containerd.cri.v1.runtime"),
+        (V4, "io.containerd.cri.v1.runtime"),
+    ] {
+        let patched = add(text, &shim()).unwrap().unwrap();
+        assert!(!patched.contains("written out beside"), "{plugin}");
+        assert_eq!(remove(&patched).unwrap().as_deref(), Some(text));
+    }
+    let crun = DEBIAN.replace(
+        "[plugins.\"io.containerd.grpc.v1.cri\"]\n",
+        "[plugins.\"io.containerd.grpc.v1.cri\"]\n    [plugins.\"io.containerd.grpc.v1.cri\".containerd]\n      default_runtime_name = \"crun\"\n",
+    );
+    assert!(
+        !add(&crun, &shim())
+            .unwrap()
+            .unwrap()
+            .contains("runtimes.runc]")
+    );
+}
+
 #[test]
 fn an_empty_or_missing_config_gets_a_version_2_one() {
     let made = add("", &shim()).unwrap().unwrap();

@@ -142,6 +142,11 @@ fn install(o: &Options) -> anyhow::Result<()> {
     let cluster = o.cluster.connect(&o.host_root)?;
     let plan = cluster.as_ref().map(cluster::Cluster::plan).transpose()?;
 
+    // What a failed restart puts back.
+    let before = Before {
+        record: read_optional(&paths.record)?,
+        shim: host(&o.host_root, &shim).exists(),
+    };
     let installed = put_shim(&host(&o.host_root, &shim))?;
     match installed {
         true => say("shim", format!("{} installed", shim.display())),
@@ -213,7 +218,19 @@ fn install(o: &Options) -> anyhow::Result<()> {
             false
         }
     };
-    let listed = restart_and_wait(o, &node, containerd, changed, true)?;
+    let socket = socket(o, &node, containerd.as_ref());
+    let listed = match restart_and_wait(o, &node, containerd, changed, true) {
+        Ok(listed) => listed,
+        Err(e) if changed => {
+            let put_back = Edit {
+                paths: &paths,
+                text: current.as_deref(),
+                shim: &shim,
+            };
+            return Err(roll_back(o, &node, &socket, &put_back, &before, e));
+        }
+        Err(e) => return Err(e),
+    };
     match (cluster, plan) {
         (Some(cluster), Some(plan)) if listed => cluster.apply(plan),
         (Some(_), _) => {
@@ -229,6 +246,86 @@ fn install(o: &Options) -> anyhow::Result<()> {
         }
         _ => Ok(()),
     }
+}
+
+/// What was there before `install` wrote anything: its record of an earlier install, and
+/// whether the shim was.
+struct Before {
+    record: Option<String>,
+    shim: bool,
+}
+
+/// The config file `install` edited, and its text before (`None`: install made it).
+struct Edit<'a> {
+    paths: &'a Paths,
+    text: Option<&'a str>,
+    shim: &'a Path,
+}
+
+/// After containerd failed to come back with the edited config: the config, the install's
+/// record and the shim put back as they were, and containerd restarted on that config, so
+/// that a failed install leaves the node's CRI as it found it. Returns the error to report.
+fn roll_back(
+    o: &Options,
+    node: &Node,
+    socket: &Path,
+    edit: &Edit,
+    before: &Before,
+    error: anyhow::Error,
+) -> anyhow::Error {
+    let paths = edit.paths;
+    let remove = |path: &Path| match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(anyhow::Error::from(e)),
+        _ => Ok(()),
+    };
+    let put_back = match edit.text {
+        Some(text) => write_atomically(&paths.file, text.as_bytes(), &paths.file),
+        None => remove(&paths.file),
+    }
+    .and_then(|()| match &before.record {
+        Some(record) => write_atomically(&paths.record, record.as_bytes(), &paths.file),
+        None => remove(&paths.record).and_then(|()| remove(&paths.backup)),
+    });
+    if let Err(e) = put_back {
+        return error.context(format!(
+            "containerd did not come back with the runtime `{HANDLER}`, and {} could not be              put back as it was ({e:#})",
+            paths.file.display()
+        ));
+    }
+    say(
+        "config",
+        format!(
+            "{} put back as it was: containerd did not come back with the runtime `{HANDLER}`",
+            paths.file.display()
+        ),
+    );
+    if !before.shim && remove(&host(&o.host_root, edit.shim)).is_ok() {
+        say("shim", format!("{} removed", edit.shim.display()));
+    }
+    match Process::find(&node.config) {
+        None => say(
+            "containerd",
+            "not running: it reads the config as it was when it starts",
+        ),
+        Some(process) => {
+            let restarted = process.restart(&o.host_root, o.timeout).and_then(|()| {
+                containerd::wait_for_handler(socket, HANDLER, before.record.is_some(), o.timeout)
+            });
+            match restarted {
+                Ok(()) => say(
+                    "containerd",
+                    format!("restarted on the config as it was ({})", process.how()),
+                ),
+                Err(e) => say(
+                    "containerd",
+                    format!("not back after a second restart: {e:#}"),
+                ),
+            }
+        }
+    }
+    error.context(format!(
+        "install undone: containerd did not come back with the runtime `{HANDLER}`"
+    ))
 }
 
 fn uninstall(o: &Options) -> anyhow::Result<()> {
