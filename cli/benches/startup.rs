@@ -19,6 +19,10 @@ use serde_json::{Value, json};
 use wasmpod::{Node, NodeOptions, PodOptions, PodSpec, Reason};
 use wasmpod_tests::guests::AGNHOST_P1;
 
+#[path = "support/bare.rs"]
+mod bare;
+use bare::Embedding;
+
 const POD: &str = r#"
 apiVersion: v1
 kind: Pod
@@ -325,12 +329,9 @@ async fn new_module(dir: &Path, yaml: &str, tiered: bool) -> Stats {
     Stats::new(samples)
 }
 
-struct Bare {
-    wasi: wasmtime_wasi::p1::WasiP1Ctx,
-}
-
-/// The least a wasmtime embedding does to run the module: pre-linked `InstancePre`, a WASI
-/// context with argv and captured stdout, instantiate, call `_start`.
+/// The least a wasmtime embedding does to run the module (`support/bare.rs`), `n` times after
+/// ten warm-up runs, timed from its start to `_start`'s return: its instance's teardown is not
+/// timed (the store is dropped after).
 async fn bare_wasmtime(n: usize) -> Stats {
     bare_runs(n, false).await
 }
@@ -342,22 +343,14 @@ async fn bare_on_worker(n: usize) -> Stats {
 }
 
 async fn bare_runs(n: usize, spawned: bool) -> Stats {
-    let mut config = wasmtime::Config::new();
-    config.epoch_interruption(true);
-    let engine = wasmtime::Engine::new(&config).unwrap();
-    let module = wasmtime::Module::from_file(&engine, AGNHOST_P1).unwrap();
-    let mut linker = wasmtime::Linker::<Bare>::new(&engine);
-    wasmtime_wasi::p1::add_to_linker_async(&mut linker, |s| &mut s.wasi).unwrap();
-    let pre = linker.instantiate_pre(&module).unwrap();
-    let pre = std::sync::Arc::new(pre);
+    let bare = Embedding::new();
     let mut samples = Vec::new();
     for i in 0..n + 10 {
         let t0 = Instant::now();
-        let run = bare_one(engine.clone(), pre.clone());
         let (stdout, store) = if spawned {
-            tokio::spawn(run).await.unwrap()
+            tokio::spawn(bare.run()).await.unwrap()
         } else {
-            run.await
+            bare.run().await
         };
         if i >= 10 {
             samples.push(t0.elapsed());
@@ -366,30 +359,6 @@ async fn bare_runs(n: usize, spawned: bool) -> Stats {
         assert_eq!(&stdout.contents()[..], b"hello\n");
     }
     Stats::new(samples)
-}
-
-/// One bare run; its store is returned, for the caller to drop after the time is taken (as the
-/// bare run has always been timed: instantiate and run, not the instance's teardown).
-async fn bare_one(
-    engine: wasmtime::Engine,
-    pre: std::sync::Arc<wasmtime::InstancePre<Bare>>,
-) -> (
-    wasmtime_wasi::p2::pipe::MemoryOutputPipe,
-    wasmtime::Store<Bare>,
-) {
-    let stdout = wasmtime_wasi::p2::pipe::MemoryOutputPipe::new(4096);
-    let wasi = wasmtime_wasi::WasiCtxBuilder::new()
-        .args(&["hello", "print", "hello"])
-        .stdout(stdout.clone())
-        .build_p1();
-    let mut store = wasmtime::Store::new(&engine, Bare { wasi });
-    store.set_epoch_deadline(u64::MAX / 2);
-    let instance = pre.instantiate_async(&mut store).await.unwrap();
-    let start = instance
-        .get_typed_func::<(), ()>(&mut store, "_start")
-        .unwrap();
-    start.call_async(&mut store, ()).await.unwrap();
-    (stdout, store)
 }
 
 /// `wasmpod run` as a process, cold (empty compile cache) and warm, and `wasmtime run` of the

@@ -15,7 +15,10 @@ use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use wasmpod::{Node, NodeOptions, PodOptions, PodSpec};
-use wasmpod_tests::guests::AGNHOST_P1;
+
+#[path = "support/bare.rs"]
+mod bare;
+use bare::Embedding;
 
 fn spec(dir: &std::path::Path, args: &str, probe: bool) -> PodSpec {
     let probe = if probe {
@@ -42,10 +45,6 @@ spec:
 "#
     ));
     PodSpec::from_yaml(&yaml, dir).unwrap()
-}
-
-struct Bare {
-    wasi: wasmtime_wasi::p1::WasiP1Ctx,
 }
 
 fn benches(c: &mut Criterion) {
@@ -84,28 +83,9 @@ fn benches(c: &mut Criterion) {
         })
     });
 
-    let mut config = wasmtime::Config::new();
-    config.epoch_interruption(true);
-    let engine = wasmtime::Engine::new(&config).unwrap();
-    let module = wasmtime::Module::from_file(&engine, AGNHOST_P1).unwrap();
-    let mut linker = wasmtime::Linker::<Bare>::new(&engine);
-    wasmtime_wasi::p1::add_to_linker_async(&mut linker, |s| &mut s.wasi).unwrap();
-    let pre = linker.instantiate_pre(&module).unwrap();
+    let bare = Embedding::new();
     c.bench_function("bare/instantiate_and_run", |b| {
-        b.to_async(&runtime).iter(|| async {
-            let stdout = wasmtime_wasi::p2::pipe::MemoryOutputPipe::new(4096);
-            let wasi = wasmtime_wasi::WasiCtxBuilder::new()
-                .args(&["hello", "print", "hello"])
-                .stdout(stdout)
-                .build_p1();
-            let mut store = wasmtime::Store::new(&engine, Bare { wasi });
-            store.set_epoch_deadline(u64::MAX / 2);
-            let instance = pre.instantiate_async(&mut store).await.unwrap();
-            let start = instance
-                .get_typed_func::<(), ()>(&mut store, "_start")
-                .unwrap();
-            start.call_async(&mut store, ()).await.unwrap();
-        })
+        b.to_async(&runtime).iter(|| bare.run())
     });
 
     let probed = spec(dir.path(), r#"[sleep, "100000000"]"#, true);

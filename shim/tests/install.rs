@@ -97,17 +97,6 @@ fn installer(args: &[&str], config: &Path, bin: &Path) -> Output {
         .unwrap()
 }
 
-/// The output's lines, checked to have succeeded.
-fn said(out: &Output) -> String {
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
-}
-
 #[test]
 fn install_makes_a_stock_containerd_run_wasm_pods_and_uninstall_puts_it_back_byte_for_byte() {
     let mut node = Node::start_stock(SHIM);
@@ -133,7 +122,7 @@ fn install_makes_a_stock_containerd_run_wasm_pods_and_uninstall_puts_it_back_byt
 
     let pid = node.ctd.pid().unwrap();
     let begun = std::time::Instant::now();
-    let out = said(&installer(&install, &config, &bin));
+    let out = wasmpod_tests::succeeded(&installer(&install, &config, &bin));
     let took = begun.elapsed();
     eprintln!("{out}");
     let shim = bin.join("containerd-shim-wasmpod-v1");
@@ -203,7 +192,7 @@ fn install_makes_a_stock_containerd_run_wasm_pods_and_uninstall_puts_it_back_byt
     // Again: nothing changes, containerd is not restarted, the handler is still listed.
     let installed = std::fs::read(&config).unwrap();
     let pid = node.ctd.pid();
-    let again = said(&installer(&install, &config, &bin));
+    let again = wasmpod_tests::succeeded(&installer(&install, &config, &bin));
     for line in [
         "is up to date",
         "already has the runtime `wasmpod`",
@@ -218,7 +207,7 @@ fn install_makes_a_stock_containerd_run_wasm_pods_and_uninstall_puts_it_back_byt
     assert_eq!(node.ctd.pid(), pid);
     node.remove_pod(&id);
 
-    let out = said(&installer(&uninstall, &config, &bin));
+    let out = wasmpod_tests::succeeded(&installer(&uninstall, &config, &bin));
     for line in [
         "node: label wasmpod.dev/installed taken off edge-7",
         "runtimeclass: wasmpod kept for the other nodes",

@@ -7,7 +7,7 @@
 //! container runs it, `systemctl` then entering PID 1's) and once from the node's.
 
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const SHIM: &str = env!("CARGO_BIN_EXE_containerd-shim-wasmpod-v1");
@@ -163,17 +163,6 @@ impl Drop for Booted {
     }
 }
 
-/// The installer's output, checked to have succeeded.
-fn said(out: Output) -> String {
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
-}
-
 #[test]
 fn install_and_uninstall_restart_a_systemd_services_containerd_through_systemctl() {
     let node = Booted::boot();
@@ -183,8 +172,9 @@ fn install_and_uninstall_restart_a_systemd_services_containerd_through_systemctl
     assert!(node.cri_loaded(), "the stock containerd serves the CRI");
 
     // As the DaemonSet's container runs it: a mount namespace of its own.
-    let out = said(
-        node.inside()
+    let out = wasmpod_tests::succeeded(
+        &node
+            .inside()
             .args(["unshare", "--mount", "--propagation", "private"])
             .args([SHIM_INSIDE, "install", "--timeout", "60s"])
             .output()
@@ -213,8 +203,9 @@ fn install_and_uninstall_restart_a_systemd_services_containerd_through_systemctl
     assert!(node.cri_loaded(), "the CRI plugin loads the edited config");
 
     // From the node itself: its mount namespace is systemd's.
-    let out = said(
-        node.inside()
+    let out = wasmpod_tests::succeeded(
+        &node
+            .inside()
             .args([SHIM_INSIDE, "uninstall", "--timeout", "60s"])
             .output()
             .unwrap(),

@@ -414,6 +414,18 @@ pub fn cpu_time() -> Duration {
     Duration::from_millis(ticks * 10) // USER_HZ is 100 on Linux
 }
 
+/// What a command printed on its standard output, once it is checked to have succeeded (else
+/// a panic with both of its outputs).
+pub fn succeeded(out: &std::process::Output) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
 /// Writes a benchmark's results to `target/wasmpod-bench/<name>.json`.
 pub fn save_bench(name: &str, results: &serde_json::Value) {
     let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/wasmpod-bench");
