@@ -9,10 +9,11 @@
 //! follows within a moment ([`held`]), so a prompt shows at once and a line written in pieces
 //! stays one record.
 //!
-//! An instance's log file is made when the instance is created ([`PodOutput::instance`] asks the
-//! writer for it), so that making it runs beside the guest's start rather than after its first
-//! line; and an instance's end is reported only once everything it printed is written
-//! ([`LogEnd::close`]): when a pod ends, its output is in its log files.
+//! The pod's log directories are made as its writer starts, beside the guests' start; an
+//! instance's log file is made with its first line, or empty at its end (a node of many quiet
+//! pods holds no file for them while they run); and an instance's end is reported only once
+//! everything it printed is written ([`LogEnd::close`]): when a pod ends, its output is in its
+//! log files.
 
 mod held;
 mod reader;
