@@ -89,13 +89,15 @@ fn main() {
     if let Ok(case) = std::env::var("BENCH_CASE")
         && let Some(n) = case.strip_prefix("in-process ")
     {
-        let (started, finished) =
-            runtime.block_on(in_process(tmp.path(), &yaml, n.parse().unwrap()));
+        let n: usize = n.parse().unwrap();
+        let (started, finished) = runtime.block_on(in_process(tmp.path(), &yaml, n));
+        let (_, from_task) = from_a_task(&runtime, tmp.path(), &yaml, n);
         let bare = runtime.block_on(bare_wasmtime(300));
         let on_worker = runtime.block_on(bare_on_worker(300));
         for (name, s) in [
             ("create -> Started", &started),
             ("create -> exited", &finished),
+            ("  from a task", &from_task),
             ("bare", &bare),
             ("bare on a worker", &on_worker),
         ] {
@@ -112,6 +114,7 @@ fn main() {
     // First, while this process is small (see `run_timed`).
     let whole = whole_process(tmp.path(), &pod_file);
     let (started, finished) = runtime.block_on(in_process(tmp.path(), &yaml, 300));
+    let (_, from_task) = from_a_task(&runtime, tmp.path(), &yaml, 300);
     let bare = runtime.block_on(bare_wasmtime(300));
     let on_worker = runtime.block_on(bare_on_worker(300));
     let new_tiered = runtime.block_on(new_module(tmp.path(), &yaml, true));
@@ -123,6 +126,7 @@ fn main() {
     let mut results = json!({
         "pod_create_to_started": started.json(),
         "pod_create_to_exit": finished.json(),
+        "pod_create_to_exit_from_a_task": from_task.json(),
         "bare_wasmtime_instantiate_and_run": bare.json(),
         "bare_wasmtime_on_a_worker": on_worker.json(),
         "new_module_create_to_started": new_tiered.json(),
@@ -143,6 +147,7 @@ fn main() {
     let mut rows = vec![
         ("pod create -> Started (in process)", &started),
         ("pod create -> exited (in process)", &finished),
+        ("  the caller a task on the runtime", &from_task),
         ("bare wasmtime instantiate + run", &bare),
         ("  the same on a worker", &on_worker),
         ("a new module: create -> Started", &new_tiered),
@@ -164,6 +169,10 @@ fn main() {
     println!(
         "overhead ratio (create->exit / bare, p50): {ratio:.2}; target ≤ {TARGET_RATIO}: {}",
         wasmpod_tests::verdict(ratio <= TARGET_RATIO)
+    );
+    println!(
+        "  the caller a task on the runtime: {:.2}",
+        from_task.pct(0.5).as_secs_f64() / bare.pct(0.5).as_secs_f64()
     );
     let warm = whole.warm.pct(0.5).as_secs_f64();
     let cold_ratio = whole.cold.pct(0.5).as_secs_f64() / warm;
@@ -288,6 +297,24 @@ async fn in_process(dir: &Path, yaml: &str, n: usize) -> (Stats, Stats) {
         }
     }
     (Stats::new(started), Stats::new(finished))
+}
+
+/// [`in_process`] with the caller a task on the runtime, as a server's request handler is,
+/// where the other rows' caller is the thread `block_on` runs on, outside the runtime's
+/// workers: the node's tasks then start on the caller's worker, and the pod's end wakes a task
+/// rather than a parked thread.
+fn from_a_task(
+    runtime: &tokio::runtime::Runtime,
+    dir: &Path,
+    yaml: &str,
+    n: usize,
+) -> (Stats, Stats) {
+    // A node of its own, on a state dir of its own.
+    let (dir, yaml) = (dir.join("from-a-task"), yaml.to_owned());
+    std::fs::create_dir_all(&dir).unwrap();
+    runtime
+        .block_on(runtime.spawn(async move { in_process(&dir, &yaml, n).await }))
+        .unwrap()
 }
 
 /// A container's own run time (`Started` -> exited) on baseline code (the first pod of a node
