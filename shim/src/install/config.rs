@@ -28,8 +28,8 @@ const COMMENT: &str =
 
 /// The comment above the default runtime's table when the installer writes it out (see
 /// [`add`]).
-const RUNC_COMMENT: &str = "\n# wasmpod: containerd 1.x takes a config's runtimes as the whole list, so its default \
-runtime is written out beside `wasmpod`; removed by `containerd-shim-wasmpod-v1 uninstall`.\n";
+const RUNC_COMMENT: &str = "\n# wasmpod: containerd 1.x reads a config's runtimes as the whole list, so runc, its default,\n\
+# is written out beside `wasmpod`; removed by `containerd-shim-wasmpod-v1 uninstall`.\n";
 
 /// containerd's default runtime when a config names none, and the type containerd gives it.
 const RUNC: (&str, &str) = ("runc", "io.containerd.runc.v2");

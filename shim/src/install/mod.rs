@@ -288,7 +288,8 @@ fn roll_back(
     });
     if let Err(e) = put_back {
         return error.context(format!(
-            "containerd did not come back with the runtime `{HANDLER}`, and {} could not be              put back as it was ({e:#})",
+            "containerd did not come back with the runtime `{HANDLER}`, and {} could not be \
+             put back as it was ({e:#})",
             paths.file.display()
         ));
     }
