@@ -233,6 +233,7 @@ fn main() {
             "wasmpod_run_peak_rss_warm_bytes",
         ],
     );
+    report_startup_order(&wasmpod_bin());
 }
 
 /// One pod run to its end: create -> its container `Started` (from the event's time), create ->
@@ -452,12 +453,57 @@ fn own_peak() -> u64 {
         .map_or(0, |kib| kib * 1024)
 }
 
-fn whole_process(dir: &Path, pod: &Path) -> WholeProcess {
-    let floor = own_peak();
-    let bin = std::env::var_os("WASMPOD").map_or_else(
+/// Says how many of `cli/startup.order`'s functions the `wasmpod` measured has: one that lacks
+/// many was laid out without them, and measures worse. Run after the whole-process runs: `nm`'s
+/// output read here would raise this process's peak, which is a floor for its children's.
+fn report_startup_order(bin: &Path) {
+    if let Some((listed, present)) = startup_order_in(bin) {
+        println!(
+            "{} has {present} of the {listed} functions of cli/startup.order{}",
+            bin.display(),
+            if present * 100 < listed * 98 {
+                ": its code is laid out without the others; measure the release build \
+                 ($WASMPOD) with the lists made again (tools/startup-order.py)"
+            } else {
+                ""
+            }
+        );
+    }
+}
+
+/// How many of `cli/startup.order`'s functions the binary has, by its symbol table (`nm`): a
+/// start of a binary that lacks many was laid out without them, and measures worse (see
+/// `build/startup_order.rs`). `None` without `nm` or the list.
+fn startup_order_in(bin: &Path) -> Option<(usize, usize)> {
+    let list =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/startup.order")).ok()?;
+    let out = Command::new("nm")
+        .args(["--defined-only", "--format=just-symbols"])
+        .arg(bin)
+        .output()
+        .ok()
+        .filter(|o| o.status.success())?;
+    let symbols = String::from_utf8_lossy(&out.stdout);
+    let symbols: std::collections::HashSet<&str> = symbols.lines().collect();
+    let listed: Vec<&str> = list
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .collect();
+    let present = listed.iter().filter(|f| symbols.contains(*f)).count();
+    Some((listed.len(), present))
+}
+
+/// The `wasmpod` whose whole runs are timed: `$WASMPOD`, else the one this bench was built with.
+fn wasmpod_bin() -> PathBuf {
+    std::env::var_os("WASMPOD").map_or_else(
         || PathBuf::from(env!("CARGO_BIN_EXE_wasmpod")),
         PathBuf::from,
-    );
+    )
+}
+
+fn whole_process(dir: &Path, pod: &Path) -> WholeProcess {
+    let floor = own_peak();
+    let bin = wasmpod_bin();
     println!("wasmpod run: {}", bin.display());
     let command = |cache: &Path| {
         let mut command = Command::new(&bin);
