@@ -35,9 +35,10 @@
 //!
 //! A node's pods run as tasks of the tokio runtime it is used from, and a caller that waits for
 //! many short pods does best as a task of that runtime too (a server's request handler is one):
-//! on two workers a one-line pod, awaited from a task, ends 55–68 µs after it is created, and
-//! 118–143 µs awaited from the thread `Runtime::block_on` runs on, which the pod's tasks must
-//! wake from outside the runtime (2-core VM, 2026-11-29, `--bench startup`).
+//! on two workers a one-line pod, awaited from a task, ends about 56 µs after it is created
+//! (55–85 µs over fourteen runs), and about 120 µs (112–188 µs) awaited from the thread
+//! `Runtime::block_on` runs on, which the pod's tasks must wake from outside the runtime (2-core
+//! VM, 2026-11-29, `--bench startup`).
 
 mod cgroup;
 mod container;
