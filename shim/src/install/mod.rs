@@ -262,9 +262,9 @@ struct Edit<'a> {
     shim: &'a Path,
 }
 
-/// After containerd failed to come back with the edited config: the config, the install's
-/// record and the shim put back as they were, and containerd restarted on that config, so
-/// that a failed install leaves the node's CRI as it found it. Returns the error to report.
+/// After containerd failed to come back with the edited config: the config and the record put
+/// back, a shim put where there was none removed, containerd restarted on that config, so that
+/// a failed install leaves the node's CRI as it found it. Returns the error to report.
 fn roll_back(
     o: &Options,
     node: &Node,
