@@ -42,6 +42,7 @@
 
 mod cgroup;
 mod container;
+mod eager;
 mod engine;
 mod events;
 mod host;

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 
-use crate::engine::{Engine, Image};
+use crate::engine::{Engine, Image, Pull};
 use crate::memory::{NodeMemory, PodMemory};
 use crate::network::NodeNetwork;
 use crate::network::publish::{PortMapping, publish};
@@ -315,21 +315,32 @@ impl Node {
             }
         }
         let (namespace, name) = (spec.namespace.clone(), spec.name.clone());
-        let created = self.start_pod(spec, options, priority).await;
-        match &created {
-            Ok(pod) => self.pods.insert(&namespace, &name, pod.clone()),
-            Err(_) => self.pods.release(&namespace, &name),
-        }
-        created
+        let images = match self.preload(&spec).await {
+            Ok(images) => images,
+            Err(e) => {
+                self.pods.release(&namespace, &name);
+                return Err(e);
+            }
+        };
+        // The pod's first steps are taken here, once it is in the registry, when the caller is
+        // not one of the runtime's workers.
+        crate::eager::scope(|| {
+            let created = self.start_pod(spec, images, options, priority);
+            match &created {
+                Ok(pod) => self.pods.insert(&namespace, &name, pod.clone()),
+                Err(_) => self.pods.release(&namespace, &name),
+            }
+            created
+        })
     }
 
-    async fn start_pod(
+    fn start_pod(
         &self,
         spec: PodSpec,
+        images: Vec<Option<(Arc<Image>, Pull)>>,
         options: PodOptions,
         priority: Priority,
     ) -> Result<PodHandle, Error> {
-        let images = self.preload(&spec).await?;
         for (c, image) in spec.containers.iter().zip(&images) {
             if let Some((image, _)) = image
                 && !c.ports.is_empty()

@@ -156,7 +156,7 @@ impl PodOutput {
             ended: Mutex::default(),
             written,
         });
-        tokio::spawn(write_logs(
+        crate::eager::spawn(write_logs(
             dir,
             containers,
             rx,

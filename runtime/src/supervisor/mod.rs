@@ -352,7 +352,7 @@ impl PodTask {
     pub(crate) fn spawn(mut self) {
         // The task owns the supervisor and `run` borrows it: an `async fn` taking `self` would
         // keep it twice in every sleeping pod's task (as passed, and as moved into its body).
-        tokio::spawn(async move { self.run().await });
+        crate::eager::spawn(async move { self.run().await });
     }
 
     async fn run(&mut self) {

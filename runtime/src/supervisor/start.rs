@@ -281,7 +281,7 @@ impl PodTask {
         );
         let tx = self.tx.clone();
         let main = sandbox.clone();
-        tokio::spawn(async move {
+        crate::eager::spawn(async move {
             let exit = tokio::select! {
                 exit = main.run(stdout, stderr) => exit,
                 code = kill_rx => Exit::code(code.unwrap_or(EXIT_KILLED)),

@@ -339,3 +339,45 @@ async fn a_quiet_container_has_an_empty_log() {
     assert!(read_all(previous).await.is_empty());
     again.delete(None);
 }
+
+/// A pod created from the thread `block_on` runs on, outside the runtime's workers, takes its
+/// first steps on that thread (so that a pod that ends at once wakes no worker and no parked
+/// caller): one that prints a line and exits has ended by the time `create_pod` returns, its
+/// phase `Succeeded` and its line in its log file. A guest that never stops computing goes to
+/// the workers at the end of its first time slice: the caller has its handle back at once, and
+/// the pod runs on there and is killed as any other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_created_outside_the_workers_takes_its_first_steps_there() {
+    let node = TestNode::new();
+    let short = node
+        .node
+        .create_pod(
+            node.spec(&pod("short", "[print, hi]")),
+            PodOptions::default(),
+        )
+        .await
+        .unwrap();
+    let status = short.status();
+    assert_eq!(status.phase.as_deref(), Some("Succeeded"), "{status:?}");
+    assert_eq!(wasmpod_tests::log_lines(&short, "c"), ["hi"]);
+
+    let t0 = std::time::Instant::now();
+    let spinning = node
+        .node
+        .create_pod(node.spec(&pod("spinning", "[loop]")), PodOptions::default())
+        .await
+        .unwrap();
+    let returned = t0.elapsed();
+    // Its first time slice is a millisecond; the bound leaves room for a slow machine.
+    assert!(returned < Duration::from_secs(5), "{returned:?}");
+    running(&spinning, &["c"]).await;
+    let ran = wasmpod_tests::cpu_time();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // It computes on the workers meanwhile.
+    assert!(wasmpod_tests::cpu_time() - ran >= Duration::from_millis(50));
+    // It ignores TERM: killed at once.
+    spinning.delete(Some(Duration::ZERO));
+    tokio::time::timeout(LIMIT, spinning.deleted())
+        .await
+        .expect("the spinning pod is deleted");
+}
