@@ -6,11 +6,14 @@
 //! end must then wake the caller back: a pod that ends at once spent most of its life in those
 //! wake-ups. Within [`scope`], [`spawn`] keeps a task on the caller's thread instead: once the
 //! scope's closure returns, its tasks are polled there for as long as one of them is woken by
-//! another, and every task still pending is then handed to the runtime. A task that wakes itself
-//! while it is polled (it yields, as a guest does at the end of its time slice) is handed over
-//! at once, and so is everything after a bound of polls: the caller is never held for more than a
-//! pod's first steps. A task handed over is polled again by the runtime, so a wake that went to
-//! the scope instead is never lost.
+//! another. A task that wakes itself while it is polled (it yields, as a guest does at the end of
+//! its time slice) is spawned onto the runtime at once, and everything is handed over after a
+//! bound of polls: the caller is never held for more than a pod's first steps. A task still
+//! waiting when the scope ends is handed over *parked*: its waker holds it, and the first wake of
+//! what it waits for spawns it (so a pod that has ended, or sleeps, costs no worker a wake-up
+//! before something happens to it). A task that is spawned is polled again by the runtime, so a
+//! wake that went to the scope is never lost; parked tasks are dropped as their runtime shuts
+//! down, as its own tasks are.
 //!
 //! Elsewhere (on a worker, on a single-threaded runtime, on a thread outside any runtime) both
 //! are what they would be without this: `spawn` is `tokio::spawn`, `scope` runs its closure.
@@ -20,10 +23,11 @@ use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, Weak};
 use std::task::{Context, Poll, Wake, Waker};
 
-use tokio::runtime::{Handle, RuntimeFlavor};
+use tokio::runtime::{Handle, Id, RuntimeFlavor};
 
 type Task = Pin<Box<dyn Future<Output = ()> + Send>>;
 
@@ -85,50 +89,169 @@ impl Drop for Close {
     }
 }
 
-/// Whether a task has been woken since it was last polled.
-#[derive(Default)]
-struct Woken(AtomicBool);
+/// The tasks handed over while they waited, by runtime: dropped when the runtime shuts down, as
+/// it drops its own tasks (a parked task that nothing outside it can wake, such as a supervisor
+/// that holds a sender of its own mailbox, is otherwise kept only by its own wakers).
+static PARKED: Mutex<Vec<(Id, Arc<Parked>)>> = Mutex::new(Vec::new());
 
-impl Wake for Woken {
+#[derive(Default)]
+struct Parked {
+    slots: Mutex<Vec<Weak<Slot>>>,
+    /// The length of `slots` after it was last pruned.
+    pruned: AtomicUsize,
+}
+
+impl Parked {
+    /// The record of `runtime`'s parked tasks; the first use starts the task that drops them as
+    /// the runtime shuts down.
+    fn of(runtime: &Handle) -> Arc<Parked> {
+        let mut all = lock(&PARKED);
+        let id = runtime.id();
+        if let Some((_, parked)) = all.iter().find(|(i, _)| *i == id) {
+            return parked.clone();
+        }
+        let parked = Arc::<Parked>::default();
+        all.push((id, parked.clone()));
+        let keeper = Keeper(id, parked.clone());
+        drop(runtime.spawn(async move {
+            let _keeper = keeper;
+            std::future::pending::<()>().await;
+        }));
+        parked
+    }
+
+    fn add(&self, slot: &Arc<Slot>) {
+        let mut slots = lock(&self.slots);
+        if slots.len() >= 2 * self.pruned.load(Ordering::Relaxed).max(64) {
+            slots.retain(|s| {
+                s.upgrade()
+                    .is_some_and(|s| matches!(*s.lock(), State::Parked(_)))
+            });
+            self.pruned.store(slots.len(), Ordering::Relaxed);
+        }
+        slots.push(Arc::downgrade(slot));
+    }
+}
+
+/// Drops a runtime's parked tasks when the runtime drops it, at its shutdown.
+struct Keeper(Id, Arc<Parked>);
+
+impl Drop for Keeper {
+    fn drop(&mut self) {
+        lock(&PARKED).retain(|(id, _)| *id != self.0);
+        let slots = std::mem::take(&mut *lock(&self.1.slots));
+        for slot in slots.iter().filter_map(Weak::upgrade) {
+            let parked = std::mem::replace(&mut *slot.lock(), State::Spawned);
+            drop(parked);
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A scope's task as its wakers see it: driven by the scope (and whether it was woken since it
+/// was last polled), parked (handed over while it waits: its first wake spawns it onto the
+/// runtime, so that a task that waits costs no worker's wake-up at the hand-over), or spawned.
+struct Slot {
+    state: Mutex<State>,
+    runtime: Handle,
+}
+
+enum State {
+    Driven { woken: bool },
+    Parked(Task),
+    Spawned,
+}
+
+impl Slot {
+    fn take_woken(&self) -> bool {
+        match &mut *self.lock() {
+            State::Driven { woken } => std::mem::replace(woken, false),
+            _ => false,
+        }
+    }
+
+    fn woken(&self) -> bool {
+        matches!(*self.lock(), State::Driven { woken: true })
+    }
+
+    /// Hands `task` over: spawned now if it was woken, else on its first wake.
+    fn park(self: &Arc<Self>, task: Task, parked: &Parked) {
+        let mut state = self.lock();
+        if matches!(*state, State::Driven { woken: true }) {
+            *state = State::Spawned;
+            drop(state);
+            drop(self.runtime.spawn(task));
+        } else {
+            *state = State::Parked(task);
+            drop(state);
+            parked.add(self);
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        lock(&self.state)
+    }
+}
+
+impl Wake for Slot {
     fn wake(self: Arc<Self>) {
         self.wake_by_ref();
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        self.0.store(true, Ordering::Release);
+        let mut state = self.lock();
+        match &mut *state {
+            State::Driven { woken } => *woken = true,
+            State::Parked(_) => {
+                let State::Parked(task) = std::mem::replace(&mut *state, State::Spawned) else {
+                    unreachable!()
+                };
+                drop(state);
+                drop(self.runtime.spawn(task));
+            }
+            State::Spawned => {}
+        }
     }
 }
 
 struct Entry {
     task: Task,
-    woken: Arc<Woken>,
+    slot: Arc<Slot>,
 }
 
 /// Polls the scope's tasks while any is woken, then hands what is left to the runtime.
 fn drive() {
+    let runtime = Handle::current();
     let mut tasks: Vec<Entry> = Vec::new();
     for _ in 0..MAX_POLLS {
         let spawned = SPAWNED.with(|s| s.borrow_mut().as_mut().map(std::mem::take));
         tasks.extend(spawned.into_iter().flatten().map(|task| Entry {
             task,
-            woken: Arc::new(Woken(AtomicBool::new(true))),
+            slot: Arc::new(Slot {
+                state: Mutex::new(State::Driven { woken: true }),
+                runtime: runtime.clone(),
+            }),
         }));
-        let Some(i) = tasks
-            .iter()
-            .position(|e| e.woken.0.swap(false, Ordering::Acquire))
-        else {
+        let Some(i) = tasks.iter().position(|e| e.slot.take_woken()) else {
             break;
         };
         let entry = &mut tasks[i];
-        let waker = Waker::from(entry.woken.clone());
+        let waker = Waker::from(entry.slot.clone());
         let mut cx = Context::from_waker(&waker);
         // The scope's polls are not the caller's: they do not spend its task budget.
         let mut task = tokio::task::unconstrained(entry.task.as_mut());
         let polled =
             std::panic::catch_unwind(AssertUnwindSafe(|| Pin::new(&mut task).poll(&mut cx)));
         match polled {
-            Ok(Poll::Pending) if !entry.woken.0.load(Ordering::Acquire) => {}
-            Ok(Poll::Pending) => drop(tokio::spawn(tasks.swap_remove(i).task)),
+            Ok(Poll::Pending) if !entry.slot.woken() => {}
+            Ok(Poll::Pending) => {
+                let entry = tasks.swap_remove(i);
+                *entry.slot.lock() = State::Spawned;
+                drop(runtime.spawn(entry.task));
+            }
             Ok(Poll::Ready(())) => drop(tasks.swap_remove(i)),
             Err(_) => {
                 // As the runtime does with a task that panics: it is dropped, the rest go on.
@@ -137,8 +260,11 @@ fn drive() {
             }
         }
     }
-    for entry in tasks {
-        drop(tokio::spawn(entry.task));
+    if !tasks.is_empty() {
+        let parked = Parked::of(&runtime);
+        for entry in tasks {
+            entry.slot.park(entry.task, &parked);
+        }
     }
     // What the last poll spawned goes to the runtime as the scope closes.
 }
@@ -146,7 +272,7 @@ fn drive() {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::AtomicUsize;
+    use std::sync::atomic::AtomicBool;
     use std::thread::ThreadId;
 
     fn multi_thread() -> tokio::runtime::Runtime {
@@ -220,6 +346,33 @@ mod tests {
         });
         assert!(done);
         assert_eq!(polls.load(Ordering::Relaxed), 1000);
+    }
+
+    /// A task handed over while it waits for what only it holds is dropped with the runtime,
+    /// as the runtime's own tasks are.
+    #[test]
+    fn a_parked_task_is_dropped_with_the_runtime() {
+        struct Dropped(Arc<AtomicBool>);
+        impl Drop for Dropped {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::Relaxed);
+            }
+        }
+        let runtime = multi_thread();
+        let dropped = Arc::new(AtomicBool::new(false));
+        runtime.block_on(async {
+            let held = Dropped(dropped.clone());
+            scope(|| {
+                spawn(async move {
+                    let (_tx, rx) = tokio::sync::oneshot::channel::<()>();
+                    let _held = held;
+                    let _ = rx.await;
+                })
+            });
+        });
+        assert!(!dropped.load(Ordering::Relaxed));
+        drop(runtime);
+        assert!(dropped.load(Ordering::Relaxed));
     }
 
     /// On a single-threaded runtime a scope's task waits for the caller to yield, as any task.

@@ -33,12 +33,12 @@
 //! # Ok(()) }
 //! ```
 //!
-//! A node's pods run as tasks of the tokio runtime it is used from, and a caller that waits for
-//! many short pods does best as a task of that runtime too (a server's request handler is one):
-//! on two workers a one-line pod, awaited from a task, ends about 56 µs after it is created
-//! (55–85 µs over fourteen runs), and about 120 µs (112–188 µs) awaited from the thread
-//! `Runtime::block_on` runs on, which the pod's tasks must wake from outside the runtime (2-core
-//! VM, 2026-11-29, `--bench startup`).
+//! A node's pods run as tasks of the tokio runtime it is used from. A pod created from outside
+//! the runtime's workers (from the thread `Runtime::block_on` runs on) takes its first steps on
+//! the caller's thread, until it waits or its guest's first time slice ends, and wakes no worker
+//! before then: on two workers a one-line pod ends about 70 µs after it is created there (67–71
+//! µs over ten runs), and about 57 µs after it is created from a task on the runtime (2-core VM,
+//! 2026-11-29, `--bench startup`).
 
 mod cgroup;
 mod container;

@@ -295,6 +295,11 @@ impl Node {
     /// is gone; a pod of that name that is not being deleted is [`Error::AlreadyExists`].
     /// Terminated pods beyond [`NodeOptions::terminated_pods_kept`] are deleted, oldest first,
     /// whenever a pod stops for good.
+    ///
+    /// Called from outside the runtime's workers (the thread `Runtime::block_on` runs on), it
+    /// returns once the pod has taken its first steps on that thread: until its tasks wait or a
+    /// guest's first time slice (about a millisecond) ends. A pod that ends at once has ended by
+    /// then.
     pub async fn create_pod(&self, spec: PodSpec, options: PodOptions) -> Result<PodHandle, Error> {
         let priorities = self
             .priorities
