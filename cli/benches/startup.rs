@@ -301,9 +301,9 @@ async fn in_process(dir: &Path, yaml: &str, n: usize) -> (Stats, Stats) {
 }
 
 /// [`in_process`] with the caller a task on the runtime, as a server's request handler is,
-/// where the other rows' caller is the thread `block_on` runs on, outside the runtime's
-/// workers: the node's tasks then start on the caller's worker, and the pod's end wakes a task
-/// rather than a parked thread.
+/// where the other rows' caller is the thread `block_on` runs on, outside the runtime's workers
+/// (a pod takes its first steps there): from a task the node's tasks start on the caller's
+/// worker, and the pod's end wakes a task.
 fn from_a_task(
     runtime: &tokio::runtime::Runtime,
     dir: &Path,
