@@ -13,13 +13,22 @@ use std::env::var;
 use std::process::Command;
 
 /// Hands the linker the startup order when it is rust-lld linking a release build.
+///
+/// Both paths are relative (the list to the crate, as cargo reads `rerun-if-changed`; to the
+/// workspace root, where cargo runs rustc and so the linker): a build script's output is shared
+/// by every checkout built into one target dir, and an absolute path would have each link with
+/// the list of whichever checkout ran the script last.
 pub(crate) fn link_args() {
-    let order = concat!(env!("CARGO_MANIFEST_DIR"), "/startup.order");
-    println!("cargo:rerun-if-changed={order}");
+    let dir = std::path::PathBuf::from(var("CARGO_MANIFEST_DIR").unwrap_or_default());
+    println!("cargo:rerun-if-changed=startup.order");
     println!("cargo:rerun-if-changed=../build/startup_order.rs");
-    if !std::path::Path::new(order).is_file() {
+    let Some(crate_dir) = dir.file_name().and_then(|d| d.to_str()) else {
+        return;
+    };
+    if !dir.join("startup.order").is_file() {
         return;
     }
+    let order = format!("{crate_dir}/startup.order");
     let target = var("TARGET").unwrap_or_default();
     let rustflags = var("CARGO_ENCODED_RUSTFLAGS").unwrap_or_default();
     let linker_configured =
