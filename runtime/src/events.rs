@@ -131,13 +131,42 @@ pub struct Event {
     pub phase: Option<Phase>,
 }
 
-pub(crate) fn now_micros() -> String {
-    micros(jiff::Timestamp::now())
-}
-
 /// An event's time: RFC 3339 in UTC with microseconds.
 pub(crate) fn micros(t: jiff::Timestamp) -> String {
     t.strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
+}
+
+/// An event as a pod's journal keeps it: the pod's name is the journal's, the container's name
+/// is shared with the pod's records, the time is a timestamp; the record becomes an [`Event`]
+/// when it is read. A sleeping pod keeps its first events for good, so each one counts.
+#[derive(Debug)]
+pub(crate) struct Record {
+    pub at: jiff::Timestamp,
+    /// The container's name and role; `None` for pod-level events.
+    pub container: Option<(Arc<str>, crate::ContainerRole)>,
+    pub kind: EventType,
+    pub reason: Reason,
+    pub message: Box<str>,
+    pub exit_code: Option<i32>,
+    pub restart_count: Option<i32>,
+    pub phase: Option<Phase>,
+}
+
+impl Record {
+    fn event(&self, pod: &str) -> Event {
+        Event {
+            time: micros(self.at),
+            pod: pod.to_owned(),
+            container: self.container.as_ref().map(|(name, _)| name.to_string()),
+            role: self.container.as_ref().map(|&(_, role)| role),
+            kind: self.kind,
+            reason: self.reason,
+            message: self.message.to_string(),
+            exit_code: self.exit_code,
+            restart_count: self.restart_count,
+            phase: self.phase,
+        }
+    }
 }
 
 /// The first events of a pod, always kept (how it started).
@@ -147,8 +176,9 @@ const KEPT_FIRST: usize = 128;
 const KEPT_LAST: usize = 1024;
 
 /// A pod's events so far, bounded; readers follow it without missing any while they keep up.
-#[derive(Default)]
 pub(crate) struct Journal {
+    /// The pod's name, which each of its events shows.
+    pod: Box<str>,
     events: Mutex<Kept>,
     /// Number of events and whether the journal is closed.
     version: watch::Sender<(usize, bool)>,
@@ -157,28 +187,28 @@ pub(crate) struct Journal {
 /// The first [`KEPT_FIRST`] events and the last [`KEPT_LAST`] of the rest.
 #[derive(Default)]
 struct Kept {
-    first: Vec<Event>,
-    last: std::collections::VecDeque<Event>,
+    first: Vec<Record>,
+    last: std::collections::VecDeque<Record>,
     /// How many events were recorded in all.
     total: usize,
 }
 
 impl Kept {
-    fn push(&mut self, event: Event) {
+    fn push(&mut self, record: Record) {
         if self.first.len() < KEPT_FIRST {
-            self.first.push(event);
+            self.first.push(record);
         } else {
             if self.last.len() == KEPT_LAST {
                 self.last.pop_front();
             }
-            self.last.push_back(event);
+            self.last.push_back(record);
         }
         self.total += 1;
     }
 
     /// The event at position `at`, or the next one still kept if it was dropped: (its
-    /// position, the event).
-    fn get(&self, at: usize) -> Option<(usize, &Event)> {
+    /// position, the record).
+    fn get(&self, at: usize) -> Option<(usize, &Record)> {
         if let Some(e) = self.first.get(at) {
             return Some((at, e));
         }
@@ -189,10 +219,19 @@ impl Kept {
 }
 
 impl Journal {
-    pub(crate) fn push(&self, event: Event) {
-        tracing::debug!(pod = %event.pod, container = ?event.container, reason = ?event.reason, "{}", event.message);
+    /// The journal of the pod named `pod`.
+    pub(crate) fn new(pod: &str) -> Journal {
+        Journal {
+            pod: pod.into(),
+            events: Mutex::default(),
+            version: watch::Sender::default(),
+        }
+    }
+
+    pub(crate) fn push(&self, record: Record) {
+        tracing::debug!(pod = %self.pod, container = ?record.container, reason = ?record.reason, "{}", record.message);
         let mut events = self.events.lock().unwrap_or_else(|e| e.into_inner());
-        events.push(event);
+        events.push(record);
         let len = events.total;
         drop(events);
         self.version.send_modify(|v| v.0 = len);
@@ -244,7 +283,8 @@ impl EventStream {
                     .events
                     .lock()
                     .unwrap_or_else(|e| e.into_inner());
-                kept.get(self.next).map(|(at, e)| (at, e.clone()))
+                kept.get(self.next)
+                    .map(|(at, record)| (at, record.event(&self.journal.pod)))
             };
             if let Some((at, event)) = found {
                 self.next = at + 1;
@@ -264,15 +304,13 @@ impl EventStream {
 mod tests {
     use super::*;
 
-    fn event(i: usize) -> Event {
-        Event {
-            time: now_micros(),
-            pod: "p".into(),
+    fn event(i: usize) -> Record {
+        Record {
+            at: jiff::Timestamp::now(),
             container: None,
-            role: None,
             kind: EventType::Normal,
             reason: Reason::PhaseChanged,
-            message: i.to_string(),
+            message: i.to_string().into(),
             exit_code: None,
             restart_count: None,
             phase: None,
@@ -283,7 +321,7 @@ mod tests {
     /// those, in order.
     #[tokio::test]
     async fn the_journal_is_bounded_and_keeps_the_first_and_last_events() {
-        let journal = Arc::new(Journal::default());
+        let journal = Arc::new(Journal::new("p"));
         let total = KEPT_FIRST + KEPT_LAST * 3;
         for i in 0..total {
             journal.push(event(i));
@@ -307,7 +345,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn readers_racing_the_writer_see_every_event() {
         for _ in 0..200 {
-            let journal = Arc::new(Journal::default());
+            let journal = Arc::new(Journal::new("p"));
             let mut readers = Vec::new();
             for _ in 0..4 {
                 let mut stream = journal.stream();

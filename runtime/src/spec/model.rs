@@ -58,7 +58,7 @@ pub(crate) struct ContainerSpec {
     pub working_dir: Option<String>,
     pub ports: Vec<ContainerPort>,
     // Probes, hooks and a registry image's pull are boxed: most containers have none of them,
-    // and each sleeping pod keeps its containers' specs twice (its spec's, its supervisor's).
+    // and each sleeping pod keeps its containers' specs for good.
     pub startup: Option<Box<Probe>>,
     pub liveness: Option<Box<Probe>>,
     pub readiness: Option<Box<Probe>>,
@@ -255,7 +255,8 @@ pub struct PodSpec {
     pub(crate) namespace: String,
     pub(crate) uid: Option<String>,
     /// Init containers (and sidecars) first, in order, then regular containers.
-    pub(crate) containers: Vec<ContainerSpec>,
+    /// Shared with the supervisor's record of each container (a sleeping pod keeps one copy).
+    pub(crate) containers: Vec<std::sync::Arc<ContainerSpec>>,
     /// `spec.resources`: the pod's CPU and memory as a whole (empty when not given).
     pub(crate) pod_resources: Resources,
     /// `spec.overhead`: counted with the requests (no container is ever charged for it).

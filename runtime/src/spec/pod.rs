@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1 as k8s;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 pub(super) fn convert(
@@ -102,7 +103,7 @@ pub(super) fn convert(
         name,
         namespace,
         uid: meta.uid.clone(),
-        containers,
+        containers: shared(containers),
         restart_policy,
         volumes,
         grace_period,
@@ -174,6 +175,15 @@ fn downward_len(f: &env::FieldRef, meta: &ObjectMeta, account: &str) -> u64 {
         FieldRef::ServiceAccountName => account.len() as u64,
         FieldRef::PodIp | FieldRef::HostIp => 45,
     }
+}
+
+/// The containers' specs as the pod keeps them, shared with its supervisor and sized exactly (the
+/// list they were checked in grew one by one: a pod of one container would keep room for four,
+/// and collecting it in place would keep its whole buffer).
+fn shared(containers: Vec<ContainerSpec>) -> Vec<Arc<ContainerSpec>> {
+    let mut shared = Vec::with_capacity(containers.len());
+    shared.extend(containers.into_iter().map(Arc::new));
+    shared
 }
 
 /// `spec.initContainers` then `spec.containers`, each named once; and the extended resources

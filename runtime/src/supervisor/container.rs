@@ -133,7 +133,8 @@ impl Drop for Instance {
 }
 
 pub(crate) struct Container {
-    pub(crate) spec: ContainerSpec,
+    /// The pod spec's, until an image change gives it one of its own.
+    pub(crate) spec: Arc<ContainerSpec>,
     pub(crate) name: Arc<str>,
     pub(crate) state: State,
     pub(crate) last_state: Option<Terminated>,
@@ -162,7 +163,7 @@ pub(crate) struct Container {
 
 impl Container {
     pub(crate) fn new(
-        spec: ContainerSpec,
+        spec: Arc<ContainerSpec>,
         waiting_reason: Waiting,
         preloaded: Option<(Arc<Image>, Pull)>,
     ) -> Container {

@@ -283,7 +283,7 @@ impl PodTask {
             })
             .collect();
         let (tx, rx) = Mailbox::new();
-        let journal = Arc::new(Journal::default());
+        let journal = Arc::new(Journal::new(&spec.name));
         let board = Arc::new(Board::default());
         let names = containers.iter().map(|c| c.name.clone()).collect();
         let output = PodOutput::start(paths.log_dir.clone(), names, tap, node.log_limits);

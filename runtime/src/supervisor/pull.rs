@@ -4,6 +4,8 @@
 //! (`Pulling`, `Pulled`, `Failed` with `ErrImagePull`, `ErrImageNeverPull` or
 //! `SignatureValidationFailed`, then `ImagePullBackOff` under the image backoff).
 
+use std::sync::Arc;
+
 use tokio::time::Instant;
 
 use super::container::{PullFailure, PullTask, State, Waiting};
@@ -106,10 +108,11 @@ impl PodTask {
                         fmt_duration(took)
                     ),
                 };
-                c.spec.image = resolved.wasm.clone();
+                let spec = Arc::make_mut(&mut c.spec);
+                spec.image = resolved.wasm.clone();
                 // An ordinary image's entry point and arguments, as Kubernetes joins them.
                 if resolved.entrypoint.is_some() || resolved.cmd.is_some() {
-                    c.spec.argv = match (&pull.command, &pull.args) {
+                    spec.argv = match (&pull.command, &pull.args) {
                         (Some(command), args) => command
                             .iter()
                             .chain(args.iter().flatten())

@@ -7,7 +7,7 @@ use super::container::Container;
 use super::status;
 use super::{Condition, PodTask, ShutdownCause, Snapshot, Stage};
 use crate::events::Phase;
-use crate::events::{Event, EventType, Reason, now_micros};
+use crate::events::{EventType, Reason, Record};
 use crate::spec::Role;
 use k8s_openapi::api::core::v1 as k8s;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -111,6 +111,7 @@ impl PodTask {
 
     /// Records the conditions, keeping the transition time of those whose status is unchanged.
     pub(super) fn set_conditions(&mut self, next: impl Iterator<Item = (&'static str, Condition)>) {
+        let kinds = self.conditions.len();
         for (kind, mut c) in next {
             match self.conditions.iter_mut().find(|(k, _)| *k == kind) {
                 Some((_, old)) => {
@@ -121,6 +122,11 @@ impl PodTask {
                 }
                 None => self.conditions.push((kind, c)),
             }
+        }
+        // A pod keeps its conditions for good, and gains new kinds only a few times in its
+        // life: the list is kept to its size (five conditions would keep room for eight).
+        if self.conditions.len() != kinds {
+            self.conditions.shrink_to_fit();
         }
     }
 
@@ -183,14 +189,12 @@ impl PodTask {
         message: String,
         phase: Option<Phase>,
     ) {
-        self.journal.push(Event {
-            time: now_micros(),
-            pod: self.spec.name.clone(),
+        self.journal.push(Record {
+            at: jiff::Timestamp::now(),
             container: None,
-            role: None,
             kind,
             reason,
-            message,
+            message: message.into(),
             exit_code: None,
             restart_count: None,
             phase,
@@ -220,14 +224,12 @@ impl PodTask {
         at: jiff::Timestamp,
     ) {
         let c = &self.containers[index];
-        self.journal.push(Event {
-            time: crate::events::micros(at),
-            pod: self.spec.name.clone(),
-            container: Some(c.name.to_string()),
-            role: Some(c.role()),
+        self.journal.push(Record {
+            at,
+            container: Some((c.name.clone(), c.role())),
             kind,
             reason,
-            message,
+            message: message.into(),
             exit_code,
             restart_count: Some(c.restart_count),
             phase: None,

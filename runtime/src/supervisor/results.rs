@@ -1,5 +1,7 @@
 //! What comes back from a pod's instances: exits, hook and probe results, `exec` requests.
 
+use std::sync::Arc;
+
 use tokio::time::Instant;
 
 use jiff::Timestamp;
@@ -275,10 +277,11 @@ impl PodTask {
         if c.spec.image == image && shown(&c.spec.pull) == shown(&pull) {
             return Ok(());
         }
-        c.spec.image = image;
-        c.spec.pull = pull;
+        let spec = Arc::make_mut(&mut c.spec);
+        spec.image = image;
+        spec.pull = pull;
         if let Some(argv) = argv {
-            c.spec.argv = argv;
+            spec.argv = argv;
         }
         c.preloaded = None;
         c.pulled = None;

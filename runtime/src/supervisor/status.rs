@@ -92,6 +92,8 @@ pub(crate) fn unready(containers: &[Container]) -> Vec<&str> {
 mod tests {
     use tokio::time::Instant;
 
+    use std::sync::Arc;
+
     use jiff::Timestamp;
 
     use super::*;
@@ -124,7 +126,7 @@ mod tests {
             pull: None,
             stdin: None,
         };
-        let mut c = Container::new(spec, Waiting::ContainerCreating, None);
+        let mut c = Container::new(Arc::new(spec), Waiting::ContainerCreating, None);
         let terminated = |code: i32| Terminated {
             exit: Exit::code(code),
             started_at: Timestamp::now(),
