@@ -142,7 +142,7 @@ pub(crate) struct PodTask {
     failure: Option<(&'static str, String)>,
     /// Why the pod is being disrupted (the `DisruptionTarget` condition): reason, message.
     disruption: Option<(&'static str, String)>,
-    rx: mpsc::UnboundedReceiver<Box<Msg>>,
+    rx: futures_channel::mpsc::UnboundedReceiver<Box<Msg>>,
     tx: Mailbox,
     journal: Arc<Journal>,
     board: Arc<Board>,
@@ -383,7 +383,7 @@ impl PodTask {
                 msg = self.rx.recv() => msg,
                 () = sleep_until(deadline) => continue,
             };
-            let Some(msg) = msg else { break };
+            let Ok(msg) = msg else { break };
             self.handle(*msg);
             while let Ok(msg) = self.rx.try_recv() {
                 self.handle(*msg);
