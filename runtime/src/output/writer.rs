@@ -32,14 +32,19 @@ pub(super) async fn write_logs(
     let mut held = Held::default();
     let mut open = true;
     while open {
-        // The next chunk, or a held line falling due (an empty batch), or the end.
-        let due = held.next_due();
+        // The next chunk, or a held line falling due (an empty batch), or the end. The task
+        // keeps room for the largest state it can wait in, for as long as its pod lives: the
+        // timer is boxed and made only while a line is held, and so is the watcher's delivery
+        // below (a quiet pod's writer then holds 0.4 KiB rather than 1.2).
+        let due = held
+            .next_due()
+            .map(|at| Box::pin(tokio::time::sleep_until(at)));
         let mut batch: Vec<_> = tokio::select! {
             chunk = rx.recv() => {
                 open = chunk.is_some();
                 chunk.into_iter().collect()
             }
-            () = tokio::time::sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => {
+            () = async { due.unwrap().await }, if due.is_some() => {
                 Vec::new()
             }
         };
@@ -102,35 +107,45 @@ pub(super) async fn write_logs(
             let _ = ack.send(());
         }
         if let Some(tap) = &tap {
-            // A watcher that does not keep up (a full pipe nobody reads) must not stall the
-            // pod's output: past a short wait its lines are dropped (the log has them).
-            let lines = batch.into_iter().flat_map(|chunk| {
-                let (container, stream) = (chunk.container, chunk.stream);
-                chunk
-                    .lines
-                    .into_iter()
-                    .map(move |(partial, line)| OutputLine {
-                        container: container.to_string(),
-                        stream,
-                        line,
-                        partial,
-                        time: None,
-                    })
-            });
-            for out in lines {
-                match deliver(tap, out, dropped_for_tap > 0).await {
-                    Delivery::Sent if dropped_for_tap > 0 => {
-                        tracing::warn!(
-                            dropped = dropped_for_tap,
-                            "the pod's output watcher missed lines (they are in the log)"
-                        );
-                        dropped_for_tap = 0;
-                    }
-                    Delivery::Sent => {}
-                    Delivery::Dropped => dropped_for_tap += 1,
-                    Delivery::Closed => break,
-                }
+            // Boxed: see the timer above.
+            Box::pin(hand_over(tap, batch.into_iter(), &mut dropped_for_tap)).await;
+        }
+    }
+}
+
+/// Hands the lines of `batch` to the pod's output watcher. A watcher that does not keep up (a
+/// full pipe nobody reads) must not stall the pod's output: past a short wait its lines are
+/// dropped (the log has them), and `dropped` counts them until one goes through again.
+async fn hand_over(
+    tap: &mpsc::Sender<OutputLine>,
+    batch: std::vec::IntoIter<Box<Chunk>>,
+    dropped: &mut u64,
+) {
+    let lines = batch.flat_map(|chunk| {
+        let (container, stream) = (chunk.container, chunk.stream);
+        chunk
+            .lines
+            .into_iter()
+            .map(move |(partial, line)| OutputLine {
+                container: container.to_string(),
+                stream,
+                line,
+                partial,
+                time: None,
+            })
+    });
+    for out in lines {
+        match deliver(tap, out, *dropped > 0).await {
+            Delivery::Sent if *dropped > 0 => {
+                tracing::warn!(
+                    dropped = *dropped,
+                    "the pod's output watcher missed lines (they are in the log)"
+                );
+                *dropped = 0;
             }
+            Delivery::Sent => {}
+            Delivery::Dropped => *dropped += 1,
+            Delivery::Closed => break,
         }
     }
 }
