@@ -34,6 +34,10 @@ fn pss_bytes() -> u64 {
 /// The target for a sleeping pod's resident memory (issue 50's third target).
 const TARGET_BYTES_PER_POD: u64 = 64 * 1024;
 
+/// The target for a new pod's create → `Started` beside the most pods, against beside the
+/// fewest (issue 50's third target).
+const NEW_POD_RATIO: f64 = 2.0;
+
 fn pct(s: &[Duration], p: f64) -> Duration {
     s[((s.len() - 1) as f64 * p).round() as usize]
 }
@@ -256,6 +260,26 @@ async fn main() {
             resident as f64 / 1024.0,
             TARGET_BYTES_PER_POD / 1024,
             wasmpod_tests::verdict(resident <= TARGET_BYTES_PER_POD)
+        );
+    }
+    // The largest run against the smallest: what a pod costs as the node fills up.
+    if let (Some(small), Some(large)) = (results.first(), results.last())
+        && results.len() > 1
+    {
+        let number = |r: &serde_json::Value, key: &str| r[key].as_f64().unwrap_or(f64::NAN);
+        let start_cost = |r: &serde_json::Value| number(r, "all_started_s") / number(r, "pods");
+        let (n, m) = (number(small, "pods"), number(large, "pods"));
+        let linear = start_cost(large) / start_cost(small);
+        let beside = number(large, "new_pod_create_to_started_p50_us")
+            / number(small, "new_pod_create_to_started_p50_us");
+        let resident = number(large, "resident_bytes_per_pod") / 1024.0;
+        println!(
+            "{m} pods against {n}: all started at {linear:.2}× the time a pod; a new pod's \
+             create→Started {beside:.2}× (target ≤ {NEW_POD_RATIO}×: {}); {resident:.1} KiB \
+             resident a pod (target ≤ {} KiB: {})",
+            wasmpod_tests::verdict(beside <= NEW_POD_RATIO),
+            TARGET_BYTES_PER_POD / 1024,
+            wasmpod_tests::verdict(resident * 1024.0 <= TARGET_BYTES_PER_POD as f64),
         );
     }
 }
