@@ -4,7 +4,8 @@
 use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
-use tokio::sync::watch;
+
+use crate::signal::Signal;
 
 /// A pod's phase (`status.phase`, and the event stream's `phase`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -180,8 +181,8 @@ pub(crate) struct Journal {
     /// The pod's name, which each of its events shows.
     pod: Box<str>,
     events: Mutex<Kept>,
-    /// Number of events and whether the journal is closed.
-    version: watch::Sender<(usize, bool)>,
+    /// Changes with each event recorded and when the journal is closed.
+    changes: Signal,
 }
 
 /// The first [`KEPT_FIRST`] events and the last [`KEPT_LAST`] of the rest.
@@ -191,6 +192,8 @@ struct Kept {
     last: std::collections::VecDeque<Record>,
     /// How many events were recorded in all.
     total: usize,
+    /// No event follows.
+    closed: bool,
 }
 
 impl Kept {
@@ -224,29 +227,31 @@ impl Journal {
         Journal {
             pod: pod.into(),
             events: Mutex::default(),
-            version: watch::Sender::default(),
+            changes: Signal::default(),
         }
     }
 
     pub(crate) fn push(&self, record: Record) {
         tracing::debug!(pod = %self.pod, container = ?record.container, reason = ?record.reason, "{}", record.message);
-        let mut events = self.events.lock().unwrap_or_else(|e| e.into_inner());
-        events.push(record);
-        let len = events.total;
-        drop(events);
-        self.version.send_modify(|v| v.0 = len);
+        self.events
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(record);
+        self.changes.bump();
     }
 
     pub(crate) fn close(&self) {
-        self.version
-            .send_if_modified(|v| !std::mem::replace(&mut v.1, true));
+        let mut events = self.events.lock().unwrap_or_else(|e| e.into_inner());
+        if !std::mem::replace(&mut events.closed, true) {
+            drop(events);
+            self.changes.bump();
+        }
     }
 
     pub(crate) fn stream(self: &Arc<Self>) -> EventStream {
         EventStream {
             journal: self.clone(),
             next: 0,
-            version: self.version.subscribe(),
         }
     }
 }
@@ -259,7 +264,6 @@ impl Journal {
 pub struct EventStream {
     journal: Arc<Journal>,
     next: usize,
-    version: watch::Receiver<(usize, bool)>,
 }
 
 impl std::fmt::Debug for EventStream {
@@ -274,17 +278,19 @@ impl EventStream {
     /// The next event, waiting for it if needed; `None` once the pod is gone and all were read.
     pub async fn next(&mut self) -> Option<Event> {
         loop {
-            // Mark the version seen *before* looking at the journal: an event recorded after
-            // this line changes the version, so `changed` below cannot miss it.
-            let (_, closed) = *self.version.borrow_and_update();
-            let found = {
+            // The version is read *before* looking at the journal: an event recorded after
+            // this line changes it, so `changed` below cannot miss the event.
+            let seen = self.journal.changes.version();
+            let (found, closed) = {
                 let kept = self
                     .journal
                     .events
                     .lock()
                     .unwrap_or_else(|e| e.into_inner());
-                kept.get(self.next)
-                    .map(|(at, record)| (at, record.event(&self.journal.pod)))
+                let found = kept
+                    .get(self.next)
+                    .map(|(at, record)| (at, record.event(&self.journal.pod)));
+                (found, kept.closed)
             };
             if let Some((at, event)) = found {
                 self.next = at + 1;
@@ -293,9 +299,7 @@ impl EventStream {
             if closed {
                 return None;
             }
-            if self.version.changed().await.is_err() {
-                return None;
-            }
+            self.journal.changes.changed(seen).await;
         }
     }
 }

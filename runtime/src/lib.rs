@@ -52,6 +52,7 @@ mod network;
 mod node;
 mod output;
 mod paths;
+mod signal;
 mod spec;
 mod supervisor;
 pub mod task;

@@ -142,10 +142,9 @@ impl Sandbox {
         let _cut = server.stop.clone().drop_guard();
         let (drain_tx, drain) = watch::channel(false);
         let mut connections = JoinSet::new();
-        let mut term = self.term.0.clone();
         loop {
             tokio::select! {
-                _ = term.wait_for(|t| *t) => break,
+                () = self.term.delivered() => break,
                 Some((stream, slot)) = accepted.recv() => {
                     let connection = server.clone().connection(stream, drain.clone());
                     connections.spawn(async move {

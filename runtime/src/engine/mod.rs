@@ -621,7 +621,7 @@ pub(crate) mod tests {
         let charge = crate::memory::Charge::new(memory, crate::memory::Budget::new(64 << 20));
         let state = P1State {
             wasi: wasmtime_wasi::WasiCtxBuilder::new().build_p1(),
-            term: crate::host::TermSignal(tokio::sync::watch::channel(false).1),
+            term: crate::host::TermSignal::default(),
             limiter: crate::host::MemoryLimiter::new(charge),
         };
         let mut store = wasmtime::Store::new(pre.module().engine(), state);

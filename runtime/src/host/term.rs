@@ -5,7 +5,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
-use tokio::sync::watch;
 use wasmtime::Store;
 use wasmtime::component::{
     HasData, Instance, InstancePre, Linker as ComponentLinker, Resource, ResourceTable,
@@ -14,17 +13,34 @@ use wasmtime::{Caller, Linker};
 use wasmtime_wasi::p2::{DynPollable, Pollable, subscribe};
 
 use super::{P1State, P2State};
+use crate::signal::Signal;
 
 pub(crate) const TERM_MODULE: &str = "wasmpod";
 pub(crate) const TERM_INTERFACE: &str = "wasmpod:pod/termination";
 
-/// The guest's view of the TERM signal.
-#[derive(Clone)]
-pub(crate) struct TermSignal(pub(crate) watch::Receiver<bool>);
+/// An instance's TERM signal: delivered by its supervisor once, seen by the guest (a poll, or
+/// a pollable it waits on) and by the host serving it.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TermSignal(Arc<Signal>);
 
 impl TermSignal {
-    fn requested(&self) -> bool {
-        *self.0.borrow()
+    /// Delivers TERM.
+    pub(crate) fn deliver(&self) {
+        if !self.requested() {
+            self.0.bump();
+        }
+    }
+
+    /// Whether TERM was delivered.
+    pub(crate) fn requested(&self) -> bool {
+        self.0.version() > 0
+    }
+
+    /// Waits until TERM is delivered.
+    pub(crate) async fn delivered(&self) {
+        if !self.requested() {
+            self.0.changed(0).await;
+        }
     }
 }
 
@@ -67,13 +83,12 @@ impl std::fmt::Display for Killed {
 
 impl std::error::Error for Killed {}
 
-struct TermPollable(watch::Receiver<bool>);
+struct TermPollable(TermSignal);
 
 #[wasmtime_wasi::async_trait]
 impl Pollable for TermPollable {
     async fn ready(&mut self) {
-        // An error means the supervisor is gone: the guest is about to be dropped anyway.
-        let _ = self.0.wait_for(|term| *term).await;
+        self.0.delivered().await;
     }
 }
 
@@ -163,7 +178,7 @@ impl termination::Host for Term<'_> {
     }
 
     fn subscribe(&mut self) -> wasmtime::Result<Resource<DynPollable>> {
-        let pollable = self.table.push(TermPollable(self.signal.0.clone()))?;
+        let pollable = self.table.push(TermPollable(self.signal.clone()))?;
         subscribe(self.table, pollable)
     }
 }

@@ -11,7 +11,7 @@ use super::{ContainerError, Error, ExecError};
 use crate::container::{ContainerStdin, ContainerUsage, ExecOutput, PodMeters};
 use crate::events::{EventStream, Journal};
 use crate::output::{LogBook, LogOptions, Logs};
-use crate::supervisor::{Board, Mailbox, Msg};
+use crate::supervisor::{Board, Mailbox, Msg, Snapshot};
 
 pub(super) struct PodShared {
     /// `delete` was called.
@@ -80,7 +80,7 @@ impl PodHandle {
 
     /// The pod's current status.
     pub fn status(&self) -> PodStatus {
-        self.inner.board.borrow().status.clone()
+        self.inner.board.borrow().status()
     }
 
     /// Waits until the pod has reached a terminal phase with every container stopped, and
@@ -88,18 +88,17 @@ impl PodHandle {
     pub async fn wait(&self) -> PodStatus {
         self.inner
             .board
-            .wait_end(|s| s.finished, |s| s.status.clone())
+            .wait_end(|s| s.finished, Snapshot::status)
             .await
     }
 
     /// Waits until `check` holds for the pod's status, and returns that status. Returns the last
     /// status if the pod is deleted first.
     pub async fn wait_until(&self, mut check: impl FnMut(&PodStatus) -> bool) -> PodStatus {
-        let mut rx = self.inner.board.subscribe();
-        match rx.wait_for(|s| s.deleted || check(&s.status)).await {
-            Ok(s) => s.status.clone(),
-            Err(_) => self.status(),
-        }
+        self.inner
+            .board
+            .wait_for(|s| s.deleted || check(&s.status()), Snapshot::status)
+            .await
     }
 
     /// Runs `command` in a fresh instance of the running `container`, as an exec probe or hook

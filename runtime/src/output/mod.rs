@@ -22,9 +22,12 @@ mod writer;
 
 use std::collections::HashSet;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
+
+use crate::signal::Signal;
 
 pub use reader::{LogOptions, Logs};
 pub(crate) use sink::OutputSink;
@@ -119,18 +122,38 @@ pub(crate) struct PodOutput {
 pub(crate) struct LogBook {
     dir: PathBuf,
     ended: Mutex<HashSet<(Arc<str>, i32)>>,
-    written: watch::Receiver<()>,
+    /// Changes each time the writer has flushed, and when it stops.
+    written: Signal,
+    /// The writer is gone: nothing more will be written.
+    closed: AtomicBool,
 }
 
 impl LogBook {
     /// The logs under `dir` of a pod that no longer runs: each file is complete as it is.
     pub(crate) fn finished(dir: PathBuf) -> LogBook {
-        let (_, written) = watch::channel(());
         LogBook {
             dir,
             ended: Mutex::default(),
-            written,
+            written: Signal::default(),
+            closed: AtomicBool::new(true),
         }
+    }
+
+    /// Waits for the writer's next flush after `seen` (a [`Signal::version`] of `written`
+    /// read before looking at the files). False when the writer is gone with nothing flushed
+    /// since.
+    async fn more_written(&self, seen: u64) -> bool {
+        if self.closed.load(Ordering::Acquire) && self.written.version() == seen {
+            return false;
+        }
+        self.written.changed(seen).await;
+        true
+    }
+
+    /// The writer is gone.
+    fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.written.bump();
     }
 
     /// The instance's log is complete.
@@ -150,21 +173,13 @@ impl PodOutput {
         limits: LogLimits,
     ) -> PodOutput {
         let (tx, rx) = mpsc::channel(CHANNEL_CHUNKS);
-        let (written_tx, written) = watch::channel(());
         let book = Arc::new(LogBook {
             dir: dir.clone(),
             ended: Mutex::default(),
-            written,
+            written: Signal::default(),
+            closed: AtomicBool::new(false),
         });
-        crate::eager::spawn(write_logs(
-            dir,
-            containers,
-            rx,
-            tap,
-            book.clone(),
-            written_tx,
-            limits,
-        ));
+        crate::eager::spawn(write_logs(dir, containers, rx, tap, book.clone(), limits));
         PodOutput { tx, book }
     }
 

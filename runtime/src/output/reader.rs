@@ -6,7 +6,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use tokio::io::AsyncReadExt;
-use tokio::sync::watch;
 
 use super::{LogBook, OutputLine, Stream, log_file};
 
@@ -47,7 +46,6 @@ pub struct Logs {
     /// Read until the instance has ended (else: what the file holds now).
     to_end: bool,
     book: Arc<LogBook>,
-    written: watch::Receiver<()>,
     done: bool,
 }
 
@@ -62,8 +60,6 @@ impl std::fmt::Debug for Logs {
 
 impl Logs {
     pub(crate) fn open(book: Arc<LogBook>, container: &str, instance: i32, to_end: bool) -> Logs {
-        let mut written = book.written.clone();
-        written.mark_unchanged();
         Logs {
             container: container.into(),
             instance,
@@ -73,7 +69,6 @@ impl Logs {
             lines: VecDeque::new(),
             to_end,
             book,
-            written,
             done: false,
         }
     }
@@ -92,14 +87,14 @@ impl Logs {
             if self.done {
                 return None;
             }
-            // Seen before reading, so nothing flushed after the read is missed.
+            // Seen before looking at the end and reading, so no flush after either is missed.
+            let seen = self.book.written.version();
             let ended = self.book.has_ended(&self.container, self.instance);
-            self.written.mark_unchanged();
             // Read until the file has nothing more (a chunk may hold no whole record).
             if self.read_more().await || !self.lines.is_empty() {
                 continue;
             }
-            if !self.to_end || ended || self.written.changed().await.is_err() {
+            if !self.to_end || ended || !self.book.more_written(seen).await {
                 // One last read: the writer may have flushed before it went away.
                 self.read_more().await;
                 self.done = true;

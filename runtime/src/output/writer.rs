@@ -7,7 +7,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::held::Held;
@@ -20,9 +20,10 @@ pub(super) async fn write_logs(
     mut rx: mpsc::Receiver<Box<Chunk>>,
     tap: Option<mpsc::Sender<OutputLine>>,
     book: Arc<LogBook>,
-    written: watch::Sender<()>,
     limits: LogLimits,
 ) {
+    // Readers following the logs learn of the writer's end, however it ends.
+    let book = Writing(book);
     // The directories first, while the pod's first instance is being made.
     if let Err(e) = make_dirs(&dir, &containers) {
         tracing::warn!(dir = %dir.display(), "cannot make the pod's log directory: {e}");
@@ -102,7 +103,7 @@ pub(super) async fn write_logs(
             let mut set = book.ended.lock().unwrap_or_else(|e| e.into_inner());
             set.insert((container, instance));
         }
-        written.send_replace(());
+        book.written.bump();
         for ack in acks {
             let _ = ack.send(());
         }
@@ -110,6 +111,24 @@ pub(super) async fn write_logs(
             // Boxed: see the timer above.
             Box::pin(hand_over(tap, batch.into_iter(), &mut dropped_for_tap)).await;
         }
+    }
+}
+
+/// The writer's hold on its pod's [`LogBook`]: closes the book when the writer ends or is
+/// dropped.
+struct Writing(Arc<LogBook>);
+
+impl std::ops::Deref for Writing {
+    type Target = LogBook;
+
+    fn deref(&self) -> &LogBook {
+        &self.0
+    }
+}
+
+impl Drop for Writing {
+    fn drop(&mut self) {
+        self.0.close();
     }
 }
 

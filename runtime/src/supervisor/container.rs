@@ -5,9 +5,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1 as k8s;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::oneshot;
 use tokio::task::AbortHandle;
 
 use super::backoff::{Backoff, BackoffOptions};
@@ -94,7 +92,6 @@ pub(crate) struct Instance {
     pub(crate) id: u64,
     pub(crate) sandbox: Arc<Sandbox>,
     pub(crate) started: Instant,
-    pub(crate) term: watch::Sender<bool>,
     pub(crate) kill: Option<oneshot::Sender<i32>>,
     /// Where it is in being stopped.
     pub(crate) stop: Stopping,
@@ -269,60 +266,6 @@ impl Container {
 
     pub(crate) fn succeeded(&self) -> bool {
         matches!(&self.state, State::Terminated(t) if t.exit.code == 0)
-    }
-
-    pub(crate) fn status(&self) -> k8s::ContainerStatus {
-        k8s::ContainerStatus {
-            name: self.spec.name.clone(),
-            image: match &self.spec.pull {
-                Some(pull) => pull.shown.clone(),
-                None => self.spec.image.display().to_string(),
-            },
-            image_id: match (&self.spec.pull, &self.pulled) {
-                (Some(_), Some((r, _))) => r.image_id.clone(),
-                (Some(_), None) => String::new(),
-                (None, _) => format!("file://{}", self.spec.image.display()),
-            },
-            state: Some(state(&self.state)),
-            last_state: Some(
-                self.last_state
-                    .as_ref()
-                    .map_or_else(Default::default, |t| state(&State::Terminated(t.clone()))),
-            ),
-            ready: self.ready,
-            restart_count: self.restart_count,
-            started: Some(self.started),
-            ..Default::default()
-        }
-    }
-}
-
-fn state(s: &State) -> k8s::ContainerState {
-    match s {
-        State::Waiting { reason, message } => k8s::ContainerState {
-            waiting: Some(k8s::ContainerStateWaiting {
-                reason: Some(reason.reason().into()),
-                message: message.clone(),
-            }),
-            ..Default::default()
-        },
-        State::Running { started_at } => k8s::ContainerState {
-            running: Some(k8s::ContainerStateRunning {
-                started_at: Some(Time(*started_at)),
-            }),
-            ..Default::default()
-        },
-        State::Terminated(t) => k8s::ContainerState {
-            terminated: Some(k8s::ContainerStateTerminated {
-                exit_code: t.exit.code,
-                reason: Some(t.exit.reason().into()),
-                message: t.exit.message.clone(),
-                started_at: Some(Time(t.started_at)),
-                finished_at: Some(Time(t.finished_at)),
-                ..Default::default()
-            }),
-            ..Default::default()
-        },
     }
 }
 

@@ -21,6 +21,7 @@ mod status;
 mod stop;
 mod stopping;
 mod sync;
+mod view;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -135,7 +136,7 @@ pub(crate) struct PodTask {
     uid: String,
     containers: Vec<Container>,
     phase: Phase,
-    conditions: Vec<(&'static str, Condition)>,
+    conditions: Arc<Vec<(&'static str, Condition)>>,
     start_time: Timestamp,
     started: Instant,
     shutdown: Option<Shutdown>,
@@ -301,7 +302,7 @@ impl PodTask {
             uid,
             containers,
             phase: Phase::Pending,
-            conditions: Vec::new(),
+            conditions: Arc::default(),
             start_time: Timestamp::now(),
             started: Instant::now(),
             shutdown: None,

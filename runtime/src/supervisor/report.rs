@@ -3,14 +3,13 @@
 
 use jiff::Timestamp;
 
-use super::container::Container;
+use std::sync::Arc;
+
 use super::status;
+use super::view::{ContainerView, StatusView};
 use super::{Condition, PodTask, ShutdownCause, Snapshot, Stage};
 use crate::events::Phase;
 use crate::events::{EventType, Reason, Record};
-use crate::spec::Role;
-use k8s_openapi::api::core::v1 as k8s;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 impl PodTask {
     pub(super) fn update_phase(&mut self) {
@@ -110,73 +109,49 @@ impl PodTask {
     }
 
     /// Records the conditions, keeping the transition time of those whose status is unchanged.
+    /// The list is shared with the published status: it is copied only when one changes.
     pub(super) fn set_conditions(&mut self, next: impl Iterator<Item = (&'static str, Condition)>) {
         let kinds = self.conditions.len();
         for (kind, mut c) in next {
-            match self.conditions.iter_mut().find(|(k, _)| *k == kind) {
-                Some((_, old)) => {
-                    if old.status == c.status {
-                        c.since = old.since;
-                    }
-                    *old = c;
+            let old = self.conditions.iter().position(|(k, _)| *k == kind);
+            if let Some(old) = old.map(|i| &self.conditions[i].1) {
+                if old.status == c.status {
+                    c.since = old.since;
                 }
-                None => self.conditions.push((kind, c)),
+                if *old == c {
+                    continue;
+                }
+            }
+            let conditions = Arc::make_mut(&mut self.conditions);
+            match old {
+                Some(i) => conditions[i].1 = c,
+                None => conditions.push((kind, c)),
             }
         }
         // A pod keeps its conditions for good, and gains new kinds only a few times in its
         // life: the list is kept to its size (five conditions would keep room for eight).
         if self.conditions.len() != kinds {
-            self.conditions.shrink_to_fit();
+            Arc::make_mut(&mut self.conditions).shrink_to_fit();
         }
     }
 
     pub(super) fn publish(&self, finished: bool, deleted: bool) {
-        let time = |t: Timestamp| Some(Time(t));
-        let conditions: Vec<k8s::PodCondition> = self
-            .conditions
-            .iter()
-            .map(|(kind, c)| k8s::PodCondition {
-                type_: (*kind).into(),
-                status: if c.status { "True" } else { "False" }.into(),
-                reason: c.reason.map(Into::into),
-                message: c.message.clone(),
-                last_transition_time: time(c.since),
-                ..Default::default()
-            })
-            .collect();
-        // Sized exactly: collected through a filter, a list of one status (most pods) would
-        // keep room for four, 2 KiB more for every pod the node holds.
-        let statuses = |init: bool| {
-            let listed = |c: &&Container| (c.role() != Role::Regular) == init;
-            let mut list = Vec::with_capacity(self.containers.iter().filter(listed).count());
-            list.extend(self.containers.iter().filter(listed).map(Container::status));
-            Some(list)
-        };
-        let status = k8s::PodStatus {
-            phase: Some(self.phase.as_str().into()),
-            conditions: (!conditions.is_empty()).then_some(conditions),
-            init_container_statuses: statuses(true),
-            container_statuses: statuses(false),
-            start_time: self.stage.admitted().then_some(Time(self.start_time)),
-            nominated_node_name: match &self.stage {
+        let view = StatusView {
+            phase: self.phase,
+            conditions: self.conditions.clone(),
+            containers: self.containers.iter().map(ContainerView::of).collect(),
+            start_time: self.stage.admitted().then_some(self.start_time),
+            nominated: match &self.stage {
                 Stage::Pending { nominated, .. } => nominated.clone(),
                 Stage::Initializing | Stage::Initialized => None,
             },
-            qos_class: Some(self.spec.qos_class().into()),
-            pod_ip: Some(self.pod_ip().to_string()),
-            pod_ips: Some(vec![k8s::PodIP {
-                ip: self.pod_ip().to_string(),
-            }]),
-            host_ip: Some(self.node.host_ip.to_string()),
-            host_ips: Some(vec![k8s::HostIP {
-                ip: self.node.host_ip.to_string(),
-            }]),
-            reason: self.failure.as_ref().map(|f| f.0.into()),
-            message: self.failure.as_ref().map(|f| f.1.clone()),
-            ..Default::default()
+            qos: self.spec.qos_class(),
+            pod_ip: self.pod_ip(),
+            host_ip: self.node.host_ip,
+            failure: self.failure.clone(),
         };
         self.board.publish(Snapshot {
-            status,
+            published: Some(view),
             finished,
             deleted,
         });

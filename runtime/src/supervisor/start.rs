@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{oneshot, watch};
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::container::{HookState, Instance, Waiting};
@@ -131,9 +131,8 @@ impl PodTask {
 
     /// The sandbox of the container's next instance: its environment (the downward API, the
     /// `kubernetes` Service), its mounts, its memory and CPU limits, its ports and stdin.
-    fn sandbox(&self, index: usize, image: Arc<Image>) -> (Arc<Sandbox>, watch::Sender<bool>) {
+    fn sandbox(&self, index: usize, image: Arc<Image>) -> Arc<Sandbox> {
         let c = &self.containers[index];
-        let (term_tx, term) = watch::channel(false);
         let labels_and_more = PodInfo {
             name: &self.spec.name,
             namespace: &self.spec.namespace,
@@ -155,7 +154,7 @@ impl PodTask {
             service.append(&mut env);
             env = service;
         }
-        let sandbox = Arc::new(Sandbox {
+        Arc::new(Sandbox {
             image,
             argv,
             env,
@@ -209,7 +208,7 @@ impl PodTask {
                 (Some(share), pod) => Some(CpuLimit::within(share, pod.clone())),
                 (None, pod) => pod.clone(),
             },
-            term: TermSignal(term),
+            term: TermSignal::default(),
             kill: Default::default(),
             net: self.net.clone(),
             host_sockets: self.spec.host_network,
@@ -238,13 +237,12 @@ impl PodTask {
             memory: self.memory.clone(),
             meter: Meter::new(),
             stdin: c.spec.stdin.map(StdinPipe::new),
-        });
-        (sandbox, term_tx)
+        })
     }
 
-    /// Launches the container's instance in `sandbox` (with `term`, its TERM signal's sender),
+    /// Launches the container's instance in `sandbox` (TERM reaches it through the sandbox's signal),
     /// then its postStart hook; it counts as Running once the hook returned.
-    fn launch(&mut self, index: usize, (sandbox, term_tx): (Arc<Sandbox>, watch::Sender<bool>)) {
+    fn launch(&mut self, index: usize, sandbox: Arc<Sandbox>) {
         let c = &mut self.containers[index];
         if c.runs > 0 {
             c.restart_count += 1;
@@ -259,7 +257,6 @@ impl PodTask {
             id,
             sandbox: sandbox.clone(),
             started: Instant::now(),
-            term: term_tx,
             kill: Some(kill_tx),
             stop: Stopping::No,
             post_start: if c.spec.post_start.is_some() {

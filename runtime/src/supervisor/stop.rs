@@ -184,7 +184,7 @@ impl PodTask {
         };
         match instance.stop.kill_at() {
             Some(at) => {
-                let _ = instance.term.send(true);
+                instance.sandbox.term.deliver();
                 instance.arm_kill(at);
             }
             None => instance.kill(EXIT_TERMINATED),

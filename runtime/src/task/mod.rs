@@ -47,7 +47,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use sha2::{Digest, Sha256};
-use tokio::sync::watch;
 
 use crate::container::{
     CpuLimit, DEFAULT_PORT, EXIT_TERMINATED, HttpServe, Meter, Preopen, Sandbox, Shared,
@@ -67,12 +66,12 @@ pub use options::{HTTP_PORT, ResizeError, TaskExit, TaskMount, TaskOptions, Task
 
 /// Delivers TERM to a task (see [`Task::terminator`]).
 #[derive(Debug, Clone)]
-pub struct Terminator(Arc<watch::Sender<bool>>);
+pub struct Terminator(TermSignal);
 
 impl Terminator {
     /// Sends TERM: a guest importing `wasmpod:pod/termination` is told; any other stops with 143.
     pub fn terminate(&self) {
-        self.0.send_replace(true);
+        self.0.deliver();
     }
 }
 
@@ -173,7 +172,6 @@ impl TaskEngine {
 /// One container's guest, ready to run (see the [module docs](self)).
 pub struct Task {
     sandbox: Arc<Sandbox>,
-    term: Arc<watch::Sender<bool>>,
     cpu: Arc<CpuLimit>,
     // The engine's epoch ticker runs while the engine lives.
     _engine: Arc<Engine>,
@@ -196,7 +194,6 @@ impl Task {
         together: Arc<Budget>,
         in_cgroup: Arc<NodeMemory>,
     ) -> Task {
-        let (term, term_rx) = watch::channel(false);
         let names = PodNames {
             hostname: String::new(),
             dns: crate::spec::Dns {
@@ -228,7 +225,7 @@ impl Task {
             working_dir: options.working_dir,
             budget: Budget::within(options.memory_limit.unwrap_or(u64::MAX), Some(together)),
             cpu: Some(cpu.clone()),
-            term: TermSignal(term_rx),
+            term: TermSignal::default(),
             kill: Default::default(),
             net: NodeNetwork::new(Egress::Allow, None)
                 .create_pod(names)
@@ -245,7 +242,6 @@ impl Task {
         });
         Task {
             sandbox,
-            term: Arc::new(term),
             cpu,
             _engine: engine,
         }
@@ -258,18 +254,20 @@ impl Task {
 
     /// A handle that delivers TERM to the running task.
     pub fn terminator(&self) -> Terminator {
-        Terminator(self.term.clone())
+        Terminator(self.sandbox.term.clone())
     }
 
     /// Runs the guest's entry point to its end (an HTTP handler: serves until TERM). Why it
     /// ended, when that is more than its exit code (a trap), is the last line of its stderr;
     /// it returns once its output is written.
     pub async fn run(&self, io: TaskIo) -> TaskExit {
-        let mut term = self.term.subscribe();
         let handles_term = self.handles_term();
         let stopped = async {
             // A guest that does not handle TERM stops at once, as TERM's default action does.
-            let _ = term.wait_for(|t| *t && !handles_term).await;
+            if handles_term {
+                std::future::pending::<()>().await;
+            }
+            self.sandbox.term.delivered().await;
         };
         let stderr = Shared::new(io.stderr);
         let exit = tokio::select! {
