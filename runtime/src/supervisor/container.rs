@@ -151,8 +151,9 @@ pub(crate) struct Container {
     /// A registry image's pull under way: it ends with the container (the pod gone, its
     /// pull is cancelled rather than left to outlive it).
     pub(crate) pulling: Option<PullTask>,
-    /// The registry image it runs, and `runs` when it was pulled.
-    pub(crate) pulled: Option<(crate::images::Resolved, u64)>,
+    /// The registry image it runs, and `runs` when it was pulled (boxed: most containers of a
+    /// node run local modules).
+    pub(crate) pulled: Option<Box<(crate::images::Resolved, u64)>>,
     /// Its image changed while the pod ran: it starts again with the new one, whatever the
     /// restart policy and without backoff (the kubelet's restart on a changed container spec).
     pub(crate) changed: bool,

@@ -39,7 +39,7 @@ impl PodTask {
             return true;
         };
         // `Always` pulls again for every start of the container, as the kubelet does.
-        match &c.pulled {
+        match c.pulled.as_deref() {
             Some((_, runs)) if pull.policy != PullPolicy::Always || *runs == c.runs => {
                 return true;
             }
@@ -136,7 +136,7 @@ impl PodTask {
                 }
                 c.load_failed_at = None;
                 c.retry_at = None;
-                c.pulled = Some((resolved, c.runs));
+                c.pulled = Some(Box::new((resolved, c.runs)));
                 self.container_event(index, EventType::Normal, Reason::Pulled, message, None);
                 return;
             }

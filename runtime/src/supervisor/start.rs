@@ -315,7 +315,7 @@ impl PodTask {
         let origin = match (&c.spec.pull, &c.pulled) {
             (None, _) => Origin::Local,
             (Some(_), pulled) => Origin::Pulled {
-                machine_code: pulled.as_ref().is_some_and(|(r, _)| r.precompiled),
+                machine_code: pulled.as_deref().is_some_and(|(r, _)| r.precompiled),
             },
         };
         let (node, life) = (self.node.clone(), self.life(index));

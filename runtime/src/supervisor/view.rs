@@ -52,7 +52,7 @@ impl ContainerView {
     pub(super) fn of(c: &Container) -> ContainerView {
         ContainerView {
             spec: c.spec.clone(),
-            image_id: c.pulled.as_ref().map(|(r, _)| r.image_id.as_str().into()),
+            image_id: c.pulled.as_deref().map(|(r, _)| r.image_id.as_str().into()),
             state: c.state.clone(),
             last_state: c.last_state.clone(),
             restart_count: c.restart_count,
