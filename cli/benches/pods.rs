@@ -104,6 +104,7 @@ async fn run(n: usize) -> serde_json::Value {
     let before = wasmpod_tests::rss_bytes();
     let pss_before = pss_bytes();
     let maps_before = mappings();
+    let cpu_before = wasmpod_tests::cpu_times();
     let all = Instant::now();
     let mut pods = Vec::with_capacity(n);
     let mut samples = Vec::with_capacity(n);
@@ -113,6 +114,11 @@ async fn run(n: usize) -> serde_json::Value {
         samples.push(took);
     }
     let total = all.elapsed();
+    // The CPU the starts took, in user space (the runtime's own work) and in the kernel (page
+    // faults, clearing pages, mappings): where a run's time varies from one run to the next.
+    let cpu_after = wasmpod_tests::cpu_times();
+    let user_per_pod = (cpu_after.0 - cpu_before.0) / n as u32;
+    let system_per_pod = (cpu_after.1 - cpu_before.1) / n as u32;
     // Let the pods settle into their sleep before measuring memory.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let per_pod = wasmpod_tests::rss_bytes().saturating_sub(before) / n as u64;
@@ -161,7 +167,8 @@ async fn run(n: usize) -> serde_json::Value {
     extra.sort();
     lags.sort();
     println!(
-        "{n:>6} pods: all started in {:>8.2?}; create→Started p50 {:>9.2?} p99 {:>9.2?}; \
+        "{n:>6} pods: all started in {:>8.2?} (CPU a pod: {user_per_pod:.2?} user, \
+         {system_per_pod:.2?} system); create→Started p50 {:>9.2?} p99 {:>9.2?}; \
          {:>6.1} KiB resident ({:.1} KiB proportional) and {maps_per_pod:.1} memory mappings \
          per pod; \
          {:.2} % of a core while they sleep; new pod create→Started p50 {:>9.2?}; \
@@ -185,6 +192,8 @@ async fn run(n: usize) -> serde_json::Value {
     json!({
         "pods": n,
         "all_started_s": total.as_secs_f64(),
+        "start_user_cpu_per_pod_us": user_per_pod.as_secs_f64() * 1e6,
+        "start_system_cpu_per_pod_us": system_per_pod.as_secs_f64() * 1e6,
         "create_to_started_p50_us": pct(&samples, 0.5).as_secs_f64() * 1e6,
         "create_to_started_p99_us": pct(&samples, 0.99).as_secs_f64() * 1e6,
         "resident_bytes_per_pod": per_pod,
@@ -270,11 +279,17 @@ async fn main() {
         let start_cost = |r: &serde_json::Value| number(r, "all_started_s") / number(r, "pods");
         let (n, m) = (number(small, "pods"), number(large, "pods"));
         let linear = start_cost(large) / start_cost(small);
+        let cpu = |key: &str| number(large, key) / number(small, key);
+        let (user, system) = (
+            cpu("start_user_cpu_per_pod_us"),
+            cpu("start_system_cpu_per_pod_us"),
+        );
         let beside = number(large, "new_pod_create_to_started_p50_us")
             / number(small, "new_pod_create_to_started_p50_us");
         let resident = number(large, "resident_bytes_per_pod") / 1024.0;
         println!(
-            "{m} pods against {n}: all started at {linear:.2}× the time a pod; a new pod's \
+            "{m} pods against {n}: all started at {linear:.2}× the time a pod (its CPU: \
+             {user:.2}× in user space, {system:.2}× in the kernel); a new pod's \
              create→Started {beside:.2}× (target ≤ {NEW_POD_RATIO}×: {}); {resident:.1} KiB \
              resident a pod (target ≤ {} KiB: {})",
             wasmpod_tests::verdict(beside <= NEW_POD_RATIO),

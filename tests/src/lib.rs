@@ -401,6 +401,21 @@ pub fn terminated(
         .unwrap_or_else(|| panic!("{name} has not terminated: {status:#?}"))
 }
 
+/// CPU time this process has used so far in user space and in the kernel, in microseconds
+/// (`getrusage`, every thread).
+pub fn cpu_times() -> (Duration, Duration) {
+    // SAFETY: `getrusage` writes the struct it is given; RUSAGE_SELF is always valid.
+    let usage = unsafe {
+        let mut usage = std::mem::zeroed::<libc::rusage>();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
+    let time = |t: libc::timeval| {
+        Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
+    };
+    (time(usage.ru_utime), time(usage.ru_stime))
+}
+
 /// CPU time (user + system) this process has used so far, from /proc (Linux).
 pub fn cpu_time() -> Duration {
     let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
