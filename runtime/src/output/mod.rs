@@ -9,9 +9,10 @@
 //! follows within a moment ([`held`]), so a prompt shows at once and a line written in pieces
 //! stays one record.
 //!
-//! The pod's log directories are made as its writer starts, beside the guests' start; an
-//! instance's log file is made with its first line, or empty at its end (a node of many quiet
-//! pods holds no file for them while they run); and an instance's end is reported only once
+//! A pod's log writer, its channel and its log directories are made with the pod's first output,
+//! or at the end of an instance that wrote nothing (a node of many quiet pods holds no writer, no
+//! channel and no file for them while they run: 1.1 KiB a pod); an instance's log file is made
+//! with its first line, or empty at its end; and an instance's end is reported only once
 //! everything it printed is written ([`LogEnd::close`]): when a pod ends, its output is in its
 //! log files.
 
@@ -23,7 +24,7 @@ mod writer;
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use tokio::sync::mpsc;
 
@@ -113,8 +114,71 @@ pub struct OutputLine {
 
 /// The receiving end of a pod's output: writes the log files and feeds the pod's watcher.
 pub(crate) struct PodOutput {
-    tx: mpsc::Sender<Box<Chunk>>,
+    tx: Arc<ToWriter>,
     book: Arc<LogBook>,
+}
+
+/// The way to the pod's log writer, which starts at the first chunk sent.
+pub(crate) struct ToWriter {
+    tx: OnceLock<mpsc::Sender<Box<Chunk>>>,
+    /// What the writer starts with; taken when it starts.
+    start: Mutex<Option<WriterStart>>,
+    book: Arc<LogBook>,
+}
+
+struct WriterStart {
+    containers: Vec<Arc<str>>,
+    tap: Option<mpsc::Sender<OutputLine>>,
+    limits: LogLimits,
+    /// The runtime the pod was made on, for a first chunk sent from outside it.
+    runtime: Option<tokio::runtime::Handle>,
+}
+
+impl ToWriter {
+    /// The writer's channel; the first call starts the writer.
+    pub(super) fn sender(&self) -> &mpsc::Sender<Box<Chunk>> {
+        self.tx.get_or_init(|| {
+            let (tx, rx) = mpsc::channel(CHANNEL_CHUNKS);
+            let start = self.start.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some(start) = start {
+                let book = self.book.clone();
+                let writer = write_logs(
+                    book.dir.clone(),
+                    start.containers,
+                    rx,
+                    start.tap,
+                    book,
+                    start.limits,
+                );
+                match (tokio::runtime::Handle::try_current(), start.runtime) {
+                    (Err(_), Some(runtime)) => drop(runtime.spawn(writer)),
+                    _ => crate::eager::spawn(writer),
+                }
+            }
+            tx
+        })
+    }
+}
+
+#[cfg(test)]
+impl ToWriter {
+    /// A way to `tx` itself, for tests of what is sent.
+    pub(super) fn to(tx: mpsc::Sender<Box<Chunk>>) -> Arc<ToWriter> {
+        Arc::new(ToWriter {
+            tx: OnceLock::from(tx),
+            start: Mutex::new(None),
+            book: Arc::new(LogBook::finished(PathBuf::new())),
+        })
+    }
+}
+
+impl Drop for ToWriter {
+    fn drop(&mut self) {
+        // Nothing was ever sent: no writer will close the book.
+        if self.tx.get().is_none() {
+            self.book.close();
+        }
+    }
 }
 
 /// What readers of a pod's logs follow: where the files are, which instances have ended, and a
@@ -172,14 +236,22 @@ impl PodOutput {
         tap: Option<mpsc::Sender<OutputLine>>,
         limits: LogLimits,
     ) -> PodOutput {
-        let (tx, rx) = mpsc::channel(CHANNEL_CHUNKS);
         let book = Arc::new(LogBook {
-            dir: dir.clone(),
+            dir,
             ended: Mutex::default(),
             written: Signal::default(),
             closed: AtomicBool::new(false),
         });
-        crate::eager::spawn(write_logs(dir, containers, rx, tap, book.clone(), limits));
+        let tx = Arc::new(ToWriter {
+            tx: OnceLock::new(),
+            start: Mutex::new(Some(WriterStart {
+                containers,
+                tap,
+                limits,
+                runtime: tokio::runtime::Handle::try_current().ok(),
+            })),
+            book: book.clone(),
+        });
         PodOutput { tx, book }
     }
 
@@ -189,7 +261,7 @@ impl PodOutput {
 
     /// Marks the end of the output of an instance that is gone already (a resumed pod's).
     pub(crate) fn ended(&self, container: &Arc<str>, instance: i32) {
-        let tx = self.tx.clone();
+        let tx = self.tx.sender().clone();
         let chunk = marker(container.clone(), instance, None);
         // The channel may be full of a flood's lines: never block the supervisor.
         if let Err(mpsc::error::TrySendError::Full(chunk)) = tx.try_send(chunk) {
@@ -227,7 +299,7 @@ const WRITE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(2);
 pub(crate) struct LogEnd {
     container: Arc<str>,
     instance: i32,
-    tx: mpsc::Sender<Box<Chunk>>,
+    tx: Arc<ToWriter>,
 }
 
 impl LogEnd {
@@ -237,7 +309,7 @@ impl LogEnd {
         let (written, done) = tokio::sync::oneshot::channel();
         let chunk = marker(self.container.clone(), self.instance, Some(written));
         let flushed = async {
-            if self.tx.send(chunk).await.is_ok() {
+            if self.tx.sender().send(chunk).await.is_ok() {
                 let _ = done.await;
             }
         };

@@ -10,13 +10,13 @@ use std::task::{Context, Poll, ready};
 
 use bytes::Bytes;
 use tokio::io::AsyncWrite;
-use tokio::sync::mpsc::{self, OwnedPermit, error::TrySendError};
+use tokio::sync::mpsc::{OwnedPermit, error::TrySendError};
 use tokio_util::sync::PollSender;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi_io::poll::Pollable;
 use wasmtime_wasi_io::streams::{OutputStream, StreamError, StreamResult};
 
-use super::{Chunk, MAX_LINE, Stream};
+use super::{Chunk, MAX_LINE, Stream, ToWriter};
 
 /// Where one container instance's stdout or stderr goes.
 #[derive(Clone)]
@@ -24,7 +24,7 @@ pub(crate) struct OutputSink {
     pub(super) container: Arc<str>,
     pub(super) instance: i32,
     pub(super) stream: Stream,
-    pub(super) tx: mpsc::Sender<Box<Chunk>>,
+    pub(super) tx: Arc<ToWriter>,
 }
 
 impl IsTerminal for OutputSink {
@@ -47,7 +47,7 @@ impl StdoutStream for OutputSink {
     fn async_stream(&self) -> Box<dyn AsyncWrite + Send + Sync> {
         Box::new(LineWriter {
             lines: Lines::new(self.clone()),
-            tx: PollSender::new(self.tx.clone()),
+            tx: PollSender::new(self.tx.sender().clone()),
         })
     }
 }
@@ -146,7 +146,7 @@ impl Drop for Lines {
         if !self.partial.is_empty() {
             let line = String::from_utf8_lossy(&self.partial).into_owned();
             let chunk = self.chunk(vec![(false, line)], false);
-            let _ = self.sink.tx.try_send(chunk);
+            let _ = self.sink.tx.sender().try_send(chunk);
         }
     }
 }
@@ -177,7 +177,7 @@ impl LineStream {
         while self.pending() {
             let permit = match permit.take() {
                 Some(permit) => permit,
-                None => match self.lines.sink.tx.clone().try_reserve_owned() {
+                None => match self.lines.sink.tx.sender().clone().try_reserve_owned() {
                     Ok(permit) => permit,
                     Err(TrySendError::Full(_)) => return,
                     Err(TrySendError::Closed(_)) => return self.close(),
@@ -201,7 +201,7 @@ impl LineStream {
             self.flush = false;
             return;
         }
-        match self.lines.sink.tx.clone().try_reserve_owned() {
+        match self.lines.sink.tx.sender().clone().try_reserve_owned() {
             Ok(permit) => self.send(permit),
             Err(TrySendError::Full(_)) => {}
             Err(TrySendError::Closed(_)) => self.close(),
@@ -247,7 +247,7 @@ impl OutputStream for LineStream {
 impl Pollable for LineStream {
     async fn ready(&mut self) {
         while self.pending() {
-            match self.lines.sink.tx.clone().reserve_owned().await {
+            match self.lines.sink.tx.sender().clone().reserve_owned().await {
                 Ok(permit) => self.send(permit),
                 Err(_) => self.close(),
             }
@@ -306,6 +306,8 @@ impl AsyncWrite for LineWriter {
 
 #[cfg(test)]
 mod tests {
+    use tokio::sync::mpsc;
+
     use super::*;
 
     fn stream(room: usize) -> (Box<dyn OutputStream>, mpsc::Receiver<Box<Chunk>>) {
@@ -314,7 +316,7 @@ mod tests {
             container: "c".into(),
             instance: 0,
             stream: Stream::Stdout,
-            tx,
+            tx: ToWriter::to(tx),
         };
         (sink.p2_stream(), rx)
     }
