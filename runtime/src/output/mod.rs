@@ -323,8 +323,8 @@ impl LogEnd {
 }
 
 /// A piece of one instance's output on its way to the writer. Chunks travel boxed: the
-/// channel allocates its slots 32 at a time, the first 32 as the pod starts, and a boxed slot is
-/// a pointer where a chunk is 80 bytes (2.5 KiB a pod, sleeping or not).
+/// channel allocates its slots 32 at a time, the first 32 as the writer starts, and a boxed slot
+/// is a pointer where a chunk is 80 bytes (2.5 KiB for every pod that has written).
 pub(super) struct Chunk {
     pub(super) container: Arc<str>,
     pub(super) instance: i32,

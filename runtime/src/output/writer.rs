@@ -24,7 +24,7 @@ pub(super) async fn write_logs(
 ) {
     // Readers following the logs learn of the writer's end, however it ends.
     let book = Writing(book);
-    // The directories first, while the pod's first instance is being made.
+    // The directories first: the writer starts with the pod's first chunk, before writing it.
     if let Err(e) = make_dirs(&dir, &containers) {
         tracing::warn!(dir = %dir.display(), "cannot make the pod's log directory: {e}");
     }
@@ -36,7 +36,7 @@ pub(super) async fn write_logs(
         // The next chunk, or a held line falling due (an empty batch), or the end. The task
         // keeps room for the largest state it can wait in, for as long as its pod lives: the
         // timer is boxed and made only while a line is held, and so is the watcher's delivery
-        // below (a quiet pod's writer then holds 0.4 KiB rather than 1.2).
+        // below (a writer waiting for more output then holds 0.4 KiB rather than 1.2).
         let due = held
             .next_due()
             .map(|at| Box::pin(tokio::time::sleep_until(at)));

@@ -240,8 +240,8 @@ impl PodTask {
         })
     }
 
-    /// Launches the container's instance in `sandbox` (TERM reaches it through the sandbox's signal),
-    /// then its postStart hook; it counts as Running once the hook returned.
+    /// Launches the container's instance in `sandbox` (TERM reaches it through the sandbox's
+    /// signal), then its postStart hook; it counts as Running once the hook returned.
     fn launch(&mut self, index: usize, sandbox: Arc<Sandbox>) {
         let c = &mut self.containers[index];
         if c.runs > 0 {

@@ -3,9 +3,9 @@
 //!
 //! A sleeping pod keeps its published status for as long as it lives. Kept as a `PodStatus` (its
 //! conditions and its containers' statuses as structs of optional strings, each string its own
-//! allocation) it held about 2.6 KiB; kept as the supervisor's state, under 1 KiB, and the
-//! conditions are the supervisor's own list, shared. A read builds the `PodStatus`, as cloning
-//! a kept one did.
+//! allocation) it would hold about 2.6 KiB; kept as the supervisor's state it holds under 1 KiB,
+//! the conditions being the supervisor's own list, shared. A read builds the `PodStatus`, which
+//! costs what cloning a kept one would.
 
 use std::net::IpAddr;
 use std::sync::Arc;
