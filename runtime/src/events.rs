@@ -147,13 +147,53 @@ pub(crate) struct Record {
     pub container: Option<(Arc<str>, crate::ContainerRole)>,
     pub kind: EventType,
     pub reason: Reason,
-    pub message: Box<str>,
+    pub message: Message,
     pub exit_code: Option<i32>,
     pub restart_count: Option<i32>,
     pub phase: Option<Phase>,
 }
 
+/// An event's message as its record keeps it: the sentences every pod that starts records (its
+/// phases, its init containers done, each container created and started) are written when the
+/// event is read, from the record's phase and container.
+#[derive(Debug)]
+pub(crate) enum Message {
+    /// As it is.
+    Text(Box<str>),
+    /// `Pod is <phase>`.
+    Phase,
+    /// `All init containers have completed`.
+    Initialized,
+    /// `Created container <name>`.
+    Created,
+    /// `Started container <name>`.
+    Started,
+}
+
+impl From<String> for Message {
+    fn from(text: String) -> Message {
+        Message::Text(text.into())
+    }
+}
+
+impl From<&str> for Message {
+    fn from(text: &str) -> Message {
+        Message::Text(text.into())
+    }
+}
+
 impl Record {
+    fn message(&self) -> String {
+        let container = || self.container.as_ref().map_or("", |(name, _)| name);
+        match &self.message {
+            Message::Text(text) => text.to_string(),
+            Message::Phase => format!("Pod is {}", self.phase.map_or("", Phase::as_str)),
+            Message::Initialized => "All init containers have completed".to_owned(),
+            Message::Created => format!("Created container {}", container()),
+            Message::Started => format!("Started container {}", container()),
+        }
+    }
+
     fn event(&self, pod: &str) -> Event {
         Event {
             time: micros(self.at),
@@ -162,7 +202,7 @@ impl Record {
             role: self.container.as_ref().map(|&(_, role)| role),
             kind: self.kind,
             reason: self.reason,
-            message: self.message.to_string(),
+            message: self.message(),
             exit_code: self.exit_code,
             restart_count: self.restart_count,
             phase: self.phase,
@@ -199,6 +239,13 @@ struct Kept {
 impl Kept {
     fn push(&mut self, record: Record) {
         if self.first.len() < KEPT_FIRST {
+            if self.first.len() == self.first.capacity() {
+                // Grown by half, not doubled: a pod that starts and runs records six events,
+                // and a sleeping pod keeps its journal for as long as it lives.
+                let more = (self.first.len() / 2).max(2);
+                self.first
+                    .reserve_exact(more.min(KEPT_FIRST - self.first.len()));
+            }
             self.first.push(record);
         } else {
             if self.last.len() == KEPT_LAST {
@@ -232,7 +279,7 @@ impl Journal {
     }
 
     pub(crate) fn push(&self, record: Record) {
-        tracing::debug!(pod = %self.pod, container = ?record.container, reason = ?record.reason, "{}", record.message);
+        tracing::debug!(pod = %self.pod, container = ?record.container, reason = ?record.reason, "{}", record.message());
         self.events
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -342,6 +389,22 @@ mod tests {
         }
         let expected: Vec<usize> = (0..KEPT_FIRST).chain(total - KEPT_LAST..total).collect();
         assert_eq!(seen, expected);
+    }
+
+    /// A pod that starts and runs records six events, and its journal keeps room for six, not
+    /// the eight a doubling vector would; it still grows by half at each step after that.
+    #[test]
+    fn the_journal_grows_by_half() {
+        let journal = Journal::new("p");
+        let mut rooms = Vec::new();
+        for i in 0..20 {
+            journal.push(event(i));
+            let room = journal.events.lock().unwrap().first.capacity();
+            if rooms.last() != Some(&room) {
+                rooms.push(room);
+            }
+        }
+        assert_eq!(rooms, [2, 4, 6, 9, 13, 19, 28]);
     }
 
     /// Readers racing a writer on another thread see every event, in order: a wake-up lost

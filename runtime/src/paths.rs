@@ -17,16 +17,18 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// The longest file name Linux file systems take.
 const NAME_MAX: usize = 255;
 
-/// The directories of one pod, and the lock that makes them its own.
+/// The directories of one pod, and the lock that makes them its own. The paths are shared with
+/// the pod's handle and its log book (a sleeping pod keeps them for as long as it lives); the
+/// lock's is made when it is used.
 #[derive(Debug)]
 pub(crate) struct PodPaths {
-    pod_dir: PathBuf,
-    pub(crate) log_dir: PathBuf,
-    lock: PathBuf,
+    pod_dir: Arc<Path>,
+    pub(crate) log_dir: Arc<Path>,
     /// The lock is taken (`Some(Ok)`), or could not be (`Some(Err)`, when taken on first use).
     locked: std::sync::OnceLock<Result<(), String>>,
 }
@@ -60,11 +62,9 @@ impl PodPaths {
         for part in [namespace, name, uid] {
             component(part)?;
         }
-        let pods = state_dir.join("pods");
         let paths = PodPaths {
-            pod_dir: pods.join(uid),
-            log_dir: log_dir(state_dir, namespace, name, uid)?,
-            lock: pods.join(format!("{uid}.lock")),
+            pod_dir: state_dir.join("pods").join(uid).into(),
+            log_dir: log_dir(state_dir, namespace, name, uid)?.into(),
             locked: std::sync::OnceLock::new(),
         };
         if !fresh {
@@ -80,17 +80,25 @@ impl PodPaths {
             let path = path.to_owned();
             move |source| ClaimError::Io { path, source }
         };
-        let pods = self.lock.parent().unwrap_or(&self.lock);
+        let lock = self.lock_path();
+        let pods = lock.parent().unwrap_or(&lock);
         std::fs::create_dir_all(pods).map_err(io_err(pods))?;
         let uid = self
             .pod_dir
             .file_name()
             .unwrap_or_default()
             .to_string_lossy();
-        take_lock(&self.lock, &uid).map_err(|e| match e {
+        take_lock(&lock, &uid).map_err(|e| match e {
             Taken::InUse => ClaimError::InUse(uid.into_owned()),
-            Taken::Io(source) => io_err(&self.lock)(source),
+            Taken::Io(source) => io_err(&lock)(source),
         })
+    }
+
+    /// The UID lock: `pods/<uid>.lock`, beside the pod's directory.
+    fn lock_path(&self) -> PathBuf {
+        let mut lock = self.pod_dir.as_os_str().to_owned();
+        lock.push(".lock");
+        lock.into()
     }
 
     /// The pod's own directory (`pods/<uid>`), to make things in: its UID lock is taken first
@@ -99,12 +107,12 @@ impl PodPaths {
         self.locked
             .get_or_init(|| self.lock().map_err(|e| e.to_string()))
             .clone()
-            .map(|()| self.pod_dir.as_path())
+            .map(|()| &*self.pod_dir)
     }
 
     /// Where the pod's directory is, whether it was made or not: to read or remove what is
     /// there.
-    pub(crate) fn pod_dir_path(&self) -> &Path {
+    pub(crate) fn pod_dir_path(&self) -> &Arc<Path> {
         &self.pod_dir
     }
 
@@ -117,7 +125,7 @@ impl PodPaths {
 impl Drop for PodPaths {
     fn drop(&mut self) {
         if self.made() {
-            let _ = std::fs::remove_file(&self.lock);
+            let _ = std::fs::remove_file(self.lock_path());
         }
     }
 }

@@ -7,6 +7,8 @@
 
 use std::sync::Arc;
 
+#[cfg(feature = "http")]
+use tokio_util::either::Either;
 use wasmtime::Store;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::cli::{AsyncStdinStream, StdoutStream};
@@ -36,7 +38,7 @@ pub(crate) use usage::{Meter, PodMeters};
 use crate::engine::{Activity, Entry, Image};
 #[cfg(feature = "http")]
 use crate::host::Outgoing;
-use crate::host::{KillClock, MemoryLimiter, P1State, P2State, TermSignal};
+use crate::host::{KillClock, MemoryLimiter, P1State, P2State, TermSignal, ThreadRandom};
 use crate::memory::{Budget, Charge, PodMemory};
 use crate::network::PodNetwork;
 use crate::volumes::MountDir;
@@ -136,6 +138,7 @@ impl Sandbox {
     ) -> std::io::Result<WasiCtxBuilder> {
         let mut b = WasiCtxBuilder::new();
         b.args(argv).envs(&self.env);
+        b.secure_random(ThreadRandom);
         b.stdout(stdout).stderr(stderr);
         // wasmtime-wasi reads this when a directory is added (its files and directories block
         // inline or not) and, for the context, when a preview1 guest sleeps (with it, on the
@@ -242,51 +245,78 @@ impl Sandbox {
 
     /// Runs the container's entry point to its end (serves an HTTP handler until TERM) and
     /// reports how it ended.
-    pub(crate) async fn run(
-        self: &Arc<Self>,
-        stdout: impl StdoutStream + 'static,
-        stderr: impl StdoutStream + 'static,
-    ) -> Exit {
+    pub(crate) fn run<O, E>(
+        self: Arc<Self>,
+        stdout: O,
+        stderr: E,
+    ) -> impl Future<Output = Exit> + Send + use<O, E>
+    where
+        O: StdoutStream + 'static,
+        E: StdoutStream + 'static,
+    {
         let stdin = self.stdin.as_ref().and_then(|pipe| pipe.reader());
         self.run_with_stdin(stdout, stderr, stdin.map(AsyncStdinStream::new))
-            .await
     }
 
     /// Runs the entry point as [`Sandbox::run`] does, reading `stdin` (empty when `None`).
-    pub(crate) async fn run_with_stdin(
-        self: &Arc<Self>,
-        stdout: impl StdoutStream + 'static,
-        stderr: impl StdoutStream + 'static,
+    ///
+    /// A command's streams go into its WASI context before the future is made: a future keeps
+    /// what it is given for as long as it runs (a sleeping guest's whole life), and they are
+    /// needed only to build the context.
+    pub(crate) fn run_with_stdin<O, E>(
+        self: Arc<Self>,
+        stdout: O,
+        stderr: E,
         stdin: Option<AsyncStdinStream>,
-    ) -> Exit {
+    ) -> impl Future<Output = Exit> + Send + use<O, E>
+    where
+        O: StdoutStream + 'static,
+        E: StdoutStream + 'static,
+    {
         #[cfg(feature = "http")]
         if let Image::Component {
-            entry: Entry::Http(pre),
+            entry: Entry::Http(_),
             ..
         } = &*self.image
         {
-            return self
-                .meter
-                .run(Box::pin(self.serve(pre, stdout, stderr)))
-                .await;
+            // A server's streams are shared by the instances of its requests: it keeps them.
+            return Either::Left(async move {
+                let Image::Component {
+                    entry: Entry::Http(pre),
+                    ..
+                } = &*self.image
+                else {
+                    unreachable!("the image was just matched");
+                };
+                self.meter
+                    .run(Box::pin(self.serve(pre, stdout, stderr)))
+                    .await
+            });
         }
-        let mut wasi = match self.wasi(&self.argv, stdout, stderr, Thread::Worker) {
-            Ok(wasi) => wasi,
-            Err(e) => return Exit::start_error(e.to_string()),
+        let wasi = self
+            .wasi(&self.argv, stdout, stderr, Thread::Worker)
+            .map(|mut wasi| {
+                if let Some(stdin) = stdin {
+                    wasi.stdin(stdin);
+                }
+                Box::new(wasi)
+            });
+        let command = async move {
+            let wasi = match wasi {
+                Ok(wasi) => wasi,
+                Err(e) => return Exit::start_error(e.to_string()),
+            };
+            // The instance's place in the pool, if it has one: dropped after its store.
+            let lease = self.image.long_lived();
+            let exit = self.meter.run(self.run_entry(&lease.image, wasi)).await;
+            if !lease.pooled() {
+                self.image.ended();
+            }
+            exit
         };
-        if let Some(stdin) = stdin {
-            wasi.stdin(stdin);
-        }
-        // The instance's place in the pool, if it has one: dropped after its store.
-        let lease = self.image.long_lived();
-        let exit = self
-            .meter
-            .run(self.run_entry(&lease.image, Box::new(wasi)))
-            .await;
-        if !lease.pooled() {
-            self.image.ended();
-        }
-        exit
+        #[cfg(feature = "http")]
+        let command = Either::Right(command);
+        command
     }
 
     /// Runs the image's entry point in a store built from `wasi`. The builder comes boxed and

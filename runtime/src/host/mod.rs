@@ -4,6 +4,7 @@
 
 #[cfg(feature = "http")]
 mod http;
+mod random;
 mod sockets;
 mod term;
 
@@ -20,6 +21,7 @@ use crate::memory::{Budget, Charge};
 use crate::network::PodNetwork;
 #[cfg(feature = "http")]
 pub(crate) use http::Outgoing;
+pub(crate) use random::ThreadRandom;
 use sockets::{Sockets, SocketsView};
 pub(crate) use term::{KillClock, Killed, PodExport, TERM_INTERFACE, TERM_MODULE, TermSignal};
 

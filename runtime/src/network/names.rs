@@ -4,6 +4,7 @@
 
 use std::collections::VecDeque;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
 
 use wasmtime_wasi::p2::Pollable;
 
@@ -15,7 +16,7 @@ use crate::spec::{Dns, ResolverOptions};
 #[derive(Debug, Default)]
 pub(crate) struct PodNames {
     pub hostname: String,
-    pub dns: Dns,
+    pub dns: Arc<Dns>,
 }
 
 impl PodNames {
@@ -226,14 +227,14 @@ mod tests {
     fn search_domains_come_first_for_short_names() {
         let names = PodNames {
             hostname: "web".into(),
-            dns: Dns {
+            dns: Arc::new(Dns {
                 aliases: vec![("db.internal".into(), "10.1.2.3".parse().unwrap())],
                 searches: vec!["internal".into(), "corp".into()],
                 ndots: 2,
                 nameservers: Vec::new(),
                 node_resolver: true,
                 resolver: ResolverOptions::default(),
-            },
+            }),
         };
         assert_eq!(names.candidates("db"), ["db.internal", "db.corp", "db"]);
         assert_eq!(
@@ -250,7 +251,7 @@ mod tests {
         assert_eq!(names.local("db", ip), None);
         // `no-tld-query`: a name without a dot only with the search domains.
         let mut names = names;
-        names.dns.resolver.no_tld_query = true;
+        Arc::make_mut(&mut names.dns).resolver.no_tld_query = true;
         assert_eq!(names.candidates("db"), ["db.internal", "db.corp"]);
         assert_eq!(names.candidates("db.x")[0], "db.x.internal");
     }

@@ -50,11 +50,12 @@ impl Node {
             return Some(scheduler::NOT_NAMED.into());
         }
         let labels = self.labels();
-        let matches = spec
+        let scheduling = spec.scheduling();
+        let matches = scheduling
             .node_selector
             .iter()
             .all(|(k, v)| labels.get(k) == Some(v))
-            && spec.node_affinity.as_ref().is_none_or(|terms| {
+            && scheduling.node_affinity.as_ref().is_none_or(|terms| {
                 crate::spec::terms_match(terms, &labels, &self.context.node_name)
             });
         if !matches {
@@ -64,7 +65,7 @@ impl Node {
             .taints
             .iter()
             .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
-            .find(|t| !spec.tolerations.iter().any(|tol| tolerates(tol, t)));
+            .find(|t| !scheduling.tolerations.iter().any(|tol| tolerates(tol, t)));
         if let Some(t) = untolerated {
             return Some(format!(
                 "node(s) had untolerated taint {{{}: {}}}",
@@ -73,8 +74,8 @@ impl Node {
             ));
         }
         // Extended resources (a GPU, hugepages): the node advertises none.
-        if !spec.extended_resources.is_empty() {
-            let lacking: Vec<String> = spec
+        if !scheduling.extended_resources.is_empty() {
+            let lacking: Vec<String> = scheduling
                 .extended_resources
                 .iter()
                 .map(|r| format!("Insufficient {r}"))
@@ -82,7 +83,8 @@ impl Node {
             return Some(lacking.join(", 1 "));
         }
         // A node without a spread constraint's key never has it.
-        spec.placement
+        scheduling
+            .placement
             .spread
             .iter()
             .any(|c| !labels.contains_key(&c.topology_key))
@@ -96,7 +98,12 @@ impl Node {
         self.taints
             .iter()
             .filter(|t| t.effect == "NoExecute")
-            .filter_map(|t| spec.tolerations.iter().find(|tol| tolerates(tol, t)))
+            .filter_map(|t| {
+                spec.scheduling()
+                    .tolerations
+                    .iter()
+                    .find(|tol| tolerates(tol, t))
+            })
             .filter_map(|tol| tol.toleration_seconds)
             .min()
             .map(|s| {

@@ -19,9 +19,8 @@ pub(super) struct PodShared {
     /// Its place in the order the node's pods were created (0 until it is recorded).
     pub(super) seq: std::sync::atomic::AtomicU64,
     pub(super) name: String,
-    pub(super) uid: String,
-    pub(super) pod_dir: PathBuf,
-    pub(super) log_dir: PathBuf,
+    pub(super) uid: Arc<str>,
+    pub(super) pod_dir: Arc<Path>,
     pub(super) tx: Mailbox,
     pub(super) journal: Arc<Journal>,
     pub(super) board: Arc<Board>,
@@ -359,7 +358,7 @@ impl PodHandle {
 
     /// The CRI-format log file of a container's instance (`restart` = its restart count then).
     pub fn log_file(&self, container: &str, restart: i32) -> PathBuf {
-        crate::output::log_file(&self.inner.log_dir, container, restart)
+        crate::output::log_file(self.inner.logs.dir(), container, restart)
     }
 
     /// Replaces the file at `path` in the pod's `volume` (a `projected`, `secret` or

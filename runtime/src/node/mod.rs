@@ -265,7 +265,7 @@ impl Node {
         let dir = crate::paths::log_dir(&self.state_dir, namespace, name, uid)
             .and_then(|dir| crate::paths::component(container).map(|_| dir))
             .map_err(|e| Error::NoLogs(e.to_string()))?;
-        let book = std::sync::Arc::new(crate::output::LogBook::finished(dir));
+        let book = std::sync::Arc::new(crate::output::LogBook::finished(dir.into()));
         Ok(crate::Logs::open(book, container, restart, true))
     }
 
@@ -306,7 +306,7 @@ impl Node {
             .read()
             .map_or_else(|e| e.into_inner().clone(), |p| p.clone());
         let priority = priorities.of(&spec)?;
-        self.check_runtime_class(spec.runtime_class.as_deref())?;
+        self.check_runtime_class(spec.scheduling().runtime_class.as_deref())?;
         loop {
             match self.pods.reserve(&spec.namespace, &spec.name) {
                 registry::Reserve::Reserved => break,
@@ -357,10 +357,10 @@ impl Node {
             }
         }
         let fresh = spec.uid.is_none();
-        let uid = spec
+        let uid: Arc<str> = spec
             .uid
-            .clone()
-            .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+            .as_deref()
+            .map_or_else(|| uuid::Uuid::new_v4().to_string().into(), Arc::from);
         // Volumes under `pods/<uid>`, logs under `logs/` as the kubelet lays out
         // `/var/log/pods` (`<namespace>_<pod>_<uid>/<container>/<restart>.log`); a pod without
         // volumes makes no directory under `pods/`.
@@ -376,7 +376,7 @@ impl Node {
                 },
                 ClaimError::Io { path, source } => Error::Io { path, source },
             })?;
-        let (pod_dir, log_dir) = (paths.pod_dir_path().to_owned(), paths.log_dir.clone());
+        let pod_dir = paths.pod_dir_path().clone();
         let net = self
             .context
             .network
@@ -421,7 +421,7 @@ impl Node {
         let (mut task, channels) =
             PodTask::prepare(spec.clone(), self.context.clone(), setup, Box::new(seat)).map_err(
                 |source| Error::Io {
-                    path: pod_dir.clone(),
+                    path: pod_dir.to_path_buf(),
                     source,
                 },
             )?;
@@ -432,7 +432,6 @@ impl Node {
                 name: spec.name.clone(),
                 uid,
                 pod_dir,
-                log_dir,
                 tx: channels.tx,
                 journal: channels.journal,
                 board: channels.board,

@@ -59,7 +59,7 @@ impl Priorities {
     /// The pod's priority from its class. As the API server's priority admission does, a
     /// `spec.priority` or `spec.preemptionPolicy` written in the pod must be what the class gives.
     pub(super) fn of(&self, spec: &PodSpec) -> Result<Priority, Error> {
-        let priority = match &spec.priority_class {
+        let priority = match &spec.scheduling().priority_class {
             None => self.default,
             Some(name) => self
                 .classes
@@ -82,7 +82,7 @@ impl Priorities {
         } else {
             "Never"
         };
-        if let Some(given) = spec.preemption_policy.as_deref()
+        if let Some(given) = spec.scheduling().preemption_policy.as_deref()
             && given != policy
         {
             return Err(Error::PriorityMismatch(format!(

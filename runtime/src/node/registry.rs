@@ -135,7 +135,7 @@ impl Registry {
         for gone in self.collect_garbage(pod, keep) {
             tokio::spawn(async move {
                 gone.deleted().await;
-                for dir in [gone.dir(), &gone.inner.log_dir] {
+                for dir in [gone.dir(), gone.inner.logs.dir()] {
                     if let Err(e) = std::fs::remove_dir_all(dir)
                         && e.kind() != std::io::ErrorKind::NotFound
                     {

@@ -22,7 +22,7 @@ mod sink;
 mod writer;
 
 use std::collections::HashSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -167,7 +167,7 @@ impl ToWriter {
         Arc::new(ToWriter {
             tx: OnceLock::from(tx),
             start: Mutex::new(None),
-            book: Arc::new(LogBook::finished(PathBuf::new())),
+            book: Arc::new(LogBook::finished(Path::new("").into())),
         })
     }
 }
@@ -184,7 +184,7 @@ impl Drop for ToWriter {
 /// What readers of a pod's logs follow: where the files are, which instances have ended, and a
 /// signal each time the writer has flushed more.
 pub(crate) struct LogBook {
-    dir: PathBuf,
+    dir: Arc<Path>,
     ended: Mutex<HashSet<(Arc<str>, i32)>>,
     /// Changes each time the writer has flushed, and when it stops.
     written: Signal,
@@ -194,13 +194,18 @@ pub(crate) struct LogBook {
 
 impl LogBook {
     /// The logs under `dir` of a pod that no longer runs: each file is complete as it is.
-    pub(crate) fn finished(dir: PathBuf) -> LogBook {
+    pub(crate) fn finished(dir: Arc<Path>) -> LogBook {
         LogBook {
             dir,
             ended: Mutex::default(),
             written: Signal::default(),
             closed: AtomicBool::new(true),
         }
+    }
+
+    /// The pod's log directory (`logs/<namespace>_<pod>_<uid>`).
+    pub(crate) fn dir(&self) -> &Path {
+        &self.dir
     }
 
     /// Waits for the writer's next flush after `seen` (a [`Signal::version`] of `written`
@@ -231,7 +236,7 @@ impl PodOutput {
     /// Starts the pod's log writer, writing under `dir` (a directory for each of `containers`,
     /// made as the writer starts) and forwarding lines to `tap`.
     pub(crate) fn start(
-        dir: PathBuf,
+        dir: Arc<Path>,
         containers: Vec<Arc<str>>,
         tap: Option<mpsc::Sender<OutputLine>>,
         limits: LogLimits,

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
@@ -15,7 +15,7 @@ use super::{CHANNEL_CHUNKS, Chunk, LogBook, LogLimits, OutputLine, TAP_PATIENCE,
 
 /// The pod's log writer: makes the containers' log directories, then writes what comes.
 pub(super) async fn write_logs(
-    dir: PathBuf,
+    dir: Arc<Path>,
     containers: Vec<Arc<str>>,
     mut rx: mpsc::Receiver<Box<Chunk>>,
     tap: Option<mpsc::Sender<OutputLine>>,

@@ -9,6 +9,7 @@
 //! resolver honours shape the lookups as they shape its own ([`ResolverOptions`]).
 
 use std::net::IpAddr;
+use std::sync::{Arc, LazyLock};
 
 use k8s_openapi::api::core::v1 as k8s;
 
@@ -77,6 +78,23 @@ const MAX_NAMESERVERS: usize = 3;
 /// The API server's limits on `dnsConfig.searches`.
 const MAX_SEARCHES: usize = 32;
 const MAX_SEARCHES_LEN: usize = 2048;
+
+/// `dns`, shared: the lookups of a pod with neither `hostAliases` nor `dnsConfig` are the same
+/// for all of them (its spec and its network keep one `Dns`, not a copy each).
+pub(super) fn shared(dns: Dns) -> Arc<Dns> {
+    static CLUSTER_FIRST: LazyLock<Arc<Dns>> = LazyLock::new(|| {
+        Arc::new(Dns {
+            ndots: 5,
+            node_resolver: true,
+            ..Dns::default()
+        })
+    });
+    if dns == **CLUSTER_FIRST {
+        CLUSTER_FIRST.clone()
+    } else {
+        Arc::new(dns)
+    }
+}
 
 pub(super) fn check(spec: &k8s::PodSpec, errors: &mut Vec<FieldError>) -> Dns {
     let mut dns = Dns {

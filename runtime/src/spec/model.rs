@@ -259,8 +259,6 @@ pub struct PodSpec {
     pub(crate) containers: Vec<std::sync::Arc<ContainerSpec>>,
     /// `spec.resources`: the pod's CPU and memory as a whole (empty when not given).
     pub(crate) pod_resources: Resources,
-    /// `spec.overhead`: counted with the requests (no container is ever charged for it).
-    pub(crate) overhead: Requests,
     pub(crate) restart_policy: RestartPolicy,
     pub(crate) volumes: Vec<Volume>,
     pub(crate) grace_period: Duration,
@@ -270,28 +268,15 @@ pub struct PodSpec {
     pub(crate) hostname: String,
     pub(crate) labels: BTreeMap<String, String>,
     pub(crate) annotations: BTreeMap<String, String>,
-    /// `spec.priority` and `spec.preemptionPolicy` as written (the API server fills them in from
-    /// the PriorityClass; given, they must agree with it).
+    /// `spec.priority` as written (the API server fills it in from the PriorityClass; given, it
+    /// must agree with it).
     pub(crate) priority: Option<i32>,
-    pub(crate) preemption_policy: Option<String>,
-    /// `spec.tolerations`, validated.
-    pub(crate) tolerations: Vec<k8s_openapi::api::core::v1::Toleration>,
     /// `spec.nodeName`: the node the pod is bound to, when the manifest says.
     pub(crate) node_name: Option<String>,
     /// `spec.serviceAccountName` (or the deprecated `serviceAccount`), else `default`.
     pub(crate) service_account: String,
-    /// Resources besides CPU and memory its containers ask for (extended resources): the node
-    /// advertises none, so such a pod stays Pending.
-    pub(crate) extended_resources: std::collections::BTreeSet<String>,
-    /// `spec.nodeSelector`: labels the node must have.
-    pub(crate) node_selector: BTreeMap<String, String>,
-    /// `spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution`'s terms,
-    /// validated (`None`: no requirement).
-    pub(crate) node_affinity: Option<Vec<k8s_openapi::api::core::v1::NodeSelectorTerm>>,
-    /// `spec.priorityClassName`, resolved by the node at admission.
-    pub(crate) priority_class: Option<String>,
     /// `hostAliases`, `dnsPolicy` and `dnsConfig`: what the pod's name lookup does.
-    pub(crate) dns: super::Dns,
+    pub(crate) dns: std::sync::Arc<super::Dns>,
     /// `imagePullSecrets`: their `.dockerconfigjson` documents, in order.
     pub(crate) pull_secrets: Vec<serde_json::Value>,
     /// `imagePullSecrets` naming no secret the pod was given: pulls go on without them, with a
@@ -301,17 +286,72 @@ pub struct PodSpec {
     /// `kube-api-access-*` volume without a token or CA): a warning each, as the kubelet's
     /// `FailedMount`, and the pod runs.
     pub(crate) incomplete_volumes: Vec<String>,
-    /// `spec.runtimeClassName`, resolved by the node at creation.
-    pub(crate) runtime_class: Option<String>,
-    /// Pod (anti-)affinity and topology spread: evaluated against the node's pods at admission.
-    pub(crate) placement: super::Placement,
     /// How its HTTP handler containers serve (`wasmpod.dev/http-*` annotations).
     pub(crate) serving: super::Serving,
     /// `spec.hostNetwork`: its components' sockets are the host's (a node must allow it).
     pub(crate) host_network: bool,
+    /// What places it beyond its requests, when any of it is set ([`PodSpec::scheduling`]).
+    pub(crate) scheduling: Option<Box<Scheduling>>,
+}
+
+/// What places a pod on a node beyond its requests. Few pods set any of it, and each sleeping
+/// pod keeps its spec for as long as it lives: a spec holds it boxed, and only when some of it
+/// is set.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Scheduling {
+    /// `spec.overhead`: counted with the requests (no container is ever charged for it).
+    pub overhead: Requests,
+    /// `spec.tolerations`, validated.
+    pub tolerations: Vec<k8s_openapi::api::core::v1::Toleration>,
+    /// `spec.nodeSelector`: labels the node must have.
+    pub node_selector: BTreeMap<String, String>,
+    /// `spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution`'s terms,
+    /// validated (`None`: no requirement).
+    pub node_affinity: Option<Vec<k8s_openapi::api::core::v1::NodeSelectorTerm>>,
+    /// Resources besides CPU and memory its containers ask for (extended resources): the node
+    /// advertises none, so such a pod stays Pending.
+    pub extended_resources: std::collections::BTreeSet<String>,
+    /// Pod (anti-)affinity and topology spread: evaluated against the node's pods at admission.
+    pub placement: super::Placement,
+    /// `spec.priorityClassName`, resolved by the node at admission.
+    pub priority_class: Option<String>,
+    /// `spec.preemptionPolicy` as written (given, it must agree with the PriorityClass).
+    pub preemption_policy: Option<String>,
+    /// `spec.runtimeClassName`, resolved by the node at creation.
+    pub runtime_class: Option<String>,
+}
+
+impl Scheduling {
+    /// Nothing set.
+    const NONE: Scheduling = Scheduling {
+        overhead: Requests {
+            memory: 0,
+            cpu_milli: 0,
+            containers: 0,
+        },
+        tolerations: Vec::new(),
+        node_selector: BTreeMap::new(),
+        node_affinity: None,
+        extended_resources: std::collections::BTreeSet::new(),
+        placement: super::Placement::NONE,
+        priority_class: None,
+        preemption_policy: None,
+        runtime_class: None,
+    };
+
+    /// `self`, boxed if any of it is set.
+    pub(crate) fn boxed(self) -> Option<Box<Scheduling>> {
+        (self != Scheduling::NONE).then(|| Box::new(self))
+    }
 }
 
 impl PodSpec {
+    /// What places the pod beyond its requests (all empty when none of it is set).
+    pub(crate) fn scheduling(&self) -> &Scheduling {
+        static NONE: Scheduling = Scheduling::NONE;
+        self.scheduling.as_deref().unwrap_or(&NONE)
+    }
+
     /// The pod's name (`metadata.name`).
     pub fn name(&self) -> &str {
         &self.name
@@ -412,7 +452,7 @@ impl PodSpec {
         // As the scheduler and the kubelet's admission count it: on top of the requests.
         total.plus(Requests {
             containers: 0,
-            ..self.overhead
+            ..self.scheduling().overhead
         })
     }
 

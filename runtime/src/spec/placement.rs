@@ -89,6 +89,13 @@ pub(crate) struct Placement {
 }
 
 impl Placement {
+    /// No constraint.
+    pub(crate) const NONE: Placement = Placement {
+        affinity: Vec::new(),
+        anti_affinity: Vec::new(),
+        spread: Vec::new(),
+    };
+
     pub(crate) fn is_empty(&self) -> bool {
         self.affinity.is_empty() && self.anti_affinity.is_empty() && self.spread.is_empty()
     }

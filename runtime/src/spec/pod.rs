@@ -5,7 +5,7 @@ use super::config::{ConfigStore, Kind};
 use super::containers::{PodContext, convert_container};
 use super::env;
 use super::errors::{FieldError, FieldPath};
-use super::model::{ContainerSpec, PodSpec, RestartPolicy};
+use super::model::{ContainerSpec, PodSpec, RestartPolicy, Scheduling};
 use super::names::{bounded_seconds, check_label, check_subdomain, check_uid};
 use super::ports::check_host_ports;
 use k8s_openapi::api::core::v1 as k8s;
@@ -76,27 +76,29 @@ pub(super) fn convert(
     let annotations = meta.annotations.clone().unwrap_or_default();
     let (pull_secrets, missing_pull_secrets) = pull_secrets(spec, store, errors);
     let pod_resources = super::resources::pod_level(spec.resources.as_ref(), &containers, errors);
-    let overhead = super::resources::overhead(spec.overhead.as_ref(), errors);
-    Some(PodSpec {
-        host_network,
-        pod_resources,
-        overhead,
-        serving: super::serving::check(&annotations, errors),
+    let scheduling = Scheduling {
+        overhead: super::resources::overhead(spec.overhead.as_ref(), errors),
+        tolerations: check_tolerations(spec.tolerations.as_deref().unwrap_or_default(), errors),
         node_selector: spec.node_selector.clone().unwrap_or_default(),
         node_affinity: super::affinity::check_affinity(spec.affinity.as_ref(), errors),
+        extended_resources,
+        placement: super::placement::check(spec, &namespace, &labels, errors),
+        priority_class,
+        preemption_policy: spec.preemption_policy.clone(),
         runtime_class: spec.runtime_class_name.clone(),
+    };
+    Some(PodSpec {
+        scheduling: scheduling.boxed(),
+        host_network,
+        pod_resources,
+        serving: super::serving::check(&annotations, errors),
         pull_secrets,
         missing_pull_secrets,
         incomplete_volumes,
-        dns: super::dns::check(spec, errors),
-        placement: super::placement::check(spec, &namespace, &labels, errors),
+        dns: super::dns::shared(super::dns::check(spec, errors)),
         node_name: spec.node_name.clone().filter(|n| !n.is_empty()),
         service_account: account.to_owned(),
-        extended_resources,
         priority: spec.priority,
-        preemption_policy: spec.preemption_policy.clone(),
-        tolerations: check_tolerations(spec.tolerations.as_deref().unwrap_or_default(), errors),
-        priority_class,
         hostname,
         labels,
         annotations,

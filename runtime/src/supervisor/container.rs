@@ -76,7 +76,7 @@ pub(crate) enum State {
     Running {
         started_at: Timestamp,
     },
-    Terminated(Terminated),
+    Terminated(Arc<Terminated>),
 }
 
 /// Where an instance's postStart hook is.
@@ -134,7 +134,7 @@ pub(crate) struct Container {
     pub(crate) spec: Arc<ContainerSpec>,
     pub(crate) name: Arc<str>,
     pub(crate) state: State,
-    pub(crate) last_state: Option<Terminated>,
+    pub(crate) last_state: Option<Arc<Terminated>>,
     pub(crate) restart_count: i32,
     pub(crate) started: bool,
     pub(crate) ready: bool,
@@ -195,14 +195,14 @@ impl Container {
         let now = Timestamp::now();
         self.restart_count = restart_count;
         self.runs = 1;
-        self.last_state = Some(Terminated {
+        self.last_state = Some(Arc::new(Terminated {
             exit: Exit::lost(
                 "The container could not be located when the node agent restarted".into(),
             ),
             started_at: now,
             finished_at: now,
             finished: Instant::now(),
-        });
+        }));
     }
 
     /// The container waits to start (again) with `reason`: a terminated instance's end becomes
@@ -226,7 +226,7 @@ impl Container {
 
     /// Its instance ended: neither started nor ready until the next one says so.
     pub(crate) fn terminate(&mut self, end: Terminated) {
-        self.state = State::Terminated(end);
+        self.state = State::Terminated(Arc::new(end));
         self.ready = false;
         self.started = false;
     }
@@ -260,7 +260,7 @@ impl Container {
     pub(crate) fn last_exit(&self) -> Option<&Terminated> {
         match &self.state {
             State::Terminated(t) => Some(t),
-            State::Waiting { .. } => self.last_state.as_ref(),
+            State::Waiting { .. } => self.last_state.as_deref(),
             State::Running { .. } => None,
         }
     }

@@ -165,12 +165,12 @@ impl PodTask {
             Msg::Preempted { message } => {
                 self.pod_event(EventType::Normal, Reason::Preempted, message, None);
                 let why = "wasmpod: preempting to accommodate a higher priority pod";
-                self.disruption = Some(("PreemptionByScheduler", why.into()));
+                self.disruption = Some(Box::new(("PreemptionByScheduler", why.into())));
             }
             Msg::Pulled { index, result } => self.pulled(index, result),
             Msg::TaintEviction => {
                 let why = "Taint manager: deleting due to NoExecute taint";
-                self.disruption = Some(("DeletionByTaintManager", why.into()));
+                self.disruption = Some(Box::new(("DeletionByTaintManager", why.into())));
             }
             // The kubelet's hard eviction: a grace period of one second.
             Msg::Evict { message } => self.evict(message, Duration::from_secs(1)),

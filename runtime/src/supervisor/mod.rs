@@ -40,7 +40,7 @@ use probe::HookKind;
 
 use crate::container::{CpuLimit, PodMeters};
 use crate::engine::{Engine, Image, Pull};
-use crate::events::{EventType, Journal, Reason};
+use crate::events::{EventType, Journal, Message, Reason};
 use crate::memory::{Budget, PodMemory};
 use crate::network::publish::Published;
 use crate::network::{NodeNetwork, PodNetwork};
@@ -126,23 +126,23 @@ struct Shutdown {
 struct Condition {
     status: bool,
     reason: Option<&'static str>,
-    message: Option<String>,
+    message: Option<Box<str>>,
     since: Timestamp,
 }
 
 pub(crate) struct PodTask {
     spec: Arc<PodSpec>,
     node: Arc<NodeContext>,
-    uid: String,
+    uid: Arc<str>,
     containers: Vec<Container>,
     phase: Phase,
     conditions: Arc<Vec<(&'static str, Condition)>>,
     start_time: Timestamp,
     started: Instant,
     shutdown: Option<Shutdown>,
-    failure: Option<(&'static str, String)>,
+    failure: Option<Arc<(&'static str, String)>>,
     /// Why the pod is being disrupted (the `DisruptionTarget` condition): reason, message.
-    disruption: Option<(&'static str, String)>,
+    disruption: Option<Box<(&'static str, String)>>,
     rx: futures_channel::mpsc::UnboundedReceiver<Box<Msg>>,
     tx: Mailbox,
     journal: Arc<Journal>,
@@ -169,7 +169,7 @@ pub(crate) struct PodTask {
 
 /// What a pod is made of besides its spec, prepared by the node.
 pub(crate) struct PodSetup {
-    pub uid: String,
+    pub uid: Arc<str>,
     /// The pod's directories, its own while the supervisor lives.
     pub paths: PodPaths,
     /// The containers' preloaded modules, in spec order (`None`: a registry image).
@@ -360,7 +360,7 @@ impl PodTask {
         self.pod_event(
             EventType::Normal,
             Reason::PhaseChanged,
-            "Pod is Pending".into(),
+            Message::Phase,
             Some(Phase::Pending),
         );
         for message in self.spec.incomplete_volumes.clone() {

@@ -9,7 +9,7 @@ use super::status;
 use super::view::{ContainerView, StatusView};
 use super::{Condition, PodTask, ShutdownCause, Snapshot, Stage};
 use crate::events::Phase;
-use crate::events::{EventType, Reason, Record};
+use crate::events::{EventType, Message, Reason, Record};
 
 impl PodTask {
     pub(super) fn update_phase(&mut self) {
@@ -24,7 +24,7 @@ impl PodTask {
             self.pod_event(
                 EventType::Normal,
                 Reason::PhaseChanged,
-                format!("Pod is {}", phase.as_str()),
+                Message::Phase,
                 Some(phase),
             );
         }
@@ -99,7 +99,7 @@ impl PodTask {
             ("ContainersReady", containers_ready),
             ("PodScheduled", cond(true, None, None)),
         ];
-        let disruption = self.disruption.as_ref().map(|(reason, message)| {
+        let disruption = self.disruption.as_deref().map(|(reason, message)| {
             (
                 "DisruptionTarget",
                 cond(true, Some(reason), Some(message.clone())),
@@ -161,7 +161,7 @@ impl PodTask {
         &self,
         kind: EventType,
         reason: Reason,
-        message: String,
+        message: impl Into<Message>,
         phase: Option<Phase>,
     ) {
         self.journal.push(Record {
@@ -181,7 +181,7 @@ impl PodTask {
         index: usize,
         kind: EventType,
         reason: Reason,
-        message: String,
+        message: impl Into<Message>,
         exit_code: Option<i32>,
     ) {
         let now = jiff::Timestamp::now();
@@ -194,7 +194,7 @@ impl PodTask {
         index: usize,
         kind: EventType,
         reason: Reason,
-        message: String,
+        message: impl Into<Message>,
         exit_code: Option<i32>,
         at: jiff::Timestamp,
     ) {
@@ -220,7 +220,7 @@ pub(super) fn cond(
     Condition {
         status,
         reason,
-        message,
+        message: message.map(String::into_boxed_str),
         since: Timestamp::now(),
     }
 }

@@ -119,7 +119,7 @@ impl PodTask {
             _ => None,
         };
         let Some(t) = t else { return };
-        t.exit.message = Some(text);
+        Arc::make_mut(t).exit.message = Some(text);
     }
 
     pub(super) fn hook_done(
@@ -158,7 +158,7 @@ impl PodTask {
                         index,
                         EventType::Normal,
                         Reason::PostStartHook,
-                        "postStart hook succeeded".into(),
+                        "postStart hook succeeded",
                         None,
                     );
                     self.running(index);
@@ -213,7 +213,7 @@ impl PodTask {
                     index,
                     EventType::Normal,
                     Reason::StartupSucceeded,
-                    "Startup probe succeeded".into(),
+                    "Startup probe succeeded",
                     None,
                 );
                 self.spawn_probes(index, &[ProbeKind::Liveness, ProbeKind::Readiness]);

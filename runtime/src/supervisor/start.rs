@@ -15,7 +15,7 @@ use crate::container::{
     CpuLimit, DEFAULT_PORT, EXIT_KILLED, Exit, HttpServe, Meter, Preopen, Sandbox, StdinPipe,
 };
 use crate::engine::{Image, Life, LoadError, Origin, Pull};
-use crate::events::{EventType, Reason};
+use crate::events::{EventType, Message, Reason};
 use crate::host::TermSignal;
 use crate::memory::Budget;
 use crate::spec::{PodInfo, VolumeSource, resolve_env};
@@ -267,23 +267,22 @@ impl PodTask {
             tasks: Vec::new(),
         });
         c.runs += 1;
-        let name = c.name.clone();
         let post_start = c.spec.post_start.as_deref().cloned();
         self.container_event(
             index,
             EventType::Normal,
             Reason::Created,
-            format!("Created container {name}"),
+            Message::Created,
             None,
         );
         let tx = self.tx.clone();
-        let main = sandbox.clone();
+        let main = sandbox.clone().run(stdout, stderr);
         crate::eager::spawn(async move {
+            // The instance's future (and its sandbox) is dropped as the select ends.
             let exit = tokio::select! {
-                exit = main.run(stdout, stderr) => exit,
+                exit = main => exit,
                 code = kill_rx => Exit::code(code.unwrap_or(EXIT_KILLED)),
             };
-            drop(main);
             // When it stopped, not when the supervisor gets to it (busy with other pods).
             let at = jiff::Timestamp::now();
             // Reported once what it printed is in its log file.
@@ -338,12 +337,11 @@ impl PodTask {
             return;
         }
         c.run();
-        let name = c.name.clone();
         self.container_event(
             index,
             EventType::Normal,
             Reason::Started,
-            format!("Started container {name}"),
+            Message::Started,
             None,
         );
         if self.containers[index].spec.startup.is_some() {

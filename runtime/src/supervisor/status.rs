@@ -142,8 +142,8 @@ mod tests {
                     started_at: Timestamp::now(),
                 }
             }
-            "0" | "1" => c.state = State::Terminated(terminated(state.parse().unwrap())),
-            "w0" | "w1" => c.last_state = Some(terminated(state[1..].parse().unwrap())),
+            "0" | "1" => c.state = State::Terminated(Arc::new(terminated(state.parse().unwrap()))),
+            "w0" | "w1" => c.last_state = Some(Arc::new(terminated(state[1..].parse().unwrap()))),
             other => panic!("state {other:?}"),
         }
         if c.last_state.is_some() || matches!(c.state, State::Terminated(_)) || state == "r" {

@@ -51,8 +51,8 @@ impl PodTask {
             return;
         }
         self.pod_event(EventType::Warning, Reason::Evicted, message.clone(), None);
-        self.disruption = Some(("TerminationByKubelet", message.clone()));
-        self.failure = Some(("Evicted", message));
+        self.disruption = Some(Box::new(("TerminationByKubelet", message.clone())));
+        self.failure = Some(std::sync::Arc::new(("Evicted", message)));
         self.begin_shutdown(ShutdownCause::Evicted, grace);
     }
 
@@ -81,7 +81,7 @@ impl PodTask {
                     i,
                     EventType::Normal,
                     Reason::NotReady,
-                    "Pod is terminating".into(),
+                    "Pod is terminating",
                     None,
                 );
             }
@@ -150,7 +150,7 @@ impl PodTask {
             index,
             EventType::Normal,
             Reason::PreStopHook,
-            "Running preStop hook".into(),
+            "Running preStop hook",
             None,
         );
     }
@@ -201,7 +201,7 @@ impl PodTask {
         }
         self.seat.release();
         self.volumes
-            .remove(self.paths.made().then(|| self.paths.pod_dir_path()));
+            .remove(self.paths.made().then(|| &**self.paths.pod_dir_path()));
         self.pod_event(
             EventType::Normal,
             Reason::Deleted,

@@ -10,7 +10,7 @@ use super::container::{Container, HookState};
 use super::plan::{self, Action, ContainerState, Due, Grace, Life, Phase, PodState};
 use super::{PodTask, ShutdownCause, Stage, VOLUME_CHECK, after};
 use crate::container::EXIT_KILLED;
-use crate::events::{EventType, Reason};
+use crate::events::{EventType, Message, Reason};
 
 impl PodTask {
     /// Decides and applies what should happen now. A start can open the way for the next
@@ -84,7 +84,7 @@ impl PodTask {
                 Action::Start(index) => Box::pin(self.start(index, now)).await,
                 Action::Initialized => {
                     self.stage = Stage::Initialized;
-                    let message = "All init containers have completed".into();
+                    let message = Message::Initialized;
                     self.pod_event(EventType::Normal, Reason::Initialized, message, None);
                 }
                 Action::Complete => {
@@ -134,7 +134,7 @@ impl PodTask {
             message.clone(),
             None,
         );
-        self.failure = Some(("DeadlineExceeded", message));
+        self.failure = Some(std::sync::Arc::new(("DeadlineExceeded", message)));
         self.begin_shutdown(ShutdownCause::DeadlineExceeded, self.spec.grace_period);
     }
 

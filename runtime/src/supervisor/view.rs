@@ -32,7 +32,7 @@ pub(crate) struct StatusView {
     pub(super) pod_ip: IpAddr,
     pub(super) host_ip: IpAddr,
     /// Why the pod failed as a whole (a deadline, an eviction): reason and message.
-    pub(super) failure: Option<(&'static str, String)>,
+    pub(super) failure: Option<Arc<(&'static str, String)>>,
 }
 
 /// One container's status, published.
@@ -42,7 +42,7 @@ pub(crate) struct ContainerView {
     /// The digest reference of the registry image it runs, once pulled.
     image_id: Option<Box<str>>,
     state: State,
-    last_state: Option<Terminated>,
+    last_state: Option<Arc<Terminated>>,
     restart_count: i32,
     started: bool,
     ready: bool,
@@ -77,7 +77,7 @@ impl ContainerView {
             state: Some(state(&self.state)),
             last_state: Some(
                 self.last_state
-                    .as_ref()
+                    .as_deref()
                     .map_or_else(Default::default, terminated),
             ),
             ready: self.ready,
@@ -99,7 +99,7 @@ impl StatusView {
                 type_: (*kind).into(),
                 status: if c.status { "True" } else { "False" }.into(),
                 reason: c.reason.map(Into::into),
-                message: c.message.clone(),
+                message: c.message.as_deref().map(str::to_owned),
                 last_transition_time: time(c.since),
                 ..Default::default()
             })

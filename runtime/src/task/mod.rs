@@ -196,11 +196,11 @@ impl Task {
     ) -> Task {
         let names = PodNames {
             hostname: String::new(),
-            dns: crate::spec::Dns {
+            dns: Arc::new(crate::spec::Dns {
                 ndots: 1,
                 node_resolver: true,
                 ..crate::spec::Dns::default()
-            },
+            }),
         };
         // Always a CPU limit, unlimited unless set, so that a resize can set one.
         let cpu = CpuLimit::new(
@@ -271,7 +271,7 @@ impl Task {
         };
         let stderr = Shared::new(io.stderr);
         let exit = tokio::select! {
-            exit = self.sandbox.run_with_stdin(io.stdout, stderr.clone(), io.stdin) => exit,
+            exit = self.sandbox.clone().run_with_stdin(io.stdout, stderr.clone(), io.stdin) => exit,
             () = stopped => crate::container::Exit::code(EXIT_TERMINATED),
         };
         tell(&stderr, exit.message.as_deref()).await;

@@ -42,6 +42,24 @@ spec:
         assert_eq!(t.exit_codes(c), [0]);
     }
     assert!(t.pod_positions(Initialized)[0] < t.first("r1", Started));
+    // The events' messages, as `kubectl describe pod` shows the kubelet's.
+    let said = |container: Option<&str>, reason| {
+        t.0.iter()
+            .find(|e| e.container.as_deref() == container && e.reason == reason)
+            .map(|e| e.message.as_str())
+    };
+    assert_eq!(
+        said(None, Initialized),
+        Some("All init containers have completed")
+    );
+    assert_eq!(said(Some("i2"), Created), Some("Created container i2"));
+    assert_eq!(said(Some("r1"), Started), Some("Started container r1"));
+    let phases: Vec<_> = t.0.iter().filter(|e| e.reason == PhaseChanged).collect();
+    let phases: Vec<_> = phases.iter().map(|e| e.message.as_str()).collect();
+    assert_eq!(
+        phases,
+        ["Pod is Pending", "Pod is Running", "Pod is Succeeded"]
+    );
     assert_eq!(status.phase.as_deref(), Some("Succeeded"));
     assert_eq!(t.phases(), ["Pending", "Running", "Succeeded"]);
     assert_eq!(condition(&status, "Initialized").0, "True");

@@ -38,7 +38,7 @@ pub(super) fn refusal(
     node_labels: &BTreeMap<String, String>,
 ) -> Option<&'static str> {
     let (namespace, labels) = (pod.namespace.as_str(), &pod.labels);
-    for c in &pod.placement.spread {
+    for c in &pod.scheduling().placement.spread {
         if !node_labels.contains_key(&c.topology_key) {
             return Some(SPREAD_LABEL);
         }
@@ -63,7 +63,7 @@ pub(super) fn refusal(
             .iter()
             .any(|a| t.matches(&a.spec.namespace, &a.spec.labels))
     };
-    let affinity = &pod.placement.affinity;
+    let affinity = &pod.scheduling().placement.affinity;
     if !affinity.iter().all(|t| on_node(t) && any_match(t)) {
         let first_of_group = !affinity.iter().any(|t| on_node(t) && any_match(t))
             && affinity.iter().all(|t| t.matches(namespace, labels));
@@ -72,6 +72,7 @@ pub(super) fn refusal(
         }
     }
     if pod
+        .scheduling()
         .placement
         .anti_affinity
         .iter()
@@ -81,6 +82,7 @@ pub(super) fn refusal(
     }
     let repelled = admitted.iter().any(|a| {
         a.spec
+            .scheduling()
             .placement
             .anti_affinity
             .iter()

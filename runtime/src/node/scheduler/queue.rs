@@ -159,7 +159,14 @@ impl Queue {
         match entry.state {
             State::Admitted { .. } => {
                 self.used = self.used.minus(entry.pod.requests);
-                if !entry.pod.spec.placement.anti_affinity.is_empty() {
+                if !entry
+                    .pod
+                    .spec
+                    .scheduling()
+                    .placement
+                    .anti_affinity
+                    .is_empty()
+                {
                     self.repelling -= 1;
                 }
             }
@@ -242,7 +249,14 @@ impl Queue {
                     self.pending.remove(&(priority, key));
                     self.used = self.used.plus(requests);
                     let entry = self.entries.get_mut(&key).expect("pending entry");
-                    if !entry.pod.spec.placement.anti_affinity.is_empty() {
+                    if !entry
+                        .pod
+                        .spec
+                        .scheduling()
+                        .placement
+                        .anti_affinity
+                        .is_empty()
+                    {
                         self.repelling += 1;
                     }
                     entry.state = State::Admitted { leaving: false };
@@ -349,7 +363,7 @@ impl Queue {
     /// anti-affinity), or `None`.
     fn placement_refusal(&self, key: u64) -> Option<&'static str> {
         let pod = &self.entries[&key].pod.spec;
-        if pod.placement.is_empty() && self.repelling == 0 {
+        if pod.scheduling().placement.is_empty() && self.repelling == 0 {
             return None;
         }
         let admitted: Vec<placement::Admitted<'_>> = self

@@ -26,6 +26,41 @@ status: {}
     assert_eq!(spec.restart_policy, RestartPolicy::Never);
 }
 
+/// A pod that sets nothing of its DNS or its placement keeps no copy of either: every such pod
+/// shares one `Dns`, and its spec holds no scheduling constraints; one that sets them has its own.
+#[test]
+fn default_dns_and_scheduling_take_no_room_of_their_own() {
+    let plain = |name: &str| {
+        parse(&format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{ name: {name} }}\nspec:\n  containers: [ {{ name: c, image: a.wasm }} ]\n"
+        ))
+        .unwrap_or_else(|e| panic!("{e}"))
+    };
+    let (a, b) = (plain("a"), plain("b"));
+    assert!(std::sync::Arc::ptr_eq(&a.dns, &b.dns));
+    assert!(a.scheduling.is_none());
+    assert!(a.scheduling().tolerations.is_empty());
+    let set = parse(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: { name: set }
+spec:
+  containers: [ { name: c, image: a.wasm } ]
+  hostAliases: [ { ip: 10.1.2.3, hostnames: [db.internal] } ]
+  tolerations: [ { key: dedicated, operator: Exists, effect: NoSchedule } ]
+"#,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert!(!std::sync::Arc::ptr_eq(&a.dns, &set.dns));
+    assert_eq!(set.dns.aliases.len(), 1);
+    assert!(set.scheduling.is_some());
+    assert_eq!(
+        set.scheduling().tolerations[0].key.as_deref(),
+        Some("dedicated")
+    );
+}
+
 /// Fields the API server sets are accepted on input and not used.
 #[test]
 fn server_set_fields_are_accepted() {
