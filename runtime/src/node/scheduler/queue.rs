@@ -43,6 +43,14 @@ struct Entry {
     state: State,
 }
 
+impl Entry {
+    /// Whether the pod has anti-affinity terms, which the placement of every pod checks.
+    fn repels(&self) -> bool {
+        let placement = &self.pod.spec.scheduling().placement;
+        !placement.anti_affinity.is_empty()
+    }
+}
+
 /// What admission tells a pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Action {
@@ -159,14 +167,7 @@ impl Queue {
         match entry.state {
             State::Admitted { .. } => {
                 self.used = self.used.minus(entry.pod.requests);
-                if !entry
-                    .pod
-                    .spec
-                    .scheduling()
-                    .placement
-                    .anti_affinity
-                    .is_empty()
-                {
+                if entry.repels() {
                     self.repelling -= 1;
                 }
             }
@@ -249,14 +250,7 @@ impl Queue {
                     self.pending.remove(&(priority, key));
                     self.used = self.used.plus(requests);
                     let entry = self.entries.get_mut(&key).expect("pending entry");
-                    if !entry
-                        .pod
-                        .spec
-                        .scheduling()
-                        .placement
-                        .anti_affinity
-                        .is_empty()
-                    {
+                    if entry.repels() {
                         self.repelling += 1;
                     }
                     entry.state = State::Admitted { leaving: false };
