@@ -1,7 +1,8 @@
 //! Many pods on one node: N one-container pods of a sleeping guest started one after another in
 //! one process (default 1,000 and 10,000; `BENCH_PODS=a,b` changes them): the time from create to
 //! `Started` per pod (p50/p99), the total, the node's resident memory per pod, and, with all of
-//! them running, a new pod's create → `Started` and the delivery latency of its events.
+//! them running, the node's other work: a new pod's create → `Started`, an exported-function
+//! probe of another pod (a fresh instance and a call) and its usage, and a deletion's event.
 //!
 //! Memory is the growth of the process's resident set (`VmRSS`) per pod, the figure of the
 //! ≤ 64 KiB target, and beside it the growth of its proportional set (`Pss`): the resident set
@@ -52,6 +53,26 @@ spec:
   containers:
   - {{ name: c, image: "{{p1}}", args: [sleep, "100000000"] }}
 "#
+    ));
+    PodSpec::from_yaml(&yaml, dir).unwrap()
+}
+
+/// A sleeping pod whose container's `readiness` export reads the file in `probe_dir`.
+fn probed_spec(dir: &std::path::Path, probe_dir: &std::path::Path) -> PodSpec {
+    let yaml = wasmpod_tests::fill(&format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {{ name: probed }}
+spec:
+  volumes: [ {{ name: v, hostPath: {{ path: "{}" }} }} ]
+  containers:
+  - name: c
+    image: "{{p1}}"
+    args: [sleep, "100000000"]
+    volumeMounts: [ {{ name: v, mountPath: /probe }} ]
+"#,
+        probe_dir.display()
     ));
     PodSpec::from_yaml(&yaml, dir).unwrap()
 }
@@ -149,6 +170,31 @@ async fn run(n: usize) -> serde_json::Value {
         extra.push(took);
         pod.delete(Some(Duration::ZERO));
     }
+    // A probe and a container's metrics beside them: an exported-function probe's path (a fresh
+    // instance of the container's image, one call) and `PodHandle::usage`.
+    let probe_dir = dir.path().join("probe");
+    std::fs::create_dir_all(&probe_dir).unwrap();
+    std::fs::write(probe_dir.join("readiness"), "").unwrap();
+    let probed = node
+        .create_pod(probed_spec(dir.path(), &probe_dir), PodOptions::default())
+        .await
+        .unwrap();
+    probed
+        .wait_until(|s| s.container_statuses.iter().flatten().all(|c| c.ready))
+        .await;
+    let (mut probes, mut usages) = (Vec::new(), Vec::new());
+    for i in 0..220 {
+        let t0 = Instant::now();
+        probed.exec("c", &["readiness"]).await.unwrap();
+        let t1 = Instant::now();
+        assert!(!probed.usage().is_empty(), "the probed pod's usage");
+        if i >= 20 {
+            probes.push(t1 - t0);
+            usages.push(t1.elapsed());
+        }
+    }
+    probed.delete(Some(Duration::ZERO));
+    probed.deleted().await;
     // Delete → the `Terminating` event in the watcher's hands.
     let mut lags = Vec::new();
     for pod in pods.iter().take(200) {
@@ -166,13 +212,16 @@ async fn run(n: usize) -> serde_json::Value {
     samples.sort();
     extra.sort();
     lags.sort();
+    probes.sort();
+    usages.sort();
     println!(
         "{n:>6} pods: all started in {:>8.2?} (CPU a pod: {user_per_pod:.2?} user, \
          {system_per_pod:.2?} system); create→Started p50 {:>9.2?} p99 {:>9.2?}; \
          {:>6.1} KiB resident ({:.1} KiB proportional) and {maps_per_pod:.1} memory mappings \
          per pod; \
          {:.2} % of a core while they sleep; new pod create→Started p50 {:>9.2?}; \
-         delete→Terminating event p50 {:>9.2?} p99 {:>9.2?}",
+         delete→Terminating event p50 {:>9.2?} p99 {:>9.2?}; a probe p50 {:>9.2?}, a pod's \
+         usage p50 {:>9.2?}",
         total,
         pct(&samples, 0.5),
         pct(&samples, 0.99),
@@ -182,6 +231,8 @@ async fn run(n: usize) -> serde_json::Value {
         pct(&extra, 0.5),
         pct(&lags, 0.5),
         pct(&lags, 0.99),
+        pct(&probes, 0.5),
+        pct(&usages, 0.5),
     );
     for pod in &pods {
         pod.delete(Some(Duration::ZERO));
@@ -204,6 +255,8 @@ async fn run(n: usize) -> serde_json::Value {
         "delete_to_terminating_samples": lags.len(),
         "delete_to_terminating_event_p50_us": pct(&lags, 0.5).as_secs_f64() * 1e6,
         "delete_to_terminating_event_p99_us": pct(&lags, 0.99).as_secs_f64() * 1e6,
+        "probe_p50_us": pct(&probes, 0.5).as_secs_f64() * 1e6,
+        "usage_p50_us": pct(&usages, 0.5).as_secs_f64() * 1e6,
     })
 }
 
@@ -287,14 +340,19 @@ async fn main() {
         let beside = number(large, "new_pod_create_to_started_p50_us")
             / number(small, "new_pod_create_to_started_p50_us");
         let resident = number(large, "resident_bytes_per_pod") / 1024.0;
+        let other = |key: &str| number(large, key) / number(small, key);
         println!(
             "{m} pods against {n}: all started at {linear:.2}× the time a pod (its CPU: \
              {user:.2}× in user space, {system:.2}× in the kernel); a new pod's \
              create→Started {beside:.2}× (target ≤ {NEW_POD_RATIO}×: {}); {resident:.1} KiB \
-             resident a pod (target ≤ {} KiB: {})",
+             resident a pod (target ≤ {} KiB: {}); the node's other work: a probe {:.2}×, a \
+             pod's usage {:.2}×, a deletion's `Terminating` {:.2}×",
             wasmpod_tests::verdict(beside <= NEW_POD_RATIO),
             TARGET_BYTES_PER_POD / 1024,
             wasmpod_tests::verdict(resident * 1024.0 <= TARGET_BYTES_PER_POD as f64),
+            other("probe_p50_us"),
+            other("usage_p50_us"),
+            other("delete_to_terminating_event_p50_us"),
         );
     }
 }
