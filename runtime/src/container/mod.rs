@@ -275,21 +275,15 @@ impl Sandbox {
     {
         #[cfg(feature = "http")]
         if let Image::Component {
-            entry: Entry::Http(_),
+            entry: Entry::Http(pre),
             ..
         } = &*self.image
         {
             // A server's streams are shared by the instances of its requests: it keeps them.
+            let pre = pre.clone();
             return Either::Left(async move {
-                let Image::Component {
-                    entry: Entry::Http(pre),
-                    ..
-                } = &*self.image
-                else {
-                    unreachable!("the image was just matched");
-                };
                 self.meter
-                    .run(Box::pin(self.serve(pre, stdout, stderr)))
+                    .run(Box::pin(self.serve(&pre, stdout, stderr)))
                     .await
             });
         }
