@@ -332,15 +332,14 @@ async fn main() {
         let start_cost = |r: &serde_json::Value| number(r, "all_started_s") / number(r, "pods");
         let (n, m) = (number(small, "pods"), number(large, "pods"));
         let linear = start_cost(large) / start_cost(small);
-        let cpu = |key: &str| number(large, key) / number(small, key);
+        // A figure of the largest run against the smallest's.
+        let ratio = |key: &str| number(large, key) / number(small, key);
         let (user, system) = (
-            cpu("start_user_cpu_per_pod_us"),
-            cpu("start_system_cpu_per_pod_us"),
+            ratio("start_user_cpu_per_pod_us"),
+            ratio("start_system_cpu_per_pod_us"),
         );
-        let beside = number(large, "new_pod_create_to_started_p50_us")
-            / number(small, "new_pod_create_to_started_p50_us");
+        let beside = ratio("new_pod_create_to_started_p50_us");
         let resident = number(large, "resident_bytes_per_pod") / 1024.0;
-        let other = |key: &str| number(large, key) / number(small, key);
         println!(
             "{m} pods against {n}: all started at {linear:.2}× the time a pod (its CPU: \
              {user:.2}× in user space, {system:.2}× in the kernel); a new pod's \
@@ -350,9 +349,9 @@ async fn main() {
             wasmpod_tests::verdict(beside <= NEW_POD_RATIO),
             TARGET_BYTES_PER_POD / 1024,
             wasmpod_tests::verdict(resident * 1024.0 <= TARGET_BYTES_PER_POD as f64),
-            other("probe_p50_us"),
-            other("usage_p50_us"),
-            other("delete_to_terminating_event_p50_us"),
+            ratio("probe_p50_us"),
+            ratio("usage_p50_us"),
+            ratio("delete_to_terminating_event_p50_us"),
         );
     }
 }

@@ -401,8 +401,8 @@ pub fn terminated(
         .unwrap_or_else(|| panic!("{name} has not terminated: {status:#?}"))
 }
 
-/// CPU time this process has used so far in user space and in the kernel, in microseconds
-/// (`getrusage`, every thread).
+/// CPU time this process has used so far in user space and in the kernel (`getrusage`, every
+/// thread).
 pub fn cpu_times() -> (Duration, Duration) {
     // SAFETY: `getrusage` writes the struct it is given; RUSAGE_SELF is always valid.
     let usage = unsafe {
@@ -416,17 +416,10 @@ pub fn cpu_times() -> (Duration, Duration) {
     (time(usage.ru_utime), time(usage.ru_stime))
 }
 
-/// CPU time (user + system) this process has used so far, from /proc (Linux).
+/// CPU time (user + system) this process has used so far.
 pub fn cpu_time() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .expect("stat format")
-        .1
-        .split_whitespace()
-        .collect();
-    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
-    Duration::from_millis(ticks * 10) // USER_HZ is 100 on Linux
+    let (user, system) = cpu_times();
+    user + system
 }
 
 /// What a command printed on its standard output, once it is checked to have succeeded (else
